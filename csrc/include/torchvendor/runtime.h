@@ -1,0 +1,194 @@
+/*
+ * torchvendor runtime ABI: the table of C functions a vendor's driver library implements.
+ *
+ *     PyTorch (Python, ATen, c10)
+ *           |
+ *     torchvendor._C  -- the device layer: allocator, guard, hooks, generators, copies, fallback.
+ *           |             Rebuilt for each torch release; the vendor never compiles against torch.
+ *     tv_runtime table  -- THIS HEADER. Plain C99, no torch, no C++ types.
+ *           |
+ *     vendor driver library (libacme_tv.so), exporting `torchvendor_get_runtime`.
+ *
+ * Rules for changing this header (the ABI contract):
+ *   - The table starts with its version and size; those fields never move.
+ *   - A minor version only appends entries at the end of `tv_runtime`. A library built for an
+ *     older minor keeps working: the device layer reads only entries that lie inside the
+ *     library's `struct_size`, and treats optional entries that are NULL as "not provided".
+ *   - A major version may change anything; the device layer refuses a major it does not know.
+ *   - Signatures never change within a major version: a new behaviour gets a new entry (`_v2`).
+ *
+ * Error handling: every entry returns a `tv_status` (0 is success) and never lets an exception
+ * or a signal escape. Details for the calling thread are available from `last_error_message`.
+ *
+ * Threading: unless an entry says otherwise it may be called from any thread at any time, and
+ * concurrently with any other entry. "Current device" state is per host thread.
+ *
+ * Blocking: entries marked [blocks] may wait for device work; all others must return promptly
+ * (enqueue and return). The device layer never holds the Python GIL across a [blocks] call.
+ */
+#ifndef TORCHVENDOR_RUNTIME_H_
+#define TORCHVENDOR_RUNTIME_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TV_RUNTIME_ABI_MAJOR 1
+#define TV_RUNTIME_ABI_MINOR 0
+
+/* The one symbol a vendor library exports. */
+#define TV_RUNTIME_ENTRY_SYMBOL "torchvendor_get_runtime"
+
+#if defined(_WIN32)
+#define TV_EXPORT __declspec(dllexport)
+#else
+#define TV_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef int32_t tv_status;
+enum {
+  TV_SUCCESS = 0,
+  TV_ERROR_INVALID_VALUE = 1,   /* a bad argument: NULL out-pointer, size, kind, ... */
+  TV_ERROR_INVALID_DEVICE = 2,  /* device index out of range */
+  TV_ERROR_OUT_OF_MEMORY = 3,   /* the allocation cannot be satisfied */
+  TV_ERROR_NOT_READY = 4,       /* query: work is still pending (not a failure) */
+  TV_ERROR_NOT_FOUND = 5,       /* module or function name not found */
+  TV_ERROR_INVALID_IMAGE = 6,   /* module binary cannot be loaded */
+  TV_ERROR_LAUNCH_FAILED = 7,   /* a launched function failed on the device */
+  TV_ERROR_NOT_SUPPORTED = 8,   /* the runtime does not implement this operation */
+  TV_ERROR_INVALID_HANDLE = 9,  /* a stream, event, module or function handle is not valid */
+  TV_ERROR_UNKNOWN = 999
+};
+
+typedef enum tv_memcpy_kind {
+  TV_MEMCPY_HOST_TO_DEVICE = 1,
+  TV_MEMCPY_DEVICE_TO_HOST = 2,
+  TV_MEMCPY_DEVICE_TO_DEVICE = 3, /* same or different devices */
+  TV_MEMCPY_HOST_TO_HOST = 4
+} tv_memcpy_kind;
+
+/* Opaque handles, owned by the runtime. */
+typedef struct tv_stream_st* tv_stream;
+typedef struct tv_event_st* tv_event;
+typedef struct tv_module_st* tv_module;
+typedef struct tv_function_st* tv_function;
+
+typedef struct tv_device_properties {
+  uint32_t struct_size;         /* set by the caller to sizeof(tv_device_properties) */
+  char name[256];               /* NUL-terminated, e.g. "Acme A1" */
+  uint64_t total_memory;        /* bytes */
+  int32_t capability_major;     /* vendor-defined compute capability */
+  int32_t capability_minor;
+  int32_t multiprocessor_count; /* parallel units; informational */
+  int32_t reserved[9];
+} tv_device_properties;
+
+/* Event flags for event_create. */
+enum { TV_EVENT_DEFAULT = 0, TV_EVENT_ENABLE_TIMING = 1 };
+
+typedef struct tv_launch_config {
+  uint32_t grid[3];             /* number of blocks in x, y, z */
+  uint32_t block[3];            /* threads per block in x, y, z */
+  uint32_t shared_memory_bytes;
+  /* Byte offsets into the argument buffer at which device pointers lie. Runtimes whose device
+   * memory lives at another address than the host sees (the simulator) translate these; a GPU
+   * runtime may ignore them. */
+  const uint32_t* pointer_offsets;
+  uint32_t num_pointer_offsets;
+} tv_launch_config;
+
+typedef struct tv_runtime {
+  /* ---- header: never moves ---- */
+  uint32_t abi_major;           /* TV_RUNTIME_ABI_MAJOR the library was built with */
+  uint32_t abi_minor;           /* TV_RUNTIME_ABI_MINOR the library was built with */
+  uint64_t struct_size;         /* sizeof(tv_runtime) the library was built with */
+  const char* name;             /* runtime name for diagnostics, e.g. "acme-driver 3.1" */
+
+  /* ---- devices ---- */
+  /* Number of devices; 0 is valid. Must not fail once the library is loaded. */
+  tv_status (*device_count)(int32_t* count);
+  /* Fill props (the caller sets props->struct_size). */
+  tv_status (*get_device_properties)(int32_t device, tv_device_properties* props);
+  /* Per host thread. set_device on an out-of-range index returns TV_ERROR_INVALID_DEVICE. */
+  tv_status (*set_device)(int32_t device);
+  tv_status (*get_device)(int32_t* device);
+  /* [blocks] Wait for all work on all streams of `device`. */
+  tv_status (*device_synchronize)(int32_t device);
+
+  /* ---- memory ---- */
+  /* Device memory on `device`, aligned to at least 256 bytes. size 0 yields *ptr == NULL.
+   * Out of memory returns TV_ERROR_OUT_OF_MEMORY (the device layer then frees its cache and
+   * retries once). May block while the runtime maps memory; never waits on streams. */
+  tv_status (*malloc)(int32_t device, size_t size, void** ptr);
+  /* Free device memory. The device layer only frees memory whose last use has completed. */
+  tv_status (*free)(int32_t device, void* ptr);
+  /* Page-locked host memory usable for asynchronous copies; freed by host_free. */
+  tv_status (*host_malloc)(size_t size, void** ptr);
+  tv_status (*host_free)(void* ptr);
+  /* [blocks] Copy n bytes; returns once the copy is complete and ordered after all work
+   * previously enqueued on the default stream of the devices involved. */
+  tv_status (*memcpy)(void* dst, const void* src, size_t n, tv_memcpy_kind kind);
+  /* Enqueue a copy on `stream`. Host memory must stay valid until the stream reaches it. */
+  tv_status (*memcpy_async)(void* dst, const void* src, size_t n, tv_memcpy_kind kind,
+                            tv_stream stream);
+  /* [blocks] Set n bytes of device memory to (unsigned char)value. */
+  tv_status (*memset)(void* dst, int value, size_t n);
+  tv_status (*memset_async)(void* dst, int value, size_t n, tv_stream stream);
+
+  /* ---- streams: in-order queues of device work ---- */
+  /* Lower numbers are higher priority, as in CUDA; priorities outside the range returned by
+   * stream_priority_range are clamped. */
+  tv_status (*stream_create)(int32_t device, int32_t priority, tv_stream* stream);
+  /* Destroying a stream with pending work lets the work finish first. */
+  tv_status (*stream_destroy)(tv_stream stream);
+  /* TV_SUCCESS if all work is done, TV_ERROR_NOT_READY otherwise. */
+  tv_status (*stream_query)(tv_stream stream);
+  /* [blocks] */
+  tv_status (*stream_synchronize)(tv_stream stream);
+  tv_status (*stream_priority_range)(int32_t* least, int32_t* greatest);
+
+  /* ---- events: markers in a stream ---- */
+  tv_status (*event_create)(int32_t device, uint32_t flags, tv_event* event);
+  tv_status (*event_destroy)(tv_event event);
+  /* Capture the work enqueued so far on `stream`; re-recording replaces the capture. */
+  tv_status (*event_record)(tv_event event, tv_stream stream);
+  /* TV_SUCCESS if the captured work is done (or the event was never recorded). */
+  tv_status (*event_query)(tv_event event);
+  /* [blocks] */
+  tv_status (*event_synchronize)(tv_event event);
+  /* Make future work on `stream` wait for the event's captured work; does not block the host. */
+  tv_status (*stream_wait_event)(tv_stream stream, tv_event event);
+  /* Milliseconds between two completed events created with TV_EVENT_ENABLE_TIMING. */
+  tv_status (*event_elapsed_time)(tv_event start, tv_event end, float* milliseconds);
+
+  /* ---- modules: compiled device code ---- */
+  /* Load a module from a file or an in-memory image (whatever binary format the runtime
+   * defines: a cubin, an ELF, a shared library...). */
+  tv_status (*module_load_file)(int32_t device, const char* path, tv_module* module);
+  tv_status (*module_load_data)(int32_t device, const void* image, size_t size,
+                                tv_module* module);
+  tv_status (*module_unload)(tv_module module);
+  tv_status (*module_get_function)(tv_module module, const char* name, tv_function* function);
+  /* Enqueue `function` on `stream` with a packed argument buffer (copied before return). */
+  tv_status (*launch)(tv_function function, const tv_launch_config* config, const void* args,
+                      size_t args_size, tv_stream stream);
+
+  /* ---- errors ---- */
+  /* A static string naming a status, e.g. "TV_ERROR_OUT_OF_MEMORY". Never NULL. */
+  const char* (*get_error_string)(tv_status status);
+  /* The detailed message of the last failing call on this thread, or "". Never NULL. */
+  const char* (*last_error_message)(void);
+} tv_runtime;
+
+/* The entry point. `requested_major` is the major version the caller speaks; a library that
+ * cannot serve it returns TV_ERROR_NOT_SUPPORTED. The table is static: valid until unload. */
+typedef tv_status (*tv_get_runtime_fn)(uint32_t requested_major, const tv_runtime** runtime);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TORCHVENDOR_RUNTIME_H_ */

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: sets up .venv (torch 2.13.0 CPU, the C++ build) and
+# runs a job.   ./dev.sh demo | test [pytest args] | slow | bench | shell
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.torchvendor-deps
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/pip install -q --upgrade pip
+  # torch first and pinned, so nothing later resolves a different (CUDA) build.
+  .venv/bin/pip install -q torch==2.13.0
+  .venv/bin/pip install -q "scikit-build-core>=0.10" pytest hypothesis expecttest onnx numpy sympy
+  touch "$stamp"
+fi
+# Incremental: a no-op rebuild takes a few seconds.
+.venv/bin/pip install -q --no-build-isolation --no-deps -e . 2>&1 | grep -v "^$" || true
+.venv/bin/python -c "import torchvendor._C" 
+job=${1:-demo}; shift || true
+case "$job" in
+  demo)  exec .venv/bin/python -m torchvendor.sdk.demo "$@" ;;
+  test)  exec .venv/bin/python -m pytest "$@" ;;
+  slow)  exec .venv/bin/python -m pytest -m slow "$@" ;;
+  bench) exec .venv/bin/python bench/run_all.py "$@" ;;
+  shell) exec bash ;;
+  *) echo "usage: ./dev.sh demo|test|slow|bench|shell" >&2; exit 2 ;;
+esac

@@ -1,0 +1,225 @@
+"""GraphView adapter for torch.fx graphs, at torch level (Dynamo) and ATen level (AOTAutograd).
+
+Operator keys:
+
+- ``OpOverload``: ``"aten.add.Tensor"``; ``OpOverloadPacket``: ``"aten.add"``;
+- other callables: their qualified name, e.g. ``"torch.relu"``, ``"operator.getitem"``;
+- ``call_method``: ``"method.<name>"``; ``call_module``: ``"module.<ClassName>"``;
+- ``placeholder``, ``get_attr``, ``output`` keep their FX opcode.
+
+Example::
+
+    >>> import torch
+    >>> gm = torch.fx.symbolic_trace(lambda x: torch.relu(x + 1))
+    >>> view = FxView(gm.graph)
+    >>> [view.op(n) for n in view.nodes()]
+    ['placeholder', 'operator.add', 'torch.relu', 'output']
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.fx as fx
+
+from . import compat
+from .graph_view import NodeKind
+
+__all__ = ["FxView", "op_key", "resolve_op"]
+
+_KINDS: dict[str, NodeKind] = {"placeholder": "input", "output": "output", "get_attr": "constant"}
+
+
+# Where torch-level callables are looked up first, so keys name the public spelling.
+_PUBLIC_NAMESPACES = (("operator", operator), ("torch", torch), ("torch.nn.functional", torch.nn.functional),
+                      ("torch.special", torch.special), ("torch.linalg", torch.linalg))
+
+
+def op_key(target: Any) -> str:
+    """The operator key of an FX ``call_function`` target.
+
+    >>> op_key(torch.ops.aten.add.Tensor), op_key(operator.getitem)
+    ('aten.add.Tensor', 'operator.getitem')
+    """
+    if isinstance(target, compat.OpOverload):
+        return target.name().replace("::", ".") if target._overloadname != "default" else \
+            f"{target.namespace}.{target._schema.name.split('::')[-1]}.default"
+    if isinstance(target, compat.OpOverloadPacket):
+        return target._qualified_op_name.replace("::", ".")
+    if isinstance(target, compat.HigherOrderOperator):
+        return f"higher_order.{target.__name__}"
+    name = getattr(target, "__name__", None)
+    for prefix, namespace in _PUBLIC_NAMESPACES:
+        if name and getattr(namespace, name, None) is target:
+            return f"{prefix}.{name}"
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or name or repr(target)
+    return f"{module}.{name}" if module else name
+
+
+def resolve_op(key: str) -> Callable[..., Any]:
+    """The callable for an operator key: the inverse of :func:`op_key` for call_function targets.
+
+    >>> resolve_op("aten.relu.default") is torch.ops.aten.relu.default
+    True
+    """
+    head, _, rest = key.partition(".")
+    if head == "operator":
+        return getattr(operator, rest)
+    if head == "torch":
+        obj: Any = torch
+        for part in rest.split("."):
+            obj = getattr(obj, part)
+        return obj
+    # torch.ops namespaces: aten, prims, and any vendor library registered with torch.library.
+    parts = key.split(".")
+    if len(parts) not in (2, 3) or not hasattr(torch.ops, parts[0]):
+        raise ValueError(f"cannot resolve operator key {key!r}: expected 'namespace.op[.overload]' "
+                         f"of a registered torch.ops library, 'operator.<fn>' or 'torch.<path>'")
+    obj = getattr(getattr(torch.ops, parts[0]), parts[1])
+    return getattr(obj, parts[2]) if len(parts) == 3 else obj
+
+
+def _flat_nodes(args: Any, kwargs: Mapping[str, Any]) -> list[fx.Node]:
+    out: list[fx.Node] = []
+    fx.node.map_arg((args, dict(kwargs)), out.append)
+    return out
+
+
+def _has_node(value: Any) -> bool:
+    found = []
+    fx.node.map_arg(value, found.append)
+    return bool(found)
+
+
+def _tensor_meta(node: fx.Node) -> dict[str, Any]:
+    val = node.meta.get("val", node.meta.get("example_value"))
+    if isinstance(val, (list, tuple)):
+        val = val[0] if val and isinstance(val[0], torch.Tensor) else None
+    if isinstance(val, torch.Tensor):
+        return {"dtype": str(val.dtype).removeprefix("torch."), "shape": tuple(val.shape)}
+    tm = node.meta.get("tensor_meta")
+    if tm is not None and hasattr(tm, "dtype"):
+        return {"dtype": str(tm.dtype).removeprefix("torch."), "shape": tuple(tm.shape)}
+    return {}
+
+
+class FxView:
+    """A :class:`~torchvendor.ir.graph_view.MutableGraphView` over an ``fx.Graph``.
+
+    After rewriting, call ``gm.recompile()`` on the owning GraphModule.
+    """
+
+    def __init__(self, graph: fx.Graph) -> None:
+        self.graph = graph
+        self._owner = graph.owning_module
+
+    def nodes(self) -> list[fx.Node]:
+        return list(self.graph.nodes)
+
+    def inputs(self, node: fx.Node) -> list[fx.Node]:
+        return _flat_nodes(node.args, node.kwargs)
+
+    def users(self, node: fx.Node) -> list[fx.Node]:
+        return list(node.users)
+
+    def op(self, node: fx.Node) -> str:
+        if node.op == "call_function":
+            return op_key(node.target)
+        if node.op == "call_method":
+            return f"method.{node.target}"
+        if node.op == "call_module":
+            mod = self._owner.get_submodule(node.target) if self._owner is not None else None
+            return f"module.{type(mod).__name__}" if mod is not None else f"module.{node.target}"
+        return node.op
+
+    def kind(self, node: fx.Node) -> NodeKind:
+        return _KINDS.get(node.op, "op")
+
+    def attrs(self, node: fx.Node) -> dict[str, Any]:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        names = [a.name for a in schema.arguments] if schema is not None else []
+        out: dict[str, Any] = {}
+        for i, value in enumerate(node.args):
+            if not _has_node(value):
+                out[names[i] if i < len(names) else f"arg{i}"] = value
+        for key, value in node.kwargs.items():
+            if not _has_node(value):
+                out[key] = value
+        if node.op == "get_attr":
+            out["target"] = node.target
+        return out
+
+    def meta(self, node: fx.Node) -> dict[str, Any]:
+        out = _tensor_meta(node)
+        if "stack_trace" in node.meta:
+            out["stack_trace"] = node.meta["stack_trace"]
+        return out
+
+    def name(self, node: fx.Node) -> str:
+        return node.name
+
+    # -- rewriting -------------------------------------------------------------------------------
+    def create(self, op: str | Callable[..., Any], inputs: Sequence[fx.Node],
+               attrs: Mapping[str, Any] | None = None, *, before: fx.Node,
+               meta: Mapping[str, Any] | None = None) -> fx.Node:
+        """Insert ``op(inputs, **attrs)``; ``op`` is an operator key or a callable.
+
+        For an ATen operator the inputs fill the schema's tensor arguments in order and
+        ``attrs`` the others by name; for any other callable the inputs come first, and
+        ``attrs`` named ``arg<i>`` are placed at position ``i``, the rest passed as keywords.
+        """
+        attrs = dict(attrs or {})
+        if isinstance(op, str) and op.startswith("method."):
+            target: Any = op.removeprefix("method.")
+            kind = "call_method"
+        else:
+            target = resolve_op(op) if isinstance(op, str) else op
+            kind = "call_function"
+        schema = getattr(target, "_schema", None)
+        if schema is not None:
+            args, kwargs = _bind_schema(schema, list(inputs), attrs, op)
+        else:
+            args = list(inputs)
+            for key in sorted((k for k in attrs if k.startswith("arg") and k[3:].isdigit()), key=lambda k: int(k[3:])):
+                args.insert(int(key[3:]), attrs.pop(key))
+            kwargs = attrs
+        with self.graph.inserting_before(before):
+            node = self.graph.create_node(kind, target, tuple(args), kwargs)
+        if meta:
+            node.meta.update({k: v for k, v in meta.items() if k not in ("dtype", "shape")})
+        return node
+
+    def replace_uses(self, old: fx.Node, new: fx.Node) -> None:
+        """Redirect ``old``'s users to ``new``; ``new`` inherits the metadata it lacks."""
+        for key, value in old.meta.items():
+            new.meta.setdefault(key, value)
+        old.replace_all_uses_with(new)
+
+    def erase(self, node: fx.Node) -> None:
+        self.graph.erase_node(node)
+
+
+def _bind_schema(schema: Any, inputs: list[fx.Node], attrs: dict[str, Any], op: Any) -> tuple[list[Any], dict[str, Any]]:
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for arg in schema.arguments:
+        type_str = str(arg.type)
+        if arg.name in attrs:
+            value = attrs.pop(arg.name)
+        elif type_str in ("Tensor", "Tensor?") and inputs:
+            value = inputs.pop(0)
+        elif type_str in ("List[Tensor]", "Tensor[]", "List[Optional[Tensor]]", "Tensor?[]"):
+            value, inputs = inputs, []
+        elif arg.has_default_value():
+            continue
+        else:
+            raise ValueError(f"cannot create {op}: no value for argument {arg.name!r} ({type_str})")
+        (kwargs.__setitem__(arg.name, value) if arg.kwarg_only else args.append(value))
+        if not arg.kwarg_only and len(args) != schema.arguments.index(arg) + 1:
+            raise ValueError(f"cannot create {op}: argument {arg.name!r} given but an earlier "
+                             f"positional argument was left to its default; pass it in attrs")
+    if inputs or attrs:
+        raise ValueError(f"cannot create {op}: unused inputs {inputs} or attributes {sorted(attrs)}")
+    return args, kwargs

@@ -1,0 +1,1 @@
+"""torchvendor.reference_backends."""
