@@ -1,0 +1,36 @@
+"""The ``torchvendor`` command line.
+
+Example::
+
+    $ torchvendor demo                         # the device demo on the reference runtime
+    $ torchvendor diagnose --name acme --runtime ./libacme_tv.so
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``torchvendor`` console script."""
+    parser = argparse.ArgumentParser(prog="torchvendor", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="register the reference simulated device and exercise it")
+    diag = sub.add_parser("diagnose", help="register a runtime library and print what is wired and what is missing")
+    diag.add_argument("--name", default="acme", help="device name to register (default: acme)")
+    diag.add_argument("--runtime", default=None, help="path of the vendor runtime library (default: the simulator)")
+    args = parser.parse_args(argv)
+
+    if args.command == "demo":
+        from . import demo
+
+        return demo.main()
+    from .device import register_device
+
+    module = register_device(args.name, runtime=args.runtime)
+    print(module.diagnose())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
