@@ -20,6 +20,15 @@
  * Error handling: every entry returns a `tv_status` (0 is success) and never lets an exception
  * or a signal escape. Details for the calling thread are available from `last_error_message`.
  *
+ * Streams: a NULL `tv_stream` names the default stream of the calling thread's current device.
+ * An event and the stream it is recorded on or waited by belong to one device; a function may be
+ * launched only on a stream of the device its module was loaded on. Function handles stay valid
+ * until their module is unloaded.
+ *
+ * Asynchronous failures: a launched function that fails makes the next stream_query,
+ * stream_synchronize and device_synchronize on that stream's device return
+ * TV_ERROR_LAUNCH_FAILED (sticky for that stream, as in CUDA); later work still runs.
+ *
  * Threading: unless an entry says otherwise it may be called from any thread at any time, and
  * concurrently with any other entry. "Current device" state is per host thread.
  *
@@ -161,7 +170,9 @@ typedef struct tv_runtime {
   tv_status (*event_synchronize)(tv_event event);
   /* Make future work on `stream` wait for the event's captured work; does not block the host. */
   tv_status (*stream_wait_event)(tv_stream stream, tv_event event);
-  /* Milliseconds between two completed events created with TV_EVENT_ENABLE_TIMING. */
+  /* Milliseconds between two completed events created with TV_EVENT_ENABLE_TIMING; an event not
+   * yet complete gives TV_ERROR_NOT_READY, one never recorded or without timing
+   * TV_ERROR_INVALID_HANDLE. */
   tv_status (*event_elapsed_time)(tv_event start, tv_event end, float* milliseconds);
 
   /* ---- modules: compiled device code ---- */
@@ -184,7 +195,9 @@ typedef struct tv_runtime {
 } tv_runtime;
 
 /* The entry point. `requested_major` is the major version the caller speaks; a library that
- * cannot serve it returns TV_ERROR_NOT_SUPPORTED. The table is static: valid until unload. */
+ * cannot serve it returns TV_ERROR_NOT_SUPPORTED (and should say why on stderr: the table that
+ * carries last_error_message is what it failed to return). The table is static: valid until
+ * unload. */
 typedef tv_status (*tv_get_runtime_fn)(uint32_t requested_major, const tv_runtime** runtime);
 
 #ifdef __cplusplus
