@@ -20,6 +20,13 @@
  * Error handling: every entry returns a `tv_status` (0 is success) and never lets an exception
  * or a signal escape. Details for the calling thread are available from `last_error_message`.
  *
+ * Required entries: device_count, get_device_properties, set_device, get_device,
+ * device_synchronize, malloc, free, memcpy, stream_create, stream_destroy, stream_query,
+ * stream_synchronize, event_create, event_destroy, event_record, event_query, event_synchronize,
+ * stream_wait_event. Every other entry may be NULL: the feature it serves (pinned memory, async
+ * copies, timing, modules and launches, error strings) is then reported missing by
+ * `torch.<name>.diagnose()` and raises NotImplementedError when used.
+ *
  * Streams: a NULL `tv_stream` names the default stream of the calling thread's current device.
  * An event and the stream it is recorded on or waited by belong to one device; a function may be
  * launched only on a stream of the device its module was loaded on. Function handles stay valid

@@ -1,0 +1,213 @@
+// The counted boxed CPU fallback, autocast, and install(): the one place that registers the
+// device with torch (guard, hooks, allocators, kernels, fallback, autocast).
+#include "tv_device.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace torchvendor {
+namespace {
+
+std::mutex g_count_mutex;
+std::unordered_map<std::string, int64_t> g_counts;
+std::atomic<bool> g_warned{false};
+
+// "add.out" for aten operators, "myns::op.overload" for others.
+std::string op_key(const c10::OperatorName& name) {
+  std::string base = name.name.rfind("aten::", 0) == 0 ? name.name.substr(6) : name.name;
+  return name.overload_name.empty() ? base : base + "." + name.overload_name;
+}
+
+bool is_generator_arg(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (auto opt = type->cast<c10::OptionalType>())
+    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  return false;
+}
+
+// The device of the first PrivateUse1 tensor argument, or the current device.
+c10::DeviceIndex target_device(const torch::jit::Stack& stack, size_t begin) {
+  for (size_t i = begin; i < stack.size(); ++i) {
+    const auto& v = stack[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_privateuseone())
+      return v.toTensor().device().index();
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList())
+        if (t.defined() && t.is_privateuseone()) return t.device().index();
+  }
+  return current_device();
+}
+
+void copy_rng_state(at::CPUGeneratorImpl* to, at::CPUGeneratorImpl* from) {
+  to->set_engine(from->engine());
+  to->set_next_float_normal_sample(from->next_float_normal_sample());
+  to->set_next_double_normal_sample(from->next_double_normal_sample());
+}
+
+// cpu_fallback sends outputs to the device of the first tensor argument. When that one is a
+// CPU tensor (a 0-dim scalar, e.g. torch.where(cpu_cond, x, y)) but device tensors take part,
+// the outputs belong on the device, as CUDA does: move fresh CPU outputs there.
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t num_args = op.schema().arguments().size();
+  const size_t begin = stack->size() - num_args;
+  std::optional<c10::Device> first, device;
+  for (size_t i = begin; i < stack->size(); ++i) {
+    const auto& v = (*stack)[i];
+    if (v.isDevice()) return at::native::cpu_fallback(op, stack);  // explicit target
+    if (v.isTensor() && v.toTensor().defined()) {
+      if (!first) first = v.toTensor().device();
+      if (!device && v.toTensor().is_privateuseone()) device = v.toTensor().device();
+    }
+  }
+  at::native::cpu_fallback(op, stack);
+  if (!first || !device || first->type() == c10::DeviceType::PrivateUse1) return;
+  const auto& returns = op.schema().returns();
+  const size_t rbegin = stack->size() - returns.size();
+  for (size_t i = 0; i < returns.size(); ++i) {
+    if (returns[i].alias_info() != nullptr) continue;
+    auto& v = (*stack)[rbegin + i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cpu())
+      v = c10::IValue(v.toTensor().to(*device));
+  }
+}
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_key(op.schema().operator_name());
+  {
+    std::lock_guard<std::mutex> lock(g_count_mutex);
+    ++g_counts[name];
+  }
+  if (!g_warned.exchange(true)) {
+    const std::string dev = backend_name();
+    TORCH_WARN("torchvendor: operator ", name, " has no ", dev, " kernel, so it ran on the CPU "
+               "(its tensors were copied to the host and back). This warning is shown once; "
+               "torch.", dev, ".fallback_counts() lists every operator that fell back and how "
+               "often: implement the most used ones as native kernels.");
+  }
+  // Random operators: run the CPU kernel with a CPU clone of the device generator (explicit or
+  // default), then write the advanced state back, so torch.<name>.manual_seed governs them.
+  const auto& args = op.schema().arguments();
+  const size_t begin = stack->size() - args.size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!is_generator_arg(args[i])) continue;
+    c10::IValue& value = (*stack)[begin + i];
+    at::Generator device_gen;
+    if (value.isNone())
+      device_gen = *static_cast<const at::Generator*>(
+          default_generator_ptr(target_device(*stack, begin)));
+    else if (value.toGenerator().device().type() == c10::DeviceType::PrivateUse1)
+      device_gen = value.toGenerator();
+    if (!device_gen.defined()) break;
+    std::lock_guard<std::mutex> lock(device_gen.mutex());
+    auto* state = device_gen.get<at::CPUGeneratorImpl>();
+    at::Generator cpu_gen = at::make_generator<at::CPUGeneratorImpl>();
+    copy_rng_state(cpu_gen.get<at::CPUGeneratorImpl>(), state);
+    value = c10::IValue(cpu_gen);
+    run_cpu_fallback(op, stack);
+    copy_rng_state(state, cpu_gen.get<at::CPUGeneratorImpl>());
+    return;
+  }
+  run_cpu_fallback(op, stack);
+}
+
+std::unique_ptr<torch::Library> g_aten_lib, g_fallback_lib, g_autocast_fallthrough,
+    g_autocast_lib;
+bool g_installed = false;
+std::mutex g_install_mutex;
+
+void register_autocast(torch::Library& m) {
+  // The ops CUDA autocasts to lower precision, and a few that it keeps in fp32.
+  KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(bmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(baddbmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addbmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv1d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv2d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv3d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(acos, fp32)
+  KERNEL_PRIVATEUSEONE(asin, fp32)
+  KERNEL_PRIVATEUSEONE(exp, fp32)
+  KERNEL_PRIVATEUSEONE(log, fp32)
+  KERNEL_PRIVATEUSEONE(reciprocal, fp32)
+  KERNEL_PRIVATEUSEONE(rsqrt, fp32)
+  KERNEL_PRIVATEUSEONE(layer_norm, fp32)
+  KERNEL_PRIVATEUSEONE(mse_loss, fp32)
+}
+
+}  // namespace
+
+void install() {
+  std::lock_guard<std::mutex> lock(g_install_mutex);
+  if (g_installed) return;
+  TORCH_CHECK(runtime_loaded(), "torchvendor: load a runtime before installing the device");
+  install_guard_and_hooks();  // first: refuses if another package owns PrivateUse1
+  install_allocators();
+  try {
+    g_fallback_lib = std::make_unique<torch::Library>(
+        torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    g_fallback_lib->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "torchvendor: cannot register the ", backend_name(),
+                " CPU fallback; another package has probably registered a PrivateUse1 "
+                "fallback already. Only one PrivateUse1 backend can live in a process. ",
+                "Dispatcher says: ", e.what_without_backtrace());
+  }
+  g_aten_lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                                c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  register_native_kernels(g_aten_lib.get());
+  g_autocast_fallthrough = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+  g_autocast_fallthrough->fallback(torch::CppFunction::makeFallthrough());
+  g_autocast_lib = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+  register_autocast(*g_autocast_lib);
+  g_installed = true;
+}
+
+std::map<std::string, int64_t> fallback_counts() {
+  std::lock_guard<std::mutex> lock(g_count_mutex);
+  return {g_counts.begin(), g_counts.end()};
+}
+
+void reset_fallback_counts() {
+  std::lock_guard<std::mutex> lock(g_count_mutex);
+  g_counts.clear();
+}
+
+std::vector<std::string> registered_pieces() {
+  constexpr auto kPU1 = c10::DeviceType::PrivateUse1;
+  auto yes = [](bool b) { return std::string(b ? "yes" : "NO"); };
+  std::vector<std::string> out;
+  out.push_back("device guard (DeviceGuardImplInterface): " +
+                yes(c10::impl::hasDeviceGuardImpl(kPU1)));
+  out.push_back("hooks (PrivateUse1HooksInterface): " + yes(at::isPrivateUse1HooksRegistered()));
+  bool ours = false;
+  try {
+    ours = c10::GetAllocator(kPU1) == device_allocator();
+  } catch (const c10::Error&) {
+  }
+  out.push_back("caching allocator (c10::DeviceAllocator): " + yes(ours));
+  auto& dispatcher = c10::Dispatcher::singleton();
+  out.push_back("CPU fallback (PrivateUse1): " +
+                yes(dispatcher.hasBackendFallbackForDispatchKey(c10::DispatchKey::PrivateUse1)));
+  out.push_back("autocast (AutocastPrivateUse1): " +
+                yes(dispatcher.hasBackendFallbackForDispatchKey(
+                    c10::DispatchKey::AutocastPrivateUse1)));
+  return out;
+}
+
+}  // namespace torchvendor

@@ -1,0 +1,119 @@
+// The device layer's internal interface: one vendor runtime table (runtime.h) turned into the
+// PrivateUse1 device. Only c10 headers here, so every TU stays cheap to compile.
+//
+//   runtime.cpp   dlopen + ABI negotiation, error mapping, devices, the stream registry
+//   allocator.cpp caching device allocator (c10::DeviceAllocator) and pinned host allocator
+//   guard.cpp     DeviceGuardImplInterface, PrivateUse1HooksInterface, per-device generators
+//   ops.cpp       the ATen kernels that must be native (factories, views, copies, resize, set_)
+//   fallback.cpp  the counted boxed CPU fallback, autocast, and install() of everything
+//   module.cpp    the Python bindings (the only TU that sees pybind11)
+#pragma once
+
+#include <torchvendor/runtime.h>
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace torchvendor {
+
+// ---- runtime.cpp ---------------------------------------------------------------------------
+
+// The negotiated table. Entries the library does not provide (NULL, or beyond its struct_size)
+// are NULL here, so `rt().memcpy_async == nullptr` means "optional entry missing".
+const tv_runtime& rt();
+bool runtime_loaded();
+
+struct RuntimeInfo {
+  std::string path;
+  std::string name;            // tv_runtime::name
+  uint32_t abi_major = 0, abi_minor = 0;
+  uint64_t struct_size = 0;
+  int device_count = 0;
+  std::vector<std::string> missing_optional;  // optional entries the runtime does not provide
+};
+const RuntimeInfo& runtime_info();
+
+// Loads the library, negotiates the ABI and checks the table. Throws c10::Error with a message
+// that says what is wrong and what to do. A second call with the same path is a no-op; with
+// another path it throws.
+const RuntimeInfo& load_runtime(const std::string& path);
+
+// Throws the c10 error that fits `status` (OutOfMemoryError, ValueError, NotImplementedError,
+// IndexError-like ValueError for devices, RuntimeError otherwise), naming the call and quoting
+// the runtime's own message.
+[[noreturn]] void raise_status(tv_status status, const char* call);
+// The runtime's message for the calling thread's last failure, or "".
+std::string last_error();
+inline void check(tv_status status, const char* call) {
+  if (status != TV_SUCCESS) raise_status(status, call);
+}
+#define TV_CHECK(expr) ::torchvendor::check((expr), #expr)
+
+std::string backend_name();  // "acme" once renamed
+int device_count() noexcept;
+void check_device_index(int64_t index);  // ValueError naming the range
+c10::DeviceIndex current_device();
+void set_device(c10::DeviceIndex index);
+
+// Streams. A c10::Stream id maps to a runtime tv_stream: id 0 is the device's default stream,
+// ids 1..kPoolSize are the low-priority pool, kPoolSize+1..2*kPoolSize the high-priority pool,
+// larger ids are streams made by getNewStream. All handles are created lazily and live until
+// process exit (streams are shared freely by torch; see DeviceGuardImplInterface::getNewStream).
+constexpr int kPoolSize = 8;
+tv_stream native_stream(c10::Stream stream);
+c10::Stream current_stream(c10::DeviceIndex device);
+c10::Stream default_stream(c10::DeviceIndex device);
+c10::Stream pool_stream(c10::DeviceIndex device, bool high_priority);
+c10::Stream new_stream(c10::DeviceIndex device, int priority);
+c10::Stream exchange_stream(c10::Stream stream);  // sets the thread's current stream
+int stream_priority(c10::Stream stream);
+
+// Copies `n` bytes ordered on `stream` (memcpy_async when provided); blocks until done unless
+// `non_blocking`.
+void copy_bytes(void* dst, const void* src, size_t n, tv_memcpy_kind kind, c10::Stream stream,
+                bool non_blocking);
+
+// ---- allocator.cpp -------------------------------------------------------------------------
+
+c10::DeviceAllocator* device_allocator();
+c10::Allocator* pinned_allocator();
+bool is_pinned_ptr(const void* ptr);
+// Keeps pinned host memory alive until the work now enqueued on `stream` has run.
+void record_pinned_use(const void* ptr, c10::Stream stream);
+c10::DeviceIndex device_of_ptr(const void* ptr);  // -1 if not ours
+// Flattened like torch.cuda.memory_stats(): "allocated_bytes.all.current", ...
+std::map<std::string, int64_t> memory_stats(c10::DeviceIndex device);
+void reset_peak_stats(c10::DeviceIndex device);
+void reset_accumulated_stats(c10::DeviceIndex device);
+void empty_cache();
+void install_allocators();  // SetAllocator(PrivateUse1, ...)
+
+// ---- guard.cpp -----------------------------------------------------------------------------
+
+void install_guard_and_hooks();  // throws if another package owns the guard or the hooks
+const void* default_generator_ptr(c10::DeviceIndex device);  // const at::Generator*
+
+// ---- fallback.cpp --------------------------------------------------------------------------
+
+// Installs everything (allocators, guard, hooks, kernels, fallback, autocast). Idempotent.
+void install();
+std::map<std::string, int64_t> fallback_counts();
+void reset_fallback_counts();
+std::vector<std::string> registered_pieces();  // for diagnose()
+
+// ---- ops.cpp -------------------------------------------------------------------------------
+
+void register_native_kernels(void* library);  // torch::Library* for (aten, PrivateUse1)
+// Grows or shrinks a device storage (copying the old bytes on the device).
+void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
+
+}  // namespace torchvendor
