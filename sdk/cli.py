@@ -15,7 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``torchvendor`` console script."""
     parser = argparse.ArgumentParser(prog="torchvendor", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="register the reference simulated device and exercise it")
+    demo_p = sub.add_parser("demo", help="register a device (default: the reference simulator) and exercise it")
+    demo_p.add_argument("--name", default="acme")
+    demo_p.add_argument("--runtime", default=None)
     diag = sub.add_parser("diagnose", help="register a runtime library and print what is wired and what is missing")
     diag.add_argument("--name", default="acme", help="device name to register (default: acme)")
     diag.add_argument("--runtime", default=None, help="path of the vendor runtime library (default: the simulator)")
@@ -24,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from . import demo
 
-        return demo.main()
+        return demo.main(["--name", args.name] + (["--runtime", args.runtime] if args.runtime else []))
     from .device import register_device
 
     module = register_device(args.name, runtime=args.runtime)
