@@ -17,6 +17,20 @@ _LAZY: dict[str, str] = {
     "MutableGraphView": "graph_view",
     "DictGraph": "graph_view",
     "FxView": "fx_view",
+    # torch and ATen IR: capture, programs, hooks, decomposition tables, ONNX adapter
+    "capture": "capture",
+    "Program": "program",
+    "TorchProgram": "torch_ir",
+    "torch_ir_hook": "torch_ir",
+    "AtenProgram": "aten_ir",
+    "aten_ir_hook": "aten_ir",
+    "DecompositionTable": "decompositions",
+    "OnnxView": "onnx_view",
+    # loop IR (Inductor): schema, capture, backend hook
+    "LoopProgram": "loop_ir",
+    "LoopCapture": "loop_ir",
+    "capture_loop": "loop_ir",
+    "loop_ir_hook": "loop_ir",
 }
 __all__ += sorted(_LAZY)
 

@@ -30,5 +30,456 @@ TORCH_VERSION: tuple[int, int] = _version(torch.__version__)
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket  # noqa: E402
 
 # ---- Dynamo / AOTAutograd / decompositions (torch and ATen IR) ----------------------------------
+# Owned by the torch/ATen IR code (capture.py, torch_ir.py, aten_ir.py, decompositions.py).
+# Heavy modules (torch._dynamo, torch._functorch) are imported inside the functions, so that
+# importing this module stays cheap. Each feature that differs between releases is detected
+# once, named in a ``HAS_*`` flag, and checked by tests/test_compat.py.
+import contextlib as _contextlib  # noqa: E402
+import importlib as _importlib  # noqa: E402
+import inspect as _inspect  # noqa: E402
+from typing import Any as _Any, Callable as _Callable, Iterator as _Iterator, Sequence as _Sequence  # noqa: E402
+
+
+def _has_module(name: str) -> bool:
+    try:
+        _importlib.import_module(name)
+        return True
+    except ImportError:
+        return False
+
+
+#: AOTAutograd tags graph inputs/outputs with descriptors (``node.meta["desc"]``, e.g.
+#: ``PlainAOTInput(idx=0)``, ``TangentAOTInput(output=PlainAOTOutput(idx=1))``). Present in
+#: 2.13; without it the ATen capture falls back to the positional layout of ViewAndMutationMeta.
+HAS_AOT_DESCRIPTORS: bool = _has_module("torch._functorch._aot_autograd.descriptors")
+
+#: ``torch.utils._pytree`` is the pytree module in every supported release (no public alias yet).
+from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: E402,F401
+
+
+def _cache_entry_lister() -> _Callable[[_Any], list] | None:
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    except ImportError:
+        return None
+    return _debug_get_cache_entry_list
+
+
+def has_cache_entry_guards() -> bool:
+    """Whether Dynamo exposes a frame's compiled cache entries, each with its ``guard_manager``
+    (``torch._dynamo.eval_frame._debug_get_cache_entry_list``, 2.13). When missing, guard
+    summaries come from the tracing context instead, and say so. A function, not a flag, so
+    that importing compat does not import Dynamo."""
+    return _cache_entry_lister() is not None
+
+
+def dynamo_reset() -> None:
+    """Clear Dynamo's compiled-code caches (``torch.compiler.reset``). Benchmarks only."""
+    torch.compiler.reset()
+
+
+def aot_autograd_backend(**kwargs: _Any) -> _Callable[..., _Any]:
+    """``torch._dynamo.backends.common.aot_autograd(**kwargs)``: a Dynamo backend running AOTAutograd."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(**kwargs)
+
+
+def make_boxed_func(fn: _Callable[..., _Any]) -> _Callable[..., _Any]:
+    """Wrap ``fn(*args)`` in AOTAutograd's boxed calling convention (``fn(args_list)``)."""
+    from torch._functorch.aot_autograd import make_boxed_func as _boxed
+
+    return _boxed(fn)
+
+
+def partitioner(name: str) -> _Callable[..., _Any]:
+    """AOTAutograd's joint-graph partitioners: ``"default"`` (save what the forward computed)
+    or ``"min_cut"`` (``min_cut_rematerialization_partition``: recompute cheap ops)."""
+    from torch._functorch import partitioners
+
+    table = {"default": partitioners.default_partition, "min_cut": partitioners.min_cut_rematerialization_partition}
+    if name not in table:
+        raise ValueError(f"unknown partitioner {name!r}; choose one of {sorted(table)}")
+    return table[name]
+
+
+def core_aten_decomposition_table() -> dict:
+    """The core-ATen decomposition table as a plain ``dict`` (2.13 returns a lazily
+    materialized ``CustomDecompTable``, a ``dict`` subclass; older releases a plain dict)."""
+    from torch._decomp import core_aten_decompositions
+
+    table = core_aten_decompositions()
+    return dict(table.items())
+
+
+def broken_core_aten_decompositions() -> list[OpOverload]:
+    """Entries of torch's core-ATen table known to give wrong results in the running release;
+    :func:`torchvendor.ir.decompositions.core_aten` leaves them out.
+
+    - 2.13: ``aten._scaled_dot_product_flash_attention_for_cpu`` decomposes to math whose second
+      output is the attention weights, while the backward stays the fused
+      ``..._for_cpu_backward`` kernel, which reads it as logsumexp: gradients are wrong by O(1)
+      under ``aot_autograd(decompositions=core_aten_decompositions())``. tests/test_compat.py
+      reproduces it and fails once a release fixes it.
+    """
+    aten = torch.ops.aten
+    return [aten._scaled_dot_product_flash_attention_for_cpu.default] if TORCH_VERSION >= (2, 11) else []
+
+
+def registered_decompositions(ops: _Sequence[_Any]) -> dict:
+    """torch's registered (post-autograd) decompositions for ``ops`` (packets expand to overloads)."""
+    from torch._decomp import get_decompositions
+
+    return dict(get_decompositions(list(ops)))
+
+
+def is_composite_implicit(op: OpOverload) -> bool:
+    """Whether ``op`` is CompositeImplicitAutograd: the dispatcher decomposes it during tracing,
+    before any decomposition table is consulted (``aten.linear``, ``aten.scaled_dot_product_attention``)."""
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"))
+
+
+@_contextlib.contextmanager
+def refs_mode(keep: _Callable[[_Any], bool]) -> _Iterator[None]:
+    """``torch._prims.context.TorchRefsMode``: torch and ATen calls run as their ``torch._refs`` /
+    decompositions, down to ``prims.*``; ops for which ``keep(op)`` is true run whole."""
+    from torch._prims.context import TorchRefsMode
+
+    def should_fallback(*a: _Any) -> bool:
+        # 2.13 calls should_fallback_fn(mode, orig_func, ref, args, kwargs); take them positionally.
+        orig, ref, args, kwargs = a[1], a[2], a[3], a[4]
+        if keep(orig):
+            return True
+        if isinstance(orig, OpOverloadPacket):
+            # 2.13 maps a packet call to its ``.default`` overload's decomposition even when the
+            # arguments are another overload's (aten.where(c, a, b) -> _where_default(c)): run
+            # such calls whole instead of failing.
+            try:
+                _inspect.signature(ref).bind(*args, **(kwargs or {}))
+            except TypeError:
+                return True
+            except ValueError:
+                pass
+        return False
+
+    with TorchRefsMode(should_fallback_fn=should_fallback):
+        yield
+
+
+def make_fx(fn: _Callable[..., _Any], *args: _Any) -> torch.fx.GraphModule:
+    """Trace ``fn(*args)`` to an ATen FX graph with ``make_fx``; fake/symbolic ``args`` are kept
+    in their own fake mode (the one AOTAutograd used), so SymInt sizes stay symbolic."""
+    from torch.fx.experimental.proxy_tensor import make_fx as _make_fx
+
+    return _make_fx(fn)(*args)
+
+
+def detect_fake_mode(values: _Sequence[_Any]) -> _Any:
+    """The FakeTensorMode the FakeTensors in ``values`` belong to, or None."""
+    from torch._guards import detect_fake_mode as _detect
+
+    return _detect(list(values))
+
+
+def is_fake(value: _Any) -> bool:
+    """Whether ``value`` is a FakeTensor."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(value, FakeTensor)
+
+
+def aot_forward_metadata() -> _Any:
+    """AOTAutograd's ViewAndMutationMeta for the graph being compiled (inside a fw/bw/inference
+    compiler), or None outside one. Fields used: ``input_info``, ``output_info``,
+    ``num_intermediate_bases``, ``mutated_inp_runtime_indices``."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    return getattr(ctx, "fw_metadata", None) if ctx is not None else None
+
+
+def aot_descriptor(desc: _Any) -> tuple:
+    """Normalize an AOTAutograd descriptor to a tuple of plain values, e.g.
+    ``("input", 0)``, ``("param", "lin.weight")``, ``("output", 1)``, ``("mutation", ("input", 0))``,
+    ``("saved", 2)``, ``("tangent", ("output", 0))``, ``("grad", ("input", 3))``, ``("other", repr)``.
+    ``None`` (no descriptor) gives ``("none",)``."""
+    if desc is None:
+        return ("none",)
+    kind = type(desc).__name__
+    simple = {"PlainAOTInput": ("input", "idx"), "ParamAOTInput": ("param", "target"),
+              "BufferAOTInput": ("buffer", "target"), "PlainAOTOutput": ("output", "idx"),
+              "SavedForBackwardsAOTOutput": ("saved", "idx"), "IntermediateBaseAOTOutput": ("base", "idx")}
+    if kind in simple:
+        tag, attr = simple[kind]
+        return (tag, getattr(desc, attr, None))
+    nested = {"InputMutationAOTOutput": ("mutation", "mutated_input"), "TangentAOTInput": ("tangent", "output"),
+              "GradAOTOutput": ("grad", "grad_of")}
+    if kind in nested:
+        tag, attr = nested[kind]
+        return (tag, aot_descriptor(getattr(desc, attr, None)))
+    return ("other", repr(desc))
+
+
+def guard_lines(code: _Any) -> list[str] | None:
+    """The guards Dynamo installed on ``code``'s compiled entries, one ``KIND: expression`` line
+    each (source comments dropped); None when this release does not expose cache entries."""
+    lister = _cache_entry_lister()
+    if lister is None:
+        return None
+    lines: list[str] = []
+    for entry in lister(code):
+        manager = getattr(entry, "guard_manager", None)
+        if manager is None:
+            return None
+        for raw in str(manager).splitlines():
+            text = raw.lstrip("| +-").strip()
+            if not text or text.startswith(("TREE_GUARD_MANAGER", "RootGuardManager", "GuardManager", "DictGuardManager")):
+                continue
+            lines.append(text.split("  # ")[0].rstrip())
+    return lines
+
+
+def tracing_guard_lines() -> list[str]:
+    """Fallback guard summary from the active tracing context (inside a Dynamo backend)."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    if ctx is None:
+        return []
+    out = []
+    for g in ctx.guards_context.dynamo_guards:
+        out.append(f"{getattr(g, 'create_fn_name', lambda: '?')()}: {g.name or g.source}")
+    return sorted(out)
 
 # ---- Inductor (loop IR) ---------------------------------------------------------------------------
+# Everything the loop IR (``torchvendor.ir.loop_ir``) needs from ``torch._inductor`` and
+# ``torch._dynamo.device_interface``. Inductor is imported lazily (it is heavy): call
+# :func:`inductor` to get the namespace. Release differences handled here are tested in
+# ``tests/test_compat_inductor.py``.
+import contextlib as _contextlib  # noqa: E402
+import functools as _functools  # noqa: E402
+import types as _types  # noqa: E402
+from typing import Any as _Any, Iterator as _Iterator  # noqa: E402
+
+__all__ += ["inductor", "inductor_config_patch", "scoped_inductor_backend", "ensure_device_hooks",
+            "sympy_index_functions", "loop_body_of", "is_fallback_kernel", "autograd_cache_patch",
+            "run_and_get_code", "fx_cache_hashes_custom_backend_passes", "inductor_decompositions"]
+
+
+@_functools.cache
+def inductor() -> _types.SimpleNamespace:
+    """The private Inductor names the loop IR uses, imported once, in one namespace.
+
+    >>> ns = inductor()
+    >>> ns.BaseScheduling.__name__
+    'BaseScheduling'
+    """
+    import torch._inductor.config as config
+    import torch._inductor.ir as ir
+    import torch._inductor.scheduler as scheduler
+    from torch._dynamo import device_interface
+    from torch._inductor import compile_fx, custom_graph_pass
+    from torch._inductor.codegen import common
+    from torch._inductor.codegen.cpp import CppScheduling
+    from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.ops_handler import DefaultHandler
+    from torch._inductor.virtualized import V
+
+    try:  # dtype inference of ops.* values; optional (absent before 2.6).
+        from torch._inductor.dtype_propagation import DtypePropagationOpsHandler
+    except ImportError:  # pragma: no cover - depends on the release
+        DtypePropagationOpsHandler = None
+    return _types.SimpleNamespace(
+        config=config, ir=ir, V=V, common=common, compile_fx=compile_fx.compile_fx,
+        compile_fx_inner=compile_fx.compile_fx_inner, CppScheduling=CppScheduling,
+        BaseScheduling=scheduler.BaseScheduling, SchedulerNode=scheduler.SchedulerNode,
+        FusedSchedulerNode=scheduler.FusedSchedulerNode,
+        ExternKernelSchedulerNode=scheduler.ExternKernelSchedulerNode,
+        NopKernelSchedulerNode=scheduler.NopKernelSchedulerNode,
+        PythonWrapperCodegen=PythonWrapperCodegen, DefaultHandler=DefaultHandler,
+        CustomGraphModulePass=custom_graph_pass.CustomGraphModulePass,
+        CpuDeviceOpOverrides=CpuDeviceOpOverrides, DeviceInterface=device_interface.DeviceInterface,
+        device_interface=device_interface, DtypePropagationOpsHandler=DtypePropagationOpsHandler,
+    )
+
+
+def inductor_config_patch(**changes: _Any) -> _Any:
+    """``torch._inductor.config.patch(...)`` limited to keys this release knows (others are
+    dropped, so one call site serves 2.11-2.14). Use as a context manager."""
+    config = inductor().config
+    known = {k: v for k, v in changes.items() if hasattr(config, k.split(".")[0])}
+    return config.patch(known)
+
+
+def autograd_cache_patch(enabled: bool) -> _Any:
+    """Scope ``torch._functorch.config.enable_autograd_cache`` (a context manager)."""
+    import torch._functorch.config as fconfig
+
+    if not hasattr(fconfig, "enable_autograd_cache"):  # pragma: no cover - release dependent
+        return _contextlib.nullcontext()
+    return fconfig.patch(enable_autograd_cache=enabled)
+
+
+@_contextlib.contextmanager
+def scoped_inductor_backend(device: str, scheduling: _Any, wrapper: _Any, custom_pass: _Any) -> _Iterator[None]:
+    """Register ``scheduling``/``wrapper`` for ``device`` with ``register_backend_for_device`` for
+    the duration of the block, then put back exactly what was registered before (including
+    nothing). The custom pass's ``uuid()`` enters the FX-graph cache key, so code generated
+    under the override is never served to compiles outside it, nor the reverse."""
+    ns = inductor()
+    common = ns.common
+    common.init_backend_registration()
+    had = device in common.device_codegens
+    saved = (common.device_codegens.get(device), common.custom_backend_passes.get(device),
+             common.custom_backend_codegen_configs.get(device))
+    prev = saved[0]
+    common.register_backend_for_device(
+        device, scheduling, wrapper,
+        getattr(prev, "cpp_wrapper_codegen", None), getattr(prev, "fx_wrapper_codegen", None),
+        device_custom_pass=custom_pass, device_custom_config=saved[2])
+    try:
+        yield
+    finally:
+        if had:
+            common.device_codegens[device] = saved[0]
+            common.custom_backend_passes[device] = saved[1]
+            common.custom_backend_codegen_configs[device] = saved[2]
+        else:
+            common.device_codegens.pop(device, None)
+            common.custom_backend_passes.pop(device, None)
+            common.custom_backend_codegen_configs.pop(device, None)
+
+
+def ensure_device_hooks(device: str) -> None:
+    """The two registrations besides ``register_backend_for_device`` that Inductor needs for a
+    renamed PrivateUse1 device: a ``DeviceOpOverrides`` (the host-side wrapper treats the
+    device like ``cpu``) and a Dynamo ``DeviceInterface``. Existing registrations are kept."""
+    ns = inductor()
+    common, di = ns.common, ns.device_interface
+    common._initialize_device_op_overrides() if hasattr(common, "_initialize_device_op_overrides") else None
+    if device not in common.device_op_overrides_dict:
+        common.register_device_op_overrides(device, ns.CpuDeviceOpOverrides())
+    if device not in di.device_interfaces:
+        di.register_interface_for_device(device, _host_like_interface(device))
+
+
+def _host_like_interface(device: str) -> type:
+    """A DeviceInterface for a device whose kernels the host launches (no streams exposed to
+    Inductor); enough for lowering (``Reduction.num_splits`` asks for properties)."""
+    import torch
+
+    base = inductor().DeviceInterface
+    mod = getattr(torch, device, None)
+
+    class _Props:
+        multi_processor_count = 1
+        type = device
+        major, minor = 0, 0
+        name = device
+
+    class _Worker:
+        @staticmethod
+        def set_device(index: int) -> None:
+            pass
+
+        @staticmethod
+        def current_device() -> int:
+            return 0
+
+        @staticmethod
+        def get_device_properties(index: _Any = None) -> _Any:
+            return _Props()
+
+    class HostLikeInterface(base):  # type: ignore[misc, valid-type]
+        Worker = _Worker
+
+        @staticmethod
+        def current_device() -> int:
+            fn = getattr(mod, "current_device", None)
+            return int(fn()) if fn else 0
+
+        @staticmethod
+        def set_device(index: int) -> None:
+            fn = getattr(mod, "set_device", None)
+            if fn:
+                fn(index)
+
+        @staticmethod
+        def device_count() -> int:
+            fn = getattr(mod, "device_count", None)
+            return int(fn()) if fn else 1
+
+        @staticmethod
+        def is_available() -> bool:
+            return True
+
+        @staticmethod
+        def get_compute_capability(device: _Any = None) -> int:
+            return 0
+
+        @staticmethod
+        def synchronize(device: _Any = None) -> None:
+            fn = getattr(mod, "synchronize", None)
+            if fn:
+                fn()
+
+        @staticmethod
+        def get_raw_stream(device_idx: int) -> int:
+            return 0
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = False) -> bool:
+            return True
+
+    HostLikeInterface.__name__ = f"{device.capitalize()}HostLikeInterface"
+    return HostLikeInterface
+
+
+@_functools.cache
+def sympy_index_functions() -> dict[str, _Any]:
+    """The integer functions Inductor puts in index expressions, by the name the loop IR's
+    printer gives them (``torch.utils._sympy.functions``)."""
+    from torch.utils._sympy import functions as f
+
+    names = ["FloorDiv", "ModularIndexing", "CleanDiv", "CeilDiv", "Min", "Max", "PythonMod", "Mod",
+             "Identity", "Where", "TruncToInt", "FloorToInt", "CeilToInt", "RoundToInt", "IntTrueDiv",
+             "BitwiseFn_bitwise_and", "BitwiseFn_bitwise_or", "LShift", "RShift", "PowByNatural",
+             "ToFloat", "FloatTrueDiv", "TruncToFloat", "IsNonOverlappingAndDenseIndicator"]
+    return {n: getattr(f, n) for n in names if hasattr(f, n)}
+
+
+def loop_body_of(snode: _Any) -> tuple[_Any, tuple[_Any, _Any]]:
+    """(LoopBody, (iteration sizes, reduction sizes)) of a SchedulerNode after fusion."""
+    return snode._body, snode._sizes
+
+
+def is_fallback_kernel(node: _Any) -> bool:
+    """Whether an Inductor IR node is a FallbackKernel (an ATen op called as a library kernel)."""
+    return isinstance(node, inductor().ir.FallbackKernel)
+
+
+def run_and_get_code(fn: _Any, *args: _Any, **kwargs: _Any) -> tuple[_Any, list[str]]:
+    """``(fn(*args), [generated wrapper sources])`` (``torch._inductor.utils.run_and_get_code``)."""
+    from torch._inductor.utils import run_and_get_code as _rgc
+
+    return _rgc(fn, *args, **kwargs)
+
+
+def fx_cache_hashes_custom_backend_passes() -> bool:
+    """Whether the FX-graph cache key includes the per-device custom passes (what keys our
+    compiles apart from stock Inductor's). If a release drops it, the loop IR must stop relying
+    on ``device_custom_pass.uuid()`` for cache separation."""
+    import inspect
+
+    from torch._inductor import codecache
+
+    return "custom_backend_passes" in inspect.getsource(codecache.FxGraphHashDetails)
+
+
+def inductor_decompositions() -> dict[_Any, _Any]:
+    """Inductor's decomposition table (``select_decomp_table()``): the ATen graphs Inductor
+    lowers must be decomposed with it."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    return dict(select_decomp_table())

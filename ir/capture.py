@@ -1,0 +1,112 @@
+"""``capture``: one entry point for the three IR levels.
+
+``capture(fn_or_module, example_inputs, level=...)`` runs ``fn`` once under
+``torch.compile(fullgraph=True)`` with a torchvendor backend and returns the program at that
+level (:class:`~torchvendor.ir.program.Program`: ``level``, ``str()``, ``run``, ``run_backward``):
+
+- ``"torch"``: :class:`~torchvendor.ir.torch_ir.TorchProgram`, Dynamo's FX graph;
+- ``"aten"``: :class:`~torchvendor.ir.aten_ir.AtenProgram`, AOTAutograd's graphs;
+- ``"loop"``: delegated to ``torchvendor.ir.loop_ir.capture_loop`` (Inductor's loop IR).
+
+How it captures: each call compiles a freshly made entry function (a new code object), so the
+capture gets its own Dynamo cache entry and never resets global Dynamo state, never hits the
+recompile limit, and leaves other compiled functions alone. The example inputs are cloned first,
+so a function that mutates its inputs does not mutate the caller's tensors; a module is called
+as is (its buffers update as in one eager call, e.g. BatchNorm running statistics).
+
+Example::
+
+    >>> import torch
+    >>> from torchvendor.ir import capture
+    >>> p = capture(lambda x, y: (x * y).sum(dim=1), [torch.randn(2, 3), torch.randn(2, 3)], level="aten")
+    >>> "aten.sum.dim_IntList" in str(p)
+    True
+    >>> p.run(torch.ones(2, 3), torch.ones(2, 3))
+    [tensor([3., 3.])]
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import torch
+
+from .decompositions import DecompositionTable
+from .program import Program
+
+__all__ = ["capture", "LEVELS"]
+
+LEVELS = ("torch", "aten", "loop")
+
+
+def _device_of(example_inputs: Sequence[Any]) -> str:
+    from .program import flatten_inputs
+
+    for x in flatten_inputs(example_inputs):
+        if isinstance(x, torch.Tensor):
+            return str(x.device)
+    return "cpu"
+
+
+def capture(fn_or_module: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any],
+            level: Literal["torch", "aten", "loop"] = "torch", *, training: bool = False, dynamic: bool = False,
+            decompositions: DecompositionTable | Mapping[Any, Any] | None = None) -> Program:
+    """Capture ``fn_or_module`` called on ``example_inputs`` at IR ``level``.
+
+    Args:
+        fn_or_module: a function or an ``nn.Module``; it must compile to a single graph
+            (``fullgraph=True``): a graph break raises torch's error naming it.
+        example_inputs: the positional arguments (tensors, Python scalars, or nested
+            lists/tuples/dicts of them). ``"input<i>"`` names the ``i``-th flattened leaf.
+        level: ``"torch"``, ``"aten"`` or ``"loop"``.
+        training: capture for training: ``run_backward`` becomes available (at ATen level the
+            backward graph is captured). Needs example inputs with ``requires_grad=True`` or a
+            module with trainable parameters. With False the capture runs under ``no_grad``.
+        dynamic: symbolic sizes (``torch.compile(dynamic=True)``): ``run`` accepts other sizes
+            without recapture. Sizes 0 and 1 are specialized by Dynamo.
+        decompositions: ATen level only: a table from :mod:`torchvendor.ir.decompositions`
+            (default :func:`~torchvendor.ir.decompositions.core_aten`).
+
+    >>> import torch
+    >>> p = capture(torch.nn.Linear(3, 2), [torch.randn(4, 3)], level="aten", training=True)
+    >>> sorted(p.run_backward(torch.randn(4, 3)))
+    ['bias', 'weight']
+    """
+    if level not in LEVELS:
+        raise ValueError(f"unknown IR level {level!r}; choose one of {LEVELS}")
+    if decompositions is not None and level == "torch":
+        raise ValueError("decompositions apply to the ATen and loop levels; torch IR is not decomposed")
+    if level == "torch":
+        from .torch_ir import capture_torch
+
+        return capture_torch(fn_or_module, example_inputs, training=training, dynamic=dynamic)
+    if level == "aten":
+        from .aten_ir import capture_aten
+
+        return capture_aten(fn_or_module, example_inputs, training=training, dynamic=dynamic,
+                            decompositions=decompositions)
+    try:
+        loop_ir = importlib.import_module(".loop_ir", __package__)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.endswith("loop_ir"):
+            raise NotImplementedError("level='loop' needs torchvendor.ir.loop_ir, which is not installed in this "
+                                      "tree yet; use level='torch' or 'aten'") from e
+        raise
+    if decompositions is not None:
+        raise ValueError("decompositions are chosen by Inductor at the loop level; pass decompositions=None")
+    return loop_ir.capture_loop(fn_or_module, example_inputs, training=training, dynamic=dynamic,
+                                device=_device_of(example_inputs))
+
+
+class _CallableModule(types.ModuleType):
+    """``torchvendor.ir.capture`` names both this module and its function; once the module is
+    imported, Python binds the package attribute to the module, so the module forwards calls to
+    :func:`capture` (module ``__class__`` assignment is supported by Python for this purpose)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Program:
+        return capture(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

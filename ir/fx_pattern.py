@@ -1,0 +1,265 @@
+"""Patterns and replacement templates written as Python functions, traced once into FX.
+
+The torch side of :mod:`torchvendor.pattern_matcher`: a search function is traced (``make_fx`` for
+ATen-level graphs, ``torch.fx.symbolic_trace`` for torch-level ones) and turned into the same
+pattern objects one would write by hand with ``P``/``W``; a replacement function is traced once
+into a :class:`~torchvendor.pattern_matcher.Template`, instantiated per match without re-tracing.
+
+- Each parameter of the search function becomes a *named wildcard* (its parameter name). Example
+  inputs are cloned before tracing, so aliased examples (``[t] * 3``) cannot collapse two
+  parameters into one wildcard; a parameter the function never uses is an error.
+- Non-tensor arguments recorded in the trace (scalars, dims, dtypes) become attribute constraints
+  (``ignore_literals=True`` drops them).
+- A function returning a tuple gives a multi-output pattern (:class:`~torchvendor.pattern_matcher.Multi`).
+
+Example::
+
+    >>> import torch
+    >>> def search(a, b, c):
+    ...     return torch.relu(a + b) * c
+    >>> pattern_from_function(search, 3)
+    mul(relu(add(a, b)), c)
+    >>> pattern_from_function(search, level="torch")
+    operator.mul(torch.relu(operator.add(a, b)), c)
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import torch
+import torch.fx as fx
+
+from torchvendor.pattern_matcher import (
+    Fused, Multi, P, Pattern, PatternError, PatternMatcher, RewriteResult, Rule, T, Template, W,
+)
+from torchvendor.pattern_matcher.multi import MultiPattern
+
+from .fx_view import FxView, resolve_op
+
+__all__ = ["FxRewriteView", "trace", "pattern_from_function", "pattern_from_graph", "template_from_function", "fx_rule",
+           "rewrite_fx"]
+
+Level = Literal["aten", "torch"]
+
+
+def _param_names(fn: Callable[..., Any], count: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if params and all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) and len(params) == count:
+        return [p.name for p in params]
+    return [f"arg{i}" for i in range(count)]
+
+
+def _examples(fn: Callable[..., Any], example_inputs: Sequence[Any] | int | None) -> list[Any]:
+    if example_inputs is None:
+        example_inputs = len(inspect.signature(fn).parameters)
+    if isinstance(example_inputs, int):
+        return [torch.randn(8, 8) for _ in range(example_inputs)]
+    # Distinct objects per parameter: aliased examples ([t] * 3) would otherwise be traced as one value.
+    return [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in example_inputs]
+
+
+def trace(fn: Callable[..., Any], example_inputs: Sequence[Any] | int | None = None, level: Level = "aten",
+          decomposition_table: Mapping[Any, Callable[..., Any]] | None = None) -> tuple[fx.Graph, list[str]]:
+    """Trace ``fn`` to an FX graph at ``level``; returns the graph and the parameter names."""
+    if level == "torch":
+        gm = fx.symbolic_trace(fn)
+        names = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
+        return gm.graph, [str(n) for n in names]
+    if level != "aten":
+        raise PatternError(f"level must be 'aten' or 'torch', got {level!r}")
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    args = _examples(fn, example_inputs)
+    gm = make_fx(fn, decomposition_table=decomposition_table)(*args)
+    return gm.graph, _param_names(fn, len(args))
+
+
+def pattern_from_graph(graph: fx.Graph, names: Sequence[str] | None = None, *,
+                       ignore_literals: bool = False) -> Pattern | MultiPattern:
+    """Turn an FX graph into a pattern: placeholders become named wildcards, calls become ``P``.
+
+    A node used twice becomes one shared pattern node; a ``get_attr`` becomes a constant wildcard.
+    """
+    view = FxView(graph)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    names = list(names) if names is not None else [str(n.target) for n in placeholders]
+    if len(names) != len(placeholders):
+        raise PatternError(f"{len(names)} names for {len(placeholders)} placeholders")
+    for ph, name in zip(placeholders, names):
+        if not ph.users:
+            raise PatternError(f"search function parameter {name!r} is never used; a pattern cannot constrain it")
+    made: dict[fx.Node, Pattern] = {ph: W(name) for ph, name in zip(placeholders, names)}
+    result: Any = None
+    for node in graph.nodes:
+        if node.op in ("placeholder",):
+            continue
+        if node.op == "get_attr":
+            made[node] = W(kind="constant")
+        elif node.op == "output":
+            result = node.args[0]
+        else:
+            attrs = None if ignore_literals else dict(view.attrs(node)) or None
+            made[node] = P(view.op(node), *[made[i] for i in view.inputs(node)], attrs=attrs)
+    outs = list(result) if isinstance(result, (tuple, list)) else [result]
+    for o in outs:
+        if not isinstance(o, fx.Node) or o.op == "placeholder":
+            raise PatternError(f"a search function must return computed tensors, not {o!r}")
+    pats = [made[o] for o in outs]
+    return pats[0] if len(pats) == 1 else Multi(*pats)
+
+
+def pattern_from_function(fn: Callable[..., Any], example_inputs: Sequence[Any] | int | None = None,
+                          level: Level = "aten", *, ignore_literals: bool = False,
+                          decomposition_table: Mapping[Any, Callable[..., Any]] | None = None
+                          ) -> Pattern | MultiPattern:
+    """Trace ``fn`` (see :func:`trace`) and compile it into a pattern; see the module docstring.
+
+    ``example_inputs`` may be a list of example values, an argument count (8x8 tensors are used),
+    or ``None`` (one tensor per parameter). Shapes only matter for tracing, never for matching.
+    """
+    graph, names = trace(fn, example_inputs, level, decomposition_table)
+    return pattern_from_graph(graph, names, ignore_literals=ignore_literals)
+
+
+def template_from_function(fn: Callable[..., Any], example_inputs: Sequence[Any] | int | None = None,
+                           level: Level = "aten",
+                           decomposition_table: Mapping[Any, Callable[..., Any]] | None = None) -> Template:
+    """Trace a replacement function once into a template; its parameter names refer to captures.
+
+    >>> import torch
+    >>> template_from_function(lambda a, b, c: torch.addcmul(c, a, b), 3)
+    Template(addcmul(c, a, b))
+    """
+    graph, names = trace(fn, example_inputs, level, decomposition_table)
+    view = FxView(graph)
+    made: dict[fx.Node, Any] = {}
+    ph_names = iter(names)
+    result: Any = None
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            made[node] = next(ph_names)
+        elif node.op == "output":
+            result = node.args[0]
+        elif node.op == "get_attr":
+            raise PatternError(f"replacement function uses a constant tensor ({node.target}); pass it as a capture")
+        else:
+            made[node] = T(view.op(node), *[made[i] for i in view.inputs(node)], attrs=dict(view.attrs(node)))
+    outs = list(result) if isinstance(result, (tuple, list)) else [result]
+    return Template(*[made[o] for o in outs])
+
+
+def fx_rule(search: Callable[..., Any], replacement: Callable[..., Any] | Fused | Template | str | None = None,
+            example_inputs: Sequence[Any] | int | None = None, level: Level = "aten", *,
+            ignore_literals: bool = False, **rule_kwargs: Any) -> Rule:
+    """A :class:`~torchvendor.pattern_matcher.Rule` from a search function and a replacement.
+
+    A replacement function is traced once (with the same example inputs when its arity agrees).
+
+    >>> import torch
+    >>> fx_rule(lambda a, b, c: torch.relu(a + b) * c, "acme.fused_mlp", 3)
+    Rule('acme.fused_mlp', mul(relu(add(a, b)), c), priority=0)
+    """
+    pattern = pattern_from_function(search, example_inputs, level, ignore_literals=ignore_literals)
+    if callable(replacement) and not isinstance(replacement, (Fused, Template)):
+        count = len(inspect.signature(replacement).parameters)
+        ex = example_inputs if (isinstance(example_inputs, Sequence) and len(example_inputs) == count) else count
+        replacement = template_from_function(replacement, ex, level)
+    return Rule(pattern, replacement, **rule_kwargs)
+
+
+_TENSOR = ("Tensor", "Tensor?", "Optional[Tensor]")
+_TENSOR_LIST = ("List[Tensor]", "Tensor[]", "List[Optional[Tensor]]", "Tensor?[]")
+# per schema: (name, "tensor" | "tensors" | "other", kwarg_only, has_default)
+_PLANS: dict[Any, tuple[tuple[str, str, bool, bool], ...]] = {}
+_TARGETS: dict[str, Any] = {}
+
+
+def _plan(schema: Any) -> tuple[tuple[str, str, bool, bool], ...]:
+    plan = _PLANS.get(schema)
+    if plan is None:
+        plan = _PLANS[schema] = tuple(
+            (a.name, "tensor" if str(a.type) in _TENSOR else "tensors" if str(a.type) in _TENSOR_LIST else "other",
+             a.kwarg_only, a.has_default_value()) for a in schema.arguments)
+    return plan
+
+
+def _bind_schema(schema: Any, inputs: list[fx.Node], attrs: dict[str, Any], op: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Inputs fill the schema's tensor arguments in order, ``attrs`` the others by name."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for index, (name, kind, kwarg_only, has_default) in enumerate(_plan(schema)):
+        if name in attrs:
+            value = attrs.pop(name)
+        elif kind == "tensor" and inputs:
+            value = inputs.pop(0)
+        elif kind == "tensors":
+            value, inputs = inputs, []
+        elif has_default:
+            continue
+        else:
+            raise ValueError(f"cannot create {op}: no value for argument {name!r}")
+        if kwarg_only:
+            kwargs[name] = value
+        else:
+            if len(args) != index:
+                raise ValueError(f"cannot create {op}: argument {name!r} given but an earlier positional "
+                                 f"argument was left to its default; pass it in attrs")
+            args.append(value)
+    if inputs or attrs:
+        raise ValueError(f"cannot create {op}: unused inputs {inputs} or attributes {sorted(attrs)}")
+    return args, kwargs
+
+
+class FxRewriteView(FxView):
+    """:class:`FxView` whose ``create`` also binds ``Optional[Tensor]`` schema arguments to inputs.
+
+    ``FxView.create`` only recognizes the spelling ``Tensor?``, while ``str(arg.type)`` gives
+    ``Optional[Tensor]`` (e.g. the bias of ``aten.convolution``); reported to the IR owners. It
+    also caches key resolution and each schema's binding plan, as rewriting creates many nodes.
+    """
+
+    def create(self, op: str | Callable[..., Any], inputs: Sequence[fx.Node], attrs: Mapping[str, Any] | None = None,
+               *, before: fx.Node, meta: Mapping[str, Any] | None = None) -> fx.Node:
+        if isinstance(op, str):
+            if op.startswith("method."):
+                return super().create(op, inputs, attrs, before=before, meta=meta)
+            target = _TARGETS.get(op)
+            if target is None:
+                target = _TARGETS[op] = resolve_op(op)
+        else:
+            target = op
+        schema = getattr(target, "_schema", None)
+        if schema is None:
+            return super().create(target, inputs, attrs, before=before, meta=meta)
+        args, kwargs = _bind_schema(schema, list(inputs), dict(attrs) if attrs else {}, op)
+        with self.graph.inserting_before(before):
+            node = self.graph.create_node("call_function", target, tuple(args), kwargs)
+        if meta:
+            node.meta.update({k: v for k, v in meta.items() if k not in ("dtype", "shape")})
+        return node
+
+
+def rewrite_fx(gm: fx.GraphModule, rules: PatternMatcher | Sequence[Rule], *, max_passes: int = 1,
+               dce: bool = True) -> RewriteResult:
+    """Rewrite ``gm`` in place with ``rules``, then lint and recompile it.
+
+    With ``dce`` dead nodes are removed first: ``make_fx`` leaves unused ``getitem``s of
+    multi-output ops (batch norm, layer norm) whose users would otherwise make the producer look
+    used outside a match.
+
+    >>> import torch
+    >>> gm = torch.fx.symbolic_trace(lambda x: torch.neg(torch.neg(x)) + 1)
+    >>> rewrite_fx(gm, [Rule(P("torch.neg", P("torch.neg", "x")), Template("x"))]).replaced
+    1
+    """
+    matcher = rules if isinstance(rules, PatternMatcher) else PatternMatcher(rules)
+    if dce:
+        gm.graph.eliminate_dead_code()
+    result = matcher.rewrite(FxRewriteView(gm.graph), max_passes=max_passes)
+    gm.graph.lint()
+    gm.recompile()
+    return result

@@ -1,0 +1,247 @@
+"""``capture_loop``: a function's Inductor loop IR, forward and backward, as :class:`LoopProgram` s.
+
+The function runs once under ``torch.compile(fullgraph=True)`` through Inductor (its
+decompositions, lowering and fusion, with the loop IR Scheduling of :mod:`.extract`); each
+graph Inductor generates is recorded as a :class:`LoopProgram`. With ``training=True``
+AOTAutograd splits forward and backward and Inductor compiles both (the backward after one
+backward pass, which the capture runs).
+
+The returned :class:`LoopCapture` honours the common program contract
+(:mod:`torchvendor.ir.program`): ``run`` interprets the forward (or inference) program with the
+reference interpreter, ``run_backward`` the forward then the backward program; inputs are bound
+to the programs' inputs exactly as at the ATen level (the loop programs' inputs are the
+AOTAutograd graphs' placeholders).
+
+Example::
+
+    >>> import torch
+    >>> p = capture_loop(lambda x: (x.sin() * 2).sum(), [torch.randn(4, 8, requires_grad=True)], training=True)
+    >>> [k.kind for k in p.forward.kernels]
+    ['reduction']
+    >>> g = p.run_backward(torch.zeros(4, 8))["input0"]
+    >>> torch.allclose(g, torch.full((4, 8), 2.0))
+    True
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from .. import compat
+from ..aten_ir import AtenProgram
+from ..decompositions import resolve
+from ..program import default_grad_outputs, flatten_inputs
+from ..torch_ir import assemble, describe_inputs, trace
+from .extract import _CONFIG, _capture_scope, passthrough_program
+from .interpreter import run_program
+from .printer import format_program
+from .schema import SCHEMA_VERSION, LoopProgram
+
+__all__ = ["LoopCapture", "capture_loop", "loop_ir_hook", "lower_graph", "inductor_decompositions"]
+
+#: Receives each Inductor graph: (kind, fx graph as Inductor got it, fake example inputs, program).
+LoopCallback = Callable[[str, fx.GraphModule, list[Any], LoopProgram], None]
+
+
+def loop_ir_hook(callback: LoopCallback, *, device: str = "cpu") -> Callable[..., Any]:
+    """A Dynamo backend: Inductor with the loop IR Scheduling for ``device``; ``callback`` sees
+    every graph's :class:`LoopProgram` with the AOTAutograd graph it was lowered from. The
+    compiled function runs its kernels with the reference interpreter.
+
+    >>> import torch
+    >>> seen = []
+    >>> f = torch.compile(torch.cos, backend=loop_ir_hook(lambda kind, gm, ex, p: seen.append(kind)))
+    >>> _ = f(torch.ones(2)); seen
+    ['inference']
+    """
+    ns = compat.inductor()
+
+    def inner_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        kind = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
+        out = gm.graph.output_node()
+        out.meta["tv_output_names"] = [a.name if isinstance(a, fx.Node) else None for a in out.args[0]]
+        gm.meta["aot_metadata"] = compat.aot_forward_metadata()
+        got: list[LoopProgram] = []
+        with _capture_scope(device, got.append):
+            compiled = ns.compile_fx_inner(gm, example_inputs, **kwargs)
+        if not got and not any(n.op == "call_function" for n in gm.graph.nodes):
+            got.append(passthrough_program(gm, example_inputs, kind, device))
+        if len(got) != 1:
+            raise RuntimeError(f"loop IR capture: Inductor generated {len(got)} programs for one {kind} graph")
+        callback(kind, gm, list(example_inputs), got[0])
+        return compiled
+
+    def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Any:
+        with compat.inductor_config_patch(**_CONFIG), compat.autograd_cache_patch(False):
+            return ns.compile_fx(gm, example_inputs, inner_compile=inner_compile)
+
+    backend.__name__ = f"torchvendor_loop_ir_{device}"
+    return backend
+
+
+class LoopCapture(AtenProgram):
+    """A captured loop-IR program: ``forward``/``backward`` (training) or ``inference``
+    :class:`LoopProgram` s, plus the contract's ``run``/``run_backward``/``str``/``to_json``.
+
+    ``aten_graphs`` holds the AOTAutograd graphs Inductor lowered (their placeholders are the
+    programs' inputs); input binding and output roles are those of the ATen level.
+    """
+
+    level = "loop"
+
+    def __init__(self, tr: Any, graphs: dict[str, tuple[fx.GraphModule, list[Any]]],
+                 programs: dict[str, LoopProgram], device: str) -> None:
+        super().__init__(tr, graphs, resolve(None))
+        self.device = device
+        #: The AOTAutograd graphs Inductor was given, by kind.
+        self.aten_graphs: dict[str, fx.GraphModule] = {k: g for k, (g, _) in graphs.items()}
+        self.forward: LoopProgram | None = programs.get("forward")  # type: ignore[assignment]
+        self.backward: LoopProgram | None = programs.get("backward")  # type: ignore[assignment]
+        self.inference: LoopProgram | None = programs.get("inference")  # type: ignore[assignment]
+
+    def programs(self) -> dict[str, LoopProgram]:
+        """The captured programs by kind: ``inference``, or ``forward`` and ``backward``."""
+        return {k: p for k, p in (("inference", self.inference), ("forward", self.forward),
+                                   ("backward", self.backward)) if p is not None}
+
+    def graphs(self) -> dict[str, fx.GraphModule]:  # type: ignore[override]
+        return dict(self.aten_graphs)
+
+    def to_json(self, indent: int | None = 1) -> str:
+        """``{"schema_version": ..., "programs": {"forward": {...}, ...}}``; each entry is
+        :meth:`LoopProgram.to_dict` (``LoopProgram.from_dict`` reads it back)."""
+        return json.dumps({"schema_version": SCHEMA_VERSION,
+                           "programs": {k: p.to_dict() for k, p in self.programs().items()}},
+                          indent=indent, allow_nan=False)
+
+    def __str__(self) -> str:
+        main = self.aten_graphs["forward" if self.training else "inference"]
+        names = [n.name for n in main.graph.find_nodes(op="placeholder")]
+        lines = [f"# loop IR ({'training' if self.training else 'inference'}{', dynamic' if self.dynamic else ''}; "
+                 f"device {self.device})", "inputs:", *describe_inputs(self.slots, self.fake_inputs, names)]
+        for kind, p in self.programs().items():
+            lines.append(format_program(p))
+        lines.append("user outputs: " + ", ".join(map(str, self.outputs)))
+        return "\n".join(lines)
+
+    # -- execution (the ATen level's conventions, with the loop interpreter) ----------------------
+    def _forward(self, flat: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+        program = self.forward if self.training else self.inference
+        assert program is not None
+        args = self._binder.bind(flat)
+        with torch.no_grad():
+            outs = run_program(program, args)
+        n_user = sum(1 for r in self.forward_roles if r[0] == "output")
+        user: list[Any] = [None] * n_user
+        saved: dict[str, Any] = {}
+        with torch.no_grad():
+            for value, role in zip(outs, self.forward_roles):
+                if role[0] == "mutation":
+                    args[role[1]].copy_(value)
+                elif role[0] == "output":
+                    user[role[1]] = value
+                elif role[0] == "saved":
+                    saved[role[1]] = value
+        return user, saved
+
+    def run_backward(self, *inputs: Any, grad_outputs: Sequence[torch.Tensor | None] | None = None) -> dict[str, torch.Tensor]:
+        """Interpret the forward program, then the backward program on its saved values and the tangents."""
+        self._require_training()
+        assert self.backward is not None
+        flat = flatten_inputs(inputs)
+        user, saved = self._forward(flat)
+        outs = assemble(self.outputs, user, flat, self.module)
+        grads = list(grad_outputs) if grad_outputs is not None else default_grad_outputs(outs)
+        if len(grads) != len(outs):
+            raise ValueError(f"grad_outputs has {len(grads)} entries but the program has {len(outs)} outputs")
+        per_output: dict[int, torch.Tensor] = {}
+        passthrough: dict[str, torch.Tensor] = {}
+        for slot, g in zip(self.outputs, grads):
+            if g is None:
+                continue
+            if slot.kind == "graph":
+                per_output[slot.index] = g + per_output[slot.index] if slot.index in per_output else g
+            elif slot.kind == "input" and getattr(flat[slot.index], "requires_grad", False):
+                key = f"input{slot.index}"
+                passthrough[key] = g + passthrough[key] if key in passthrough else g
+        bw_args = []
+        for role in self.backward_roles:
+            if role[0] == "saved":
+                bw_args.append(saved[role[1]])
+            else:
+                g = per_output.get(role[1])
+                bw_args.append((g if g is not None else torch.zeros_like(user[role[1]])).contiguous())
+        with torch.no_grad():
+            grads_in = run_program(self.backward, bw_args)
+        result: dict[str, torch.Tensor] = {}
+        for slot, g in zip(self.slots, grads_in):
+            if g is not None and slot.kind in ("input", "parameter", "constant"):
+                result[slot.grad_key] = g
+        for key, g in passthrough.items():
+            result[key] = result[key] + g if key in result else g
+        return result
+
+
+def capture_loop(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any], *, training: bool = False,
+                 dynamic: bool = False, device: str = "cpu") -> LoopCapture:
+    """Capture ``fn`` at loop level (``capture(..., level="loop")``).
+
+    Args:
+        fn: a function or ``nn.Module`` compiling to one graph.
+        example_inputs: positional arguments, on ``device``.
+        training: also capture the backward program (``run_backward``).
+        dynamic: symbolic sizes (``s0, s1, ...`` in the programs).
+        device: the device whose Inductor backend is overridden during the capture: ``"cpu"``
+            or a renamed PrivateUse1 device such as ``"acme"``.
+
+    Raises :class:`~torchvendor.ir.loop_ir.extract.LoopIRUnsupported` (inside torch's
+    ``InductorError``) when Inductor produces something the loop IR cannot express.
+    """
+    device = torch.device(device).type
+    graphs: dict[str, tuple[fx.GraphModule, list[Any]]] = {}
+    programs: dict[str, LoopProgram] = {}
+
+    def record(kind: str, gm: fx.GraphModule, ex: list[Any], program: LoopProgram) -> None:
+        graphs[kind] = (gm, ex)
+        programs[kind] = program
+
+    tr = trace(fn, example_inputs, loop_ir_hook(record, device=device), dynamic=dynamic, training=training)
+    return LoopCapture(tr, graphs, programs, device)
+
+
+def inductor_decompositions() -> dict[Any, Any]:
+    """Inductor's decomposition table, for ``aten_ir_hook(decompositions=...)`` before :func:`lower_graph`."""
+    return compat.inductor_decompositions()
+
+
+def lower_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], *, device: str = "cpu",
+                kind: str = "inference") -> LoopProgram:
+    """Lower one AOTAutograd (ATen) graph with Inductor and return its :class:`LoopProgram`,
+    for backends that run their own code instead of Inductor's: call it from an ATen-level
+    compiler (``torchvendor.ir.aten_ir_hook``) and return your own callable. The graph must be
+    decomposed with Inductor's table (``decompositions=inductor_decompositions()``). ``kind`` is
+    ``"inference"``, ``"forward"`` or ``"backward"``. Inductor's post-grad passes rewrite ``gm``
+    in place (preserving what it computes).
+
+    >>> import torch
+    >>> from torchvendor.ir import aten_ir_hook
+    >>> seen = []
+    >>> be = aten_ir_hook(inference=lambda gm, ex: seen.append(lower_graph(gm, ex)),
+    ...                   decompositions=inductor_decompositions())
+    >>> with torch.no_grad():
+    ...     _ = torch.compile(lambda x: torch.relu(x) * 2, backend=be)(torch.randn(3))
+    >>> seen[0].kernels[0].kind
+    'pointwise'
+    """
+    ns = compat.inductor()
+    got: list[LoopProgram] = []
+    with compat.inductor_config_patch(**_CONFIG), _capture_scope(device, got.append):
+        ns.compile_fx_inner(gm, list(example_inputs), is_backward=kind == "backward", is_inference=kind == "inference")
+    if not got and not any(n.op == "call_function" for n in gm.graph.nodes):
+        got.append(passthrough_program(gm, example_inputs, kind, device))
+    if len(got) != 1:
+        raise RuntimeError(f"loop IR: Inductor generated {len(got)} programs for one {kind} graph")
+    return got[0]

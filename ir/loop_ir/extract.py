@@ -1,0 +1,824 @@
+"""Extraction of the loop IR from Inductor, after lowering and fusion, through its official
+out-of-tree device hook.
+
+For each graph Inductor compiles (inference, forward, backward), a custom ``Scheduling``
+registered with ``register_backend_for_device`` receives the fused scheduler nodes, replays each
+node's ``LoopBody`` on a recording ops handler (Inductor's own codegen works this way) and turns
+it into a :class:`~torchvendor.ir.loop_ir.schema.Kernel`; it then emits, in Inductor's Python
+wrapper, a call into the reference interpreter for that kernel, so the compiled function runs.
+A wrapper-codegen subclass assembles the whole :class:`LoopProgram` (buffers, kernels, extern
+kernels, inputs, outputs) when Inductor generates the wrapper, and hands it to the active sink.
+
+The override is scoped to our own compiles (:func:`loop_backend`): the previous registration of
+the device is put back after each compile, and a custom pass whose ``uuid()`` names this module
+keys the FX-graph cache. Capture itself bypasses the FX-graph and AOTAutograd caches (a cache hit
+would skip lowering, so there would be nothing to record).
+
+Example::
+
+    >>> import torch
+    >>> programs = []
+    >>> f = torch.compile(lambda x: (x * 2).sum(-1), backend=loop_backend(on_program=programs.append))
+    >>> _ = f(torch.ones(4, 8))
+    >>> [k.kind for k in programs[0].kernels]
+    ['reduction']
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import weakref
+from typing import Any, Callable, Iterator, Sequence
+
+import sympy
+import torch
+
+from .. import compat
+from .schema import (SCHEMA_VERSION, Buffer, BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, SizeExpr,
+                     Stmt, TorchValue)
+
+__all__ = ["LoopIRUnsupported", "loop_backend", "format_expr", "EXTRACTOR_VERSION", "build_program", "convert_nodes"]
+
+#: Part of the FX-graph cache key of everything compiled under our Scheduling.
+EXTRACTOR_VERSION = f"torchvendor.loop_ir/{SCHEMA_VERSION}.1"
+
+
+class LoopIRUnsupported(NotImplementedError):
+    """Inductor produced something the loop IR cannot express (the message says what)."""
+
+
+# ---- expressions ---------------------------------------------------------------------------------
+class _IndexPrinter(sympy.printing.str.StrPrinter):
+    # A printmethod nobody defines: Inductor's functions would otherwise print as ``a//b``.
+    printmethod = "_torchvendor_loop_ir_str"
+
+    def _print_Function(self, expr: Any) -> str:
+        return f"{type(expr).__name__}({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_Symbol(self, expr: Any) -> str:
+        return expr.name
+
+    def parenthesize(self, item: Any, level: int, strict: bool = False) -> str:
+        if isinstance(item, sympy.Function):  # a call never needs parentheses
+            return self._print(item)
+        return super().parenthesize(item, level, strict)
+
+
+_PRINTER = _IndexPrinter()
+
+
+def format_expr(expr: Any, rename: dict[Any, Any] | None = None) -> str:
+    """The schema's string for an integer expression (size symbols renamed by ``rename``).
+
+    >>> i0 = sympy.Symbol("i0", integer=True)
+    >>> format_expr(8 * i0 + 1)
+    '8*i0 + 1'
+    >>> from torch.utils._sympy.functions import FloorDiv
+    >>> format_expr(4 * FloorDiv(i0, 3))
+    '4*FloorDiv(i0, 3)'
+    """
+    if isinstance(expr, (int, bool)):
+        return str(int(expr))
+    expr = sympy.sympify(expr)
+    if rename:
+        expr = expr.xreplace(rename)
+    return _PRINTER.doprint(expr)
+
+
+def _dtype(d: torch.dtype | None) -> str | None:
+    return None if d is None else str(d).removeprefix("torch.")
+
+
+# ---- recording ops handler -----------------------------------------------------------------------
+class _Val:
+    """An SSA value while replaying a LoopBody (``dtype`` feeds Inductor's dtype propagation)."""
+
+    __slots__ = ("name", "dtype")
+
+    def __init__(self, name: str, dtype: torch.dtype | None) -> None:
+        self.name, self.dtype = name, dtype
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _attr_value(v: Any, rename: dict[Any, Any]) -> Any:
+    if isinstance(v, torch.dtype):
+        return _dtype(v)
+    if isinstance(v, sympy.Basic):
+        return format_expr(v, rename)
+    if isinstance(v, (tuple, list)):
+        return tuple(_attr_value(x, rename) for x in v)
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise LoopIRUnsupported(f"loop IR cannot record an ops.* operand of type {type(v).__name__}: {v!r}")
+
+
+class _Recorder(compat.inductor().DefaultHandler):  # type: ignore[misc]
+    """Replays a LoopBody into a list of :class:`Stmt` (one recorder per kernel)."""
+
+    def __init__(self, state: "_GraphState", counter: Iterator[int], indirect: Iterator[int]) -> None:
+        self.state, self.counter, self.indirect = state, counter, indirect
+        self.stmts: list[Stmt] = []
+        ns = compat.inductor()
+        self._dtypes = ns.DtypePropagationOpsHandler() if ns.DtypePropagationOpsHandler else None
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _infer(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> torch.dtype | None:
+        if self._dtypes is None:
+            return None
+        try:
+            out = getattr(self._dtypes, name)(*args, **kwargs)
+        except Exception:  # dtype metadata is best effort
+            return None
+        return out if isinstance(out, torch.dtype) else None
+
+    def _emit(self, op: str, args: Sequence[_Val], attrs: Sequence[tuple[str, Any]],
+              dtype: torch.dtype | None, body: Sequence[Stmt] = (), define: bool = True) -> _Val | None:
+        name = f"t{next(self.counter)}" if define else None
+        self.stmts.append(Stmt(name, op, tuple(a.name for a in args), tuple(attrs), _dtype(dtype), tuple(body)))
+        return _Val(name, dtype) if name else None
+
+    def _x(self, e: Any) -> str:
+        return format_expr(e, self.state.rename)
+
+    def _real(self, name: str) -> str:
+        return self.state.real_name(name)
+
+    # -- generic ops ------------------------------------------------------------------------------
+    def _default(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if name in _UNSUPPORTED_OPS:
+            raise LoopIRUnsupported(f"ops.{name} is not expressible in the loop IR yet")
+        vals: list[_Val] = []
+        attrs: list[tuple[str, Any]] = []
+        for i, a in enumerate(args):
+            if isinstance(a, _Val):
+                vals.append(a)
+            else:
+                attrs.append((f"arg{i}", _attr_value(a, self.state.rename)))
+        for k, v in kwargs.items():
+            if isinstance(v, _Val):
+                raise LoopIRUnsupported(f"ops.{name}: SSA value passed as keyword {k!r}")
+            attrs.append((k, _attr_value(v, self.state.rename)))
+        if len(vals) == len(args) and not kwargs:
+            attrs = []
+        elif vals:
+            attrs.append(("nargs", len(args)))
+        return self._emit(name, vals, attrs, self._infer(name, args, kwargs))
+
+    # -- ops with a meaning the schema names ------------------------------------------------------
+    def load(self, name: str, index: sympy.Expr) -> _Val:
+        return self._emit("load", (), (("buffer", self._real(name)), ("index", self._x(index))),
+                          self.state.dtype_of(name))
+
+    def store(self, name: str, index: sympy.Expr, value: _Val, mode: Any = None) -> None:
+        self._emit("store", (value,), (("buffer", self._real(name)), ("index", self._x(index)),
+                                       ("mode", mode)), None, define=False)
+
+    def store_reduction(self, name: str, index: sympy.Expr, value: _Val) -> None:
+        self._emit("store_reduction", (value,), (("buffer", self._real(name)), ("index", self._x(index))),
+                   None, define=False)
+
+    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: str, value: Any) -> Any:
+        values = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+        n_out = _reduction_outputs(reduction_type)
+        out = self._emit("reduction", values, (("kind", reduction_type), ("dtype", _dtype(dtype)),
+                                               ("src_dtype", _dtype(src_dtype))),
+                         dtype if n_out == 1 else None)
+        if n_out == 1:
+            return out
+        return tuple(self._emit("getitem", (out,), (("index", k),), dtype) for k in range(n_out))
+
+    def constant(self, value: Any, dtype: torch.dtype) -> _Val:
+        return self._emit("constant", (), (("value", _attr_value(value, {})), ("dtype", _dtype(dtype))), dtype)
+
+    def load_seed(self, name: str, offset: Any) -> _Val:
+        args = (offset,) if isinstance(offset, _Val) else ()
+        attrs = (("buffer", self._real(name)),) + (() if args else (("offset", _attr_value(offset, self.state.rename)),))
+        return self._emit("load_seed", args, attrs, torch.int64)
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> _Val:
+        return self._emit("index_expr", (), (("expr", self._x(expr)), ("dtype", _dtype(dtype))), dtype)
+
+    def to_dtype(self, x: _Val, dtype: torch.dtype, src_dtype: torch.dtype | None = None,
+                 use_compute_types: bool = True) -> _Val:
+        return self._emit("to_dtype", (x,), (("dtype", _dtype(dtype)), ("src_dtype", _dtype(src_dtype))), dtype)
+
+    def to_dtype_bitcast(self, x: _Val, dtype: torch.dtype, src_dtype: torch.dtype) -> _Val:
+        return self._emit("to_dtype_bitcast", (x,), (("dtype", _dtype(dtype)), ("src_dtype", _dtype(src_dtype))),
+                          dtype)
+
+    def indirect_indexing(self, x: _Val, size: Any, check: bool = True, wrap_neg: bool = True) -> sympy.Symbol:
+        name = f"ind{next(self.indirect)}"
+        self.stmts.append(Stmt(name, "indirect_indexing", (x.name,),
+                               (("size", self._x(size)), ("check", bool(check)), ("wrap_neg", bool(wrap_neg))),
+                               "int64"))
+        return sympy.Symbol(name, integer=True)
+
+    def check_bounds(self, expr: sympy.Expr, size: sympy.Expr, lower: bool, upper: bool) -> None:
+        self._emit("check_bounds", (), (("expr", self._x(expr)), ("size", self._x(size)),
+                                        ("lower", bool(lower)), ("upper", bool(upper))), None, define=False)
+
+    def masked(self, mask: _Val, body: Callable[[], Any], other: Any) -> _Val:
+        sub = _Recorder(self.state, self.counter, self.indirect)
+        with compat.inductor().V.set_ops_handler(sub):
+            result = body()
+        if not isinstance(result, _Val):
+            raise LoopIRUnsupported(f"masked sub-block returned {result!r}")
+        sub.stmts.append(Stmt(None, "yield", (result.name,)))
+        return self._emit("masked", (mask,), (("other", _attr_value(other, {})),), result.dtype, sub.stmts)
+
+    def frexp(self, x: _Val) -> tuple[_Val, _Val]:
+        out = self._emit("frexp", (x,), (), None)
+        return (self._emit("getitem", (out,), (("index", 0),), x.dtype),
+                self._emit("getitem", (out,), (("index", 1),), torch.int32))
+
+    def scan(self, *args: Any, **kwargs: Any) -> Any:
+        raise LoopIRUnsupported("ops.scan (cumsum/cumprod lowered to scans) is not expressible in the loop IR yet")
+
+    def sort(self, *args: Any, **kwargs: Any) -> Any:
+        raise LoopIRUnsupported("ops.sort is not expressible in the loop IR yet")
+
+    def bucketize(self, *args: Any, **kwargs: Any) -> Any:
+        raise LoopIRUnsupported("ops.bucketize is not expressible in the loop IR yet")
+
+    def output(self, *args: Any) -> None:  # the LoopBody's root block returns its stores' None
+        return None
+
+
+_UNSUPPORTED_OPS = {"partial_accumulate", "inline_asm_elementwise", "dot", "halide_clamp", "device_assert_async"}
+
+
+def _reduction_outputs(kind: str) -> int:
+    return 3 if kind in ("welford_reduce", "welford_combine") else 2 if kind == "online_softmax_reduce" else 1
+
+
+# ---- per-graph state -----------------------------------------------------------------------------
+class _GraphState:
+    """What the Scheduling and the wrapper share while one Inductor graph is generated."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.kernels: dict[str, Kernel] = {}     # first scheduler node name -> kernel
+        self.kernel_counter = itertools.count()
+        self.rename = self._size_symbol_names(graph)
+
+    @staticmethod
+    def _size_symbol_names(graph: Any) -> dict[Any, Any]:
+        """Size symbols renamed s0, s1, ... in the order they appear in the graph's inputs."""
+        order: dict[Any, None] = {}
+
+        def visit(e: Any) -> None:
+            if isinstance(e, sympy.Basic):
+                for s in sorted(e.free_symbols, key=lambda s: s.name):
+                    order.setdefault(s, None)
+
+        for name in graph.graph_input_names:
+            value = graph.graph_inputs[name]
+            if isinstance(value, sympy.Basic):
+                visit(value)
+            elif hasattr(value, "get_size"):
+                for e in (*value.get_size(), *value.get_stride()):
+                    visit(e)
+        out: dict[Any, Any] = {}
+        for k, sym in enumerate(s for s in order if s.name.startswith("s")):
+            out[sym] = sympy.Symbol(f"s{k}", integer=True, positive=True)
+        return out
+
+    def real_name(self, name: str) -> str:
+        sched = getattr(self.graph, "scheduler", None)
+        return sched.mutation_real_name.get(name, name) if sched is not None else name
+
+    def dtype_of(self, name: str) -> torch.dtype | None:
+        try:
+            return self.graph.get_dtype(name)
+        except Exception:
+            return None
+
+
+_STATES: "weakref.WeakKeyDictionary[Any, _GraphState]" = weakref.WeakKeyDictionary()
+
+
+def _state() -> _GraphState:
+    graph = compat.inductor().V.graph
+    st = _STATES.get(graph)
+    if st is None:
+        st = _STATES[graph] = _GraphState(graph)
+    return st
+
+
+def convert_nodes(snodes: Sequence[Any], state: _GraphState, name: str) -> Kernel:
+    """One kernel from the SchedulerNodes of a (possibly fused) scheduler node."""
+    counter, indirect = itertools.count(), itertools.count()
+    nests = []
+    for sn in snodes:
+        body, (isz, rsz) = compat.loop_body_of(sn)
+        if body is None:
+            raise LoopIRUnsupported(f"scheduler node {sn.get_name()} has no LoopBody (a template?)")
+        ivars = [sympy.Symbol(f"i{k}", integer=True, nonnegative=True) for k in range(len(isz))]
+        rvars = [sympy.Symbol(f"r{k}", integer=True, nonnegative=True) for k in range(len(rsz))]
+        rec = _Recorder(state, counter, indirect)
+        with compat.inductor().V.set_ops_handler(rec):
+            body(ivars, rvars)
+        nests.append(LoopNest(sn.get_name(), tuple(format_expr(s, state.rename) for s in isz),
+                              tuple(format_expr(s, state.rename) for s in rsz), tuple(rec.stmts)))
+    group: tuple[tuple[str, ...], ...] = ()
+    g = getattr(snodes[0], "group", None)
+    if g:
+        try:
+            group = tuple(tuple(format_expr(e, state.rename) for e in (part if isinstance(part, (tuple, list)) else (part,)))
+                          for part in g[1])
+        except Exception:
+            group = ()
+    return Kernel(name, tuple(nests), group)
+
+
+# ---- Scheduling and wrapper ------------------------------------------------------------------------
+def _emit_kernel_call(node: Any) -> None:
+    """Convert a (fused) node, allocate its outputs, and emit a call into the interpreter."""
+    state = _state()
+    V = compat.inductor().V
+    snodes = list(node.get_nodes())
+    kname = f"loop_kernel{next(state.kernel_counter)}"
+    kernel = convert_nodes(snodes, state, kname)
+    state.kernels[snodes[0].get_name()] = kernel
+    for sn in snodes:  # OuterLoopFusedSchedulerNode has no mark_run of its own
+        sn.mark_run()
+    wrapper = V.graph.wrapper_code
+    wrapper.add_import_once("from torchvendor.ir.loop_ir.interpreter import load_kernel as _tv_load_kernel")
+    wrapper.header.splice(f"{kname} = _tv_load_kernel({kernel_json(kernel)!r})")
+    bufs = list(dict.fromkeys((*kernel.reads(), *kernel.writes())))
+    inv = {v: k for k, v in state.rename.items()}
+    syms = sorted({s for n in kernel.nests for e in (*n.ranges, *n.reduction_ranges) for s in _symbols_in(e)}
+                  | {s for n in kernel.nests for st in n.stmts() for s in _symbols_in_stmt(st)})
+    pexpr = compat.inductor().common.PythonPrinter().doprint if hasattr(compat.inductor().common, "PythonPrinter") else str
+    sizes = ", ".join(f"{s}={pexpr(inv.get(sympy.Symbol(s, integer=True, positive=True), sympy.Symbol(s)))}"
+                      for s in syms)
+    wrapper.writeline(f"{kname}(dict({', '.join(f'{b}={b}' for b in bufs)}), dict({sizes}))")
+
+
+def _symbols_in(text: str) -> set[str]:
+    import re
+
+    return {m for m in re.findall(r"\b(s\d+)\b", text)}
+
+
+def _symbols_in_stmt(st: Stmt) -> set[str]:
+    out: set[str] = set()
+    for k, v in st.attrs:
+        if isinstance(v, str) and k in ("index", "expr", "size"):
+            out |= _symbols_in(v)
+    return out
+
+
+def kernel_json(kernel: Kernel) -> str:
+    import json
+
+    from .schema import _op_to_dict
+
+    return json.dumps(_op_to_dict(kernel), separators=(",", ":"))
+
+
+@functools.cache
+def _cpu_scheduling_cls() -> type:
+    ns = compat.inductor()
+
+    class LoopIRCppScheduling(ns.CppScheduling):  # type: ignore[misc, valid-type]
+        """``CppScheduling``'s fusion decisions, our kernels (calls into the loop IR interpreter)."""
+
+        def codegen_node(self, node: Any) -> None:
+            _emit_kernel_call(node)
+
+        def codegen_template(self, *args: Any, **kwargs: Any) -> None:
+            raise LoopIRUnsupported("Inductor templates (max-autotune GEMMs) are not captured at loop level")
+
+        def flush(self) -> None:
+            pass
+
+        def ready_to_flush(self) -> bool:
+            return False
+
+    return LoopIRCppScheduling
+
+
+@functools.cache
+def _simd_scheduling_cls() -> type:
+    ns = compat.inductor()
+    from torch.utils._ordered_set import OrderedSet
+
+    class LoopIRScheduling(ns.BaseScheduling):  # type: ignore[misc, valid-type]
+        """The Scheduling for a non-``cpu`` device: SIMD (Triton-style) grouping by
+        ``(numel, reduction numel)``, which is what Inductor's scheduler assumes there."""
+
+        @classmethod
+        def get_backend_features(cls, device: Any) -> Any:
+            return OrderedSet()
+
+        def group_fn(self, sizes: Sequence[Sequence[Any]]) -> Any:
+            sv = ns.V.graph.sizevars
+            return tuple(sv.simplify(sympy.prod(s)) for s in sizes)
+
+        def can_fuse_vertical(self, node1: Any, node2: Any) -> bool:
+            return self._compatible(node1, node2)
+
+        def can_fuse_horizontal(self, node1: Any, node2: Any) -> bool:
+            return self._compatible(node1, node2)
+
+        @staticmethod
+        def _compatible(node1: Any, node2: Any) -> bool:
+            (_, g1), (_, g2) = node1.group, node2.group
+            return bool(g1 == g2)
+
+        def codegen_node(self, node: Any) -> None:
+            _emit_kernel_call(node)
+
+        def codegen_template(self, *args: Any, **kwargs: Any) -> None:
+            raise LoopIRUnsupported("Inductor templates are not captured at loop level")
+
+        def codegen_sync(self) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+        def ready_to_flush(self) -> bool:
+            return False
+
+    return LoopIRScheduling
+
+
+_SINKS: list[Callable[[LoopProgram], None]] = []
+
+
+@functools.cache
+def _wrapper_cls() -> type:
+    ns = compat.inductor()
+
+    class LoopIRWrapperCodegen(ns.PythonWrapperCodegen):  # type: ignore[misc, valid-type]
+        """Inductor's Python wrapper, plus: assemble the LoopProgram when the wrapper is generated."""
+
+        @staticmethod
+        def create(is_subgraph: bool, subgraph_name: Any, parent_wrapper: Any, partition_signatures: Any = None) -> Any:
+            if is_subgraph:
+                raise LoopIRUnsupported("subgraphs (control flow, invoke_subgraph) are not captured at loop level")
+            return LoopIRWrapperCodegen()
+
+        def generate(self, is_inference: bool) -> Any:
+            graph = ns.V.graph
+            if _SINKS and graph.wrapper_code is self:
+                program = build_program(graph, _state())
+                for sink in _SINKS[-1:]:
+                    sink(program)
+            return super().generate(is_inference)
+
+    return LoopIRWrapperCodegen
+
+
+def _custom_pass() -> Any:
+    ns = compat.inductor()
+
+    class LoopIRCacheKey(ns.CustomGraphModulePass):  # type: ignore[misc, valid-type]
+        """A no-op post-grad pass whose ``uuid()`` keys the FX-graph cache by our extractor."""
+
+        def __call__(self, gm: torch.fx.GraphModule) -> None:
+            return None
+
+        def uuid(self) -> str:
+            return EXTRACTOR_VERSION
+
+    return LoopIRCacheKey()
+
+
+# ---- program assembly ------------------------------------------------------------------------------
+def build_program(graph: Any, state: _GraphState) -> LoopProgram:
+    """Assemble the LoopProgram of a GraphLowering whose scheduler has generated code."""
+    return _Assembler(graph, state).run()
+
+
+class _Assembler:
+    def __init__(self, graph: Any, state: _GraphState) -> None:
+        self.g, self.state, self.ir = graph, state, compat.inductor().ir
+        self.views: dict[str, Buffer] = {}
+        self.extra_buffers: dict[str, Buffer] = {}
+
+    def x(self, e: Any) -> str:
+        return format_expr(e, self.state.rename)
+
+    def device(self, node: Any) -> str:
+        d = node.get_device() if hasattr(node, "get_device") else None
+        return str(d.type) if d is not None else str(self.g.device_type)
+
+    # buffers and views -------------------------------------------------------------------------
+    def ref(self, node: Any) -> Any:
+        """A BufferRef for a tensor IR node (views become alias buffers), or a plain value."""
+        ir = self.ir
+        if isinstance(node, (list, tuple)):
+            return tuple(self.ref(n) for n in node)
+        if isinstance(node, sympy.Basic):
+            return SizeExpr(self.x(node))
+        if isinstance(node, ir.ShapeAsConstantBuffer):
+            return SizeExpr(self.x(node.expr))
+        if isinstance(node, ir.NoneAsConstantBuffer):
+            return None
+        if isinstance(node, ir.IRNode):
+            while isinstance(node, (ir.TensorBox, ir.StorageBox)):
+                node = node.data
+            if isinstance(node, ir.ReinterpretView):
+                return BufferRef(self.view_buffer(node))
+            if isinstance(node, ir.BaseView):
+                raise LoopIRUnsupported(f"unrealized view {type(node).__name__} as an extern argument")
+            return BufferRef(self.state.real_name(node.get_name()))
+        return _plain(node, self.x)
+
+    def view_buffer(self, view: Any) -> str:
+        base = self.state.real_name(view.data.get_name())
+        lay = view.layout
+        size, stride, off = tuple(map(self.x, lay.size)), tuple(map(self.x, lay.stride)), self.x(lay.offset)
+        base_buf = self.buffer_for(base)
+        if base_buf is not None and base_buf.view_of is None and (base_buf.size, base_buf.stride, base_buf.offset) == (size, stride, off):
+            return base
+        for b in self.views.values():
+            if (b.view_of, b.size, b.stride, b.offset) == (base, size, stride, off):
+                return b.name
+        name = f"{base}_v{sum(1 for b in self.views.values() if b.view_of == base)}"
+        self.views[name] = Buffer(name, _dtype(lay.dtype), size, stride, str(lay.device.type), "intermediate", off, base)
+        return name
+
+    def buffer_for(self, name: str) -> Buffer | None:
+        ir, g = self.ir, self.g
+        if name in self.views:
+            return self.views[name]
+        if name in self.extra_buffers:
+            return self.extra_buffers[name]
+        if name in g.graph_inputs and not isinstance(g.graph_inputs[name], sympy.Basic):
+            t = g.graph_inputs[name]
+            return Buffer(name, _dtype(t.get_dtype()), tuple(map(self.x, t.get_size())),
+                          tuple(map(self.x, t.get_stride())), self.device(t), "input")
+        if name in g.constants:
+            c = g.constants[name]
+            return Buffer(name, _dtype(c.dtype), tuple(map(str, c.shape)), tuple(map(str, c.stride())),
+                          str(c.device.type), "constant")
+        try:
+            buf = g.get_buffer(name)
+        except Exception:
+            buf = None
+        lay = getattr(buf, "layout", None)
+        if lay is None:
+            return None
+        if isinstance(lay, (ir.NoneLayout, ir.MultiOutputLayout)):
+            return None
+        view_of, off = None, self.x(getattr(lay, "offset", 0))
+        if isinstance(lay, ir.NonOwningLayout):
+            v = lay.view
+            view_of = self.state.real_name(v.data.get_name())
+            off = self.x(v.get_layout().offset)
+        return Buffer(name, _dtype(lay.dtype), tuple(map(self.x, lay.size)), tuple(map(self.x, lay.stride)),
+                      str(lay.device.type), "intermediate", off, view_of)
+
+    # ops ---------------------------------------------------------------------------------------------
+    def extern(self, node: Any) -> ExternKernel:
+        ir = self.ir
+        name = node.get_name()
+        kernel = str(getattr(node, "python_kernel_name", "") or "")
+        if isinstance(node, ir.MultiOutput):
+            parent = node.inputs[0].get_name()
+            idx = tuple(int(i) for _, i in node.indices)
+            return ExternKernel(name, "getitem", (BufferRef(parent), *idx), (), (name,), "multi_output")
+        if isinstance(node, (ir.Conditional, ir.WhileLoop, ir.InvokeSubgraph)) or isinstance(node, ir.UserDefinedTritonKernel):
+            raise LoopIRUnsupported(f"{type(node).__name__} is not captured at loop level")
+        opo = getattr(node, "op_overload", None)
+        tensor_refs = [self.ref(i) for i in node.inputs]
+        if isinstance(node, ir.ScatterFallback):
+            dim, *rest = node.constant_args
+            x_, index_, *src_ = tensor_refs
+            args, kwargs = [x_, dim, index_, *(src_ or rest)], {k: v for k, v in node.kwargs.items() if v is not None}
+            if not kwargs.get("include_self", False) and "reduce" not in kwargs:
+                kwargs.pop("include_self", None)
+        elif isinstance(node, ir.IndexPutFallback):
+            x_, values_, *valid = tensor_refs
+            it = iter(valid)
+            indices_ = tuple(None if i is None else next(it) for i in node.indices)
+            args, kwargs = [x_, indices_, values_, *node.constant_args], {}
+        elif compat.is_fallback_kernel(node) and getattr(node, "unflatten_args", None) is not None:
+            args, kwargs = node.unflatten_args(tensor_refs, [self.ref(a) if isinstance(a, sympy.Basic) else a
+                                                             for a in node.constant_args])
+            kwargs = {**kwargs, **node.kwargs}
+        else:
+            args, kwargs = [*tensor_refs, *node.constant_args], dict(node.kwargs)
+        op = _op_name(opo, kernel)
+        lay = getattr(node, "layout", None)
+        mutated = tuple(self.state.real_name(n) for n in node.get_mutation_names())
+        if isinstance(lay, ir.MultiOutputLayout):
+            outputs: tuple[str, ...] = ()
+        elif isinstance(lay, ir.NoneLayout):
+            outputs = ()
+        else:
+            outputs = (name,)
+        kw = tuple((k, _plain(v, self.x, self.ref)) for k, v in kwargs.items() if k != "out")
+        return ExternKernel(name, op, tuple(_plain(a, self.x, self.ref) for a in args), kw, outputs, kernel, mutated)
+
+    def run(self) -> LoopProgram:
+        ns, g, st, ir = compat.inductor(), self.g, self.state, self.ir
+        ops: list[Any] = []
+        for node in g.scheduler.nodes:
+            if isinstance(node, ns.NopKernelSchedulerNode):
+                continue
+            if isinstance(node, ns.ExternKernelSchedulerNode):
+                ops.append(self.extern(node.node))
+                continue
+            if isinstance(node, (ns.SchedulerNode, ns.FusedSchedulerNode)):
+                snodes = list(node.get_nodes())
+                if not all(isinstance(s, ns.SchedulerNode) for s in snodes):
+                    raise LoopIRUnsupported(f"{type(node).__name__} mixes templates or externs into a kernel")
+                k = st.kernels.get(snodes[0].get_name())
+                if k is None:
+                    k = convert_nodes(snodes, st, f"loop_kernel{next(st.kernel_counter)}")
+                ops.append(k)
+                continue
+            raise LoopIRUnsupported(f"scheduler node {type(node).__name__} ({node.get_name()}) is not captured")
+        # inputs
+        inputs, scalars = [], []
+        for name in g.graph_input_names:
+            inputs.append(name)
+            v = g.graph_inputs[name]
+            if isinstance(v, sympy.Basic):
+                scalars.append((name, self.x(v)))
+        outputs = tuple(self.ref(o) for o in g.graph_outputs)
+        # buffers referenced
+        names: dict[str, None] = {}
+        for n in inputs:
+            if not isinstance(g.graph_inputs[n], sympy.Basic):
+                names[n] = None
+        for o in ops:
+            for n in (*o.reads(), *o.writes()):
+                names[n] = None
+        for o in outputs:
+            if isinstance(o, BufferRef):
+                names[o.name] = None
+        out_names = {o.name for o in outputs if isinstance(o, BufferRef)}
+        multi = {o.name for o in ops if isinstance(o, ExternKernel) and not o.outputs and not o.mutated}
+        buffers: dict[str, Buffer] = {}
+        pending = list(names)
+        while pending:
+            n = pending.pop(0)
+            if n in buffers:
+                continue
+            b = self.buffer_for(n)
+            if b is None:
+                if n in multi:
+                    continue
+                raise LoopIRUnsupported(f"buffer {n!r} has no layout the loop IR can describe")
+            if b.kind == "intermediate" and n in out_names:
+                b = Buffer(b.name, b.dtype, b.size, b.stride, b.device, "output", b.offset, b.view_of)
+            buffers[n] = b
+            if b.view_of and b.view_of not in buffers:
+                pending.append(b.view_of)
+        # base buffers before their views, otherwise first-use order
+        ordered = [b for b in buffers.values() if b.view_of is None] + [b for b in buffers.values() if b.view_of]
+        constants = tuple((n, tuple(g.constants[n].detach().cpu().flatten().tolist()))
+                          for n in buffers if n in g.constants)
+        out_node = next(n for n in reversed(g.module.graph.nodes) if n.op == "output") if hasattr(g, "module") and hasattr(g.module, "graph") else None
+        out_fx = tuple(getattr(a, "name", "") for a in (out_node.args[0] if out_node is not None else ())) \
+            if out_node is not None and isinstance(out_node.args[0], (list, tuple)) else ()
+        kind = "backward" if g.is_backward else "inference" if g.is_inference else "forward"
+        return LoopProgram(kind, str(g.device_type), tuple(ordered), tuple(inputs), outputs, tuple(ops),
+                           tuple(scalars), tuple(str(s) for s in st.rename.values()), out_fx, constants)
+
+
+def _op_name(opo: Any, kernel: str) -> str:
+    from ..fx_view import op_key
+
+    if opo is not None and not isinstance(opo, str):
+        return _functional(op_key(opo))
+    if kernel.startswith("aten.") and kernel.count(".") == 2:
+        return _functional(kernel)
+    short = kernel.rsplit(".", 1)[-1]
+    if kernel.startswith(("extern_kernels.", "torch.ops.aten.", "aten.")) and hasattr(torch.ops.aten, short):
+        return f"aten.{short}.default"
+    if kernel:
+        return kernel
+    raise LoopIRUnsupported("extern kernel without an op name")
+
+
+def _functional(key: str) -> str:
+    """``aten.mm.out`` -> ``aten.mm.default``, ``aten.randint.low_out`` -> ``aten.randint.low``:
+    extern kernels are described by their functional op (the interpreter copies the result)."""
+    ns, name, overload = key.split(".") if key.count(".") == 2 else (key, "", "")
+    if overload == "out":
+        overload = "default"
+    elif overload.endswith("_out"):
+        overload = overload[: -len("_out")]
+    else:
+        return key
+    packet = getattr(getattr(torch.ops, ns, None), name, None)
+    return f"{ns}.{name}.{overload}" if packet is not None and hasattr(packet, overload) else key
+
+
+def _plain(v: Any, x: Callable[[Any], str], ref: Callable[[Any], Any] | None = None) -> Any:
+    """Schema-native form of an extern argument."""
+    if isinstance(v, (BufferRef, SizeExpr)) or v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, sympy.Basic):
+        if v.is_Integer:
+            return int(v)
+        return SizeExpr(x(v))
+    if isinstance(v, (torch.dtype, torch.memory_format, torch.layout)):
+        return TorchValue(str(v))
+    if isinstance(v, torch.device):
+        return TorchValue(f"device:{v}")
+    if isinstance(v, (list, tuple)):
+        return tuple(_plain(a, x, ref) for a in v)
+    if ref is not None:
+        r = ref(v)
+        if isinstance(r, (BufferRef, SizeExpr)) or r is None:
+            return r
+    raise LoopIRUnsupported(f"extern kernel argument of type {type(v).__name__} ({v!r})")
+
+
+# ---- the Dynamo backend -----------------------------------------------------------------------------
+@contextlib.contextmanager
+def _capture_scope(device: str, sink: Callable[[LoopProgram], None] | None) -> Iterator[None]:
+    sched = _cpu_scheduling_cls() if device == "cpu" else _simd_scheduling_cls()
+    if device != "cpu":
+        compat.ensure_device_hooks(device)
+    wrapper = _wrapper_cls()
+    _SINKS.append(sink or (lambda p: None))
+    try:
+        with compat.scoped_inductor_backend(device, sched, wrapper, _custom_pass()), \
+                compat.inductor_config_patch(**_CONFIG), compat.autograd_cache_patch(False):
+            yield
+    finally:
+        _SINKS.pop()
+
+
+#: Inductor settings for our compiles: no caches (capture needs the lowering to run), one
+#: wrapper per graph, no templates, Python wrapper.
+_CONFIG = dict(fx_graph_cache=False, fx_graph_remote_cache=False, graph_partition=False, cpp_wrapper=False,
+               max_autotune=False, max_autotune_gemm=False, combo_kernels=False, freezing=False,
+               benchmark_kernel=False)
+
+
+def loop_backend(*, device: str = "cpu", on_program: Callable[[LoopProgram], None] | None = None) -> Callable[..., Any]:
+    """A ``torch.compile`` backend that runs Inductor (decomposition, lowering, fusion) with the
+    loop IR Scheduling for ``device`` and executes each kernel with the reference interpreter.
+
+    ``on_program`` receives each graph's :class:`LoopProgram` (inference, or forward then
+    backward when the backward is compiled). Plain Inductor elsewhere in the process is
+    unaffected. Example::
+
+        >>> import torch
+        >>> seen = []
+        >>> g = torch.compile(torch.sin, backend=loop_backend(on_program=seen.append))
+        >>> torch.allclose(g(torch.ones(3)), torch.ones(3).sin()), seen[0].name
+        (True, 'inference')
+    """
+    ns = compat.inductor()
+
+    def inner_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        with _capture_scope(device, on_program):
+            return ns.compile_fx_inner(gm, example_inputs, **kwargs)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Any:
+        with compat.inductor_config_patch(**_CONFIG), compat.autograd_cache_patch(False):
+            return ns.compile_fx(gm, example_inputs, inner_compile=inner_compile)
+
+    backend.__name__ = f"torchvendor_loop_ir_{device}"
+    return backend
+
+
+def passthrough_program(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str, device: str) -> LoopProgram:
+    """The program of a graph without operations (Inductor returns such graphs uncompiled, e.g.
+    a backward that only forwards a tangent): its outputs are its inputs (or None)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = gm.graph.output_node()
+    rename: dict[Any, Any] = {}
+
+    def sym(v: Any) -> Any:
+        e = v.node.expr if isinstance(v, torch.SymInt) else sympy.Integer(int(v))
+        for s in sorted(e.free_symbols, key=lambda s: s.name):
+            rename.setdefault(s, sympy.Symbol(f"s{len(rename)}", integer=True, positive=True))
+        return e
+
+    buffers, scalars = [], []
+    for node, ex in zip(placeholders, example_inputs):
+        if isinstance(ex, torch.Tensor):
+            size, stride = [sym(d) for d in ex.shape], [sym(d) for d in ex.stride()]
+            buffers.append((node.name, ex, size, stride))
+        else:
+            scalars.append((node.name, sym(ex)))
+    bufs = tuple(Buffer(n, _dtype(ex.dtype), tuple(format_expr(e, rename) for e in size),
+                        tuple(format_expr(e, rename) for e in stride), device, "input")
+                 for n, ex, size, stride in buffers)
+    outputs: list[Any] = []
+    for a in out.args[0]:
+        if a is None:
+            outputs.append(None)
+        elif isinstance(a, torch.fx.Node) and a.op == "placeholder":
+            outputs.append(BufferRef(a.name) if a.name in {b.name for b in bufs} else
+                           SizeExpr(format_expr(dict(scalars)[a.name], rename)))
+        else:
+            raise LoopIRUnsupported(f"graph output {a!r} of an operation-free graph")
+    return LoopProgram(kind, device, bufs, tuple(n.name for n in placeholders), tuple(outputs), (),
+                       tuple((n, format_expr(e, rename)) for n, e in scalars), tuple(str(s) for s in rename.values()),
+                       tuple(getattr(a, "name", "") for a in out.args[0]))

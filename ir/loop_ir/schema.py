@@ -1,0 +1,443 @@
+"""The loop IR schema: frozen, JSON-serializable dataclasses describing what Inductor hands a
+code generator after lowering and fusion.
+
+A :class:`LoopProgram` is a table of :class:`Buffer` s and an ordered list of operations, each a
+:class:`Kernel` (one or more fused :class:`LoopNest` s, each an SSA body of :class:`Stmt` s over
+an iteration space) or an :class:`ExternKernel` (a library call such as ``aten.mm``).
+
+Index expressions and sizes are strings that sympy parses (see :func:`parse_expr`): iteration
+variables are ``i0, i1, ...`` (pointwise) and ``r0, r1, ...`` (reduction), size symbols
+``s0, s1, ...``, indirect indices ``ind0, ind1, ...``; integer functions are spelled
+``FloorDiv(a, b)``, ``ModularIndexing(x, div, mod)`` (= ``(x // div) % mod``), ``Min``, ``Max``,
+``CleanDiv``, ``PythonMod`` and the other names of :data:`INDEX_FUNCTIONS`.
+
+Example::
+
+    >>> b = Buffer("x", "float32", ("4",), ("1",), "cpu", "input")
+    >>> y = Buffer("y", "float32", ("4",), ("1",), "cpu", "output")
+    >>> body = (Stmt("t0", "load", (), (("buffer", "x"), ("index", "i0")), "float32"),
+    ...         Stmt("t1", "exp", ("t0",), (), "float32"),
+    ...         Stmt(None, "store", ("t1",), (("buffer", "y"), ("index", "i0"), ("mode", None))))
+    >>> p = LoopProgram("forward", "cpu", (b, y), ("x",), ("y",),
+    ...                 (Kernel("kernel0", (LoopNest("op0", ("4",), (), body),)),))
+    >>> LoopProgram.from_json(p.to_json()) == p
+    True
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal, Union
+
+__all__ = ["SCHEMA_VERSION", "Buffer", "Stmt", "LoopNest", "Kernel", "ExternKernel", "BufferRef",
+           "SizeExpr", "TorchValue", "LoopProgram", "Operation", "BufferKind", "INDEX_FUNCTIONS", "parse_expr",
+           "encode_value", "decode_value"]
+
+#: Bumped on any incompatible change of the JSON form; readers reject other versions.
+SCHEMA_VERSION = 1
+
+#: Names of the integer functions that may appear in index expressions (besides + - * and
+#: integer powers): floor division, ``(x // div) % mod``, exact division, min/max, Python-style
+#: modulo, and a few conversions. Their semantics are those of ``torch.utils._sympy.functions``.
+INDEX_FUNCTIONS = ("FloorDiv", "ModularIndexing", "CleanDiv", "CeilDiv", "Min", "Max", "PythonMod",
+                   "Mod", "Identity", "Where", "TruncToInt", "FloorToInt", "CeilToInt", "RoundToInt",
+                   "IntTrueDiv", "BitwiseFn_bitwise_and", "BitwiseFn_bitwise_or", "LShift", "RShift",
+                   "PowByNatural")
+
+BufferKind = Literal["input", "output", "intermediate", "constant"]
+
+
+@dataclass(frozen=True)
+class BufferRef:
+    """A tensor argument of an extern kernel: the buffer called ``name``. JSON: ``{"buffer": name}``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class SizeExpr:
+    """A symbolic integer argument (e.g. a size ``s0*4``). JSON: ``{"expr": "4*s0"}``."""
+
+    expr: str
+
+
+@dataclass(frozen=True)
+class TorchValue:
+    """A torch enum-like argument of an extern kernel, by its Python spelling:
+    ``torch.float32``, ``torch.contiguous_format``, ``torch.strided``, ``device:cpu``.
+    JSON: ``{"torch": "torch.float32"}``."""
+
+    value: str
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A tensor the program reads or writes.
+
+    ``size``/``stride``/``offset`` are integer expressions (strings). Element ``k`` of the
+    buffer's flat storage is ``data_ptr + k`` elements: index expressions in loads and stores
+    are such flat offsets. A buffer with ``view_of`` set is an alias: its elements are
+    ``as_strided(view_of, size, stride, offset)`` of the other buffer's storage (Inductor's
+    ``ReinterpretView``/``NonOwningLayout``), and writes through either are visible in both.
+    ``kind``: ``input`` (a program input), ``output`` (produced and returned), ``intermediate``
+    or ``constant`` (a tensor baked into the program; its values are in
+    :attr:`LoopProgram.constants`).
+    """
+
+    name: str
+    dtype: str
+    size: tuple[str, ...]
+    stride: tuple[str, ...]
+    device: str
+    kind: BufferKind
+    offset: str = "0"
+    view_of: str | None = None
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """One SSA statement of a loop body.
+
+    ``name`` is the value it defines (``None`` for ``store``/``store_reduction``), ``op`` an
+    Inductor ``ops.*`` name, ``args`` the SSA values it reads, ``attrs`` its other operands as
+    ``(key, value)`` pairs. ``dtype`` is the result dtype where known. ``body`` holds the
+    sub-block of ``masked`` (ending with a ``yield``). See ``docs/loop_ir.md`` for the op table.
+
+    >>> s = Stmt("t1", "reduction", ("t0",), (("kind", "sum"), ("dtype", "float32")), "float32")
+    >>> s.attr("kind")
+    'sum'
+    """
+
+    name: str | None
+    op: str
+    args: tuple[str, ...] = ()
+    attrs: tuple[tuple[str, Any], ...] = ()
+    dtype: str | None = None
+    body: tuple["Stmt", ...] = ()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        """The attribute ``key``, or ``default``."""
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    def walk(self) -> Iterator["Stmt"]:
+        """This statement, then those of its sub-block, recursively."""
+        yield self
+        for s in self.body:
+            yield from s.walk()
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    """One Inductor scheduler node: ``for i in ranges: for r in reduction_ranges: body``.
+
+    Pointwise nests have no ``reduction_ranges``. In a reduction nest, statements that depend
+    on a ``reduction`` result (and ``store_reduction``) run once per ``i`` after the ``r`` loops.
+    """
+
+    name: str
+    ranges: tuple[str, ...]
+    reduction_ranges: tuple[str, ...]
+    body: tuple[Stmt, ...]
+
+    @property
+    def iter_vars(self) -> tuple[str, ...]:
+        return tuple(f"i{k}" for k in range(len(self.ranges)))
+
+    @property
+    def reduce_vars(self) -> tuple[str, ...]:
+        return tuple(f"r{k}" for k in range(len(self.reduction_ranges)))
+
+    def stmts(self) -> Iterator[Stmt]:
+        """Every statement, sub-blocks included, in order."""
+        for s in self.body:
+            yield from s.walk()
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A fused kernel: loop nests that Inductor fused, to be run in order.
+
+    Nests of a kernel share the outer iteration group Inductor chose (``group``: the total
+    iteration and reduction sizes, as strings), so a code generator may fuse their loops; running
+    them one after another is always correct.
+    """
+
+    name: str
+    nests: tuple[LoopNest, ...]
+    group: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def kind(self) -> Literal["pointwise", "reduction"]:
+        return "reduction" if any(n.reduction_ranges for n in self.nests) else "pointwise"
+
+    def reads(self) -> tuple[str, ...]:
+        """Buffers loaded, in first-use order."""
+        return _unique(s.attr("buffer") for n in self.nests for s in n.stmts() if s.op in ("load", "load_seed"))
+
+    def writes(self) -> tuple[str, ...]:
+        """Buffers stored, in first-use order."""
+        return _unique(s.attr("buffer") for n in self.nests for s in n.stmts()
+                       if s.op in ("store", "store_reduction"))
+
+
+@dataclass(frozen=True)
+class ExternKernel:
+    """A library call: ``op(*args, **kwargs)`` whose result is written to ``outputs``.
+
+    ``op`` is an operator key such as ``aten.mm.default`` (resolvable with
+    ``torchvendor.ir.fx_view.resolve_op``) or ``getitem`` (take ``args[1:]`` indices of a
+    multi-output extern's tuple, named by ``args[0]``); tensor arguments are
+    :class:`BufferRef` s. With one output and a tensor result the result is copied into the
+    output buffer; ops that mutate an argument in place have ``mutated`` set and no outputs.
+    ``kernel`` is Inductor's name for the call (e.g. ``extern_kernels.mm``), for reference.
+    """
+
+    name: str
+    op: str
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    outputs: tuple[str, ...]
+    kernel: str = ""
+    mutated: tuple[str, ...] = ()
+
+    def reads(self) -> tuple[str, ...]:
+        return _unique(v.name for v in _iter_refs((self.args, self.kwargs)))
+
+    def writes(self) -> tuple[str, ...]:
+        return _unique((*self.outputs, *self.mutated))
+
+
+Operation = Union[Kernel, ExternKernel]
+
+
+@dataclass(frozen=True)
+class LoopProgram:
+    """A whole Inductor graph at loop level (one of a capture's forward, backward or inference).
+
+    ``inputs`` are the graph's inputs in calling order: buffer names, or names bound in
+    ``scalar_inputs`` to a size expression (``("arg0_1", "s0")`` means "the integer passed here
+    is s0"). ``outputs`` are :class:`BufferRef` s, :class:`SizeExpr` s (integer outputs) or
+    ``None``. ``ops`` run in order.
+    ``output_names`` are the names of the traced graph's outputs (AOTAutograd's saved values
+    keep theirs between forward and backward). ``constants`` map constant buffers to their
+    flat values.
+    """
+
+    name: str
+    device: str
+    buffers: tuple[Buffer, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[Any, ...]
+    ops: tuple[Operation, ...]
+    scalar_inputs: tuple[tuple[str, str], ...] = ()
+    size_vars: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    constants: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    schema_version: int = SCHEMA_VERSION
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def buffer(self, name: str) -> Buffer:
+        """The buffer called ``name``; ``KeyError`` lists the known names."""
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(f"no buffer {name!r} in program {self.name!r}; buffers: "
+                       f"{[b.name for b in self.buffers]}")
+
+    @property
+    def kernels(self) -> tuple[Kernel, ...]:
+        return tuple(o for o in self.ops if isinstance(o, Kernel))
+
+    @property
+    def extern_kernels(self) -> tuple[ExternKernel, ...]:
+        return tuple(o for o in self.ops if isinstance(o, ExternKernel))
+
+    # -- JSON ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict (see ``docs/loop_ir.md``)."""
+        return {
+            "schema_version": self.schema_version, "name": self.name, "device": self.device,
+            "size_vars": list(self.size_vars),
+            "inputs": list(self.inputs),
+            "scalar_inputs": {k: v for k, v in self.scalar_inputs},
+            "outputs": [encode_value(o) for o in self.outputs],
+            "output_names": list(self.output_names),
+            "buffers": [_buffer_to_dict(b) for b in self.buffers],
+            "constants": {k: encode_value(v) for k, v in self.constants},
+            "ops": [_op_to_dict(o) for o in self.ops],
+        }
+
+    def to_json(self, indent: int | None = 1) -> str:
+        """Serialize; :meth:`from_json` gives back an equal program."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LoopProgram":
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"loop IR schema_version {version!r} is not supported by this reader "
+                             f"(expects {SCHEMA_VERSION})")
+        return cls(
+            name=d["name"], device=d["device"],
+            buffers=tuple(_buffer_from_dict(b) for b in d["buffers"]),
+            inputs=tuple(d["inputs"]),
+            outputs=tuple(decode_value(o) for o in d["outputs"]),
+            ops=tuple(_op_from_dict(o) for o in d["ops"]),
+            scalar_inputs=tuple((k, v) for k, v in d.get("scalar_inputs", {}).items()),
+            size_vars=tuple(d.get("size_vars", ())),
+            output_names=tuple(d.get("output_names", ())),
+            constants=tuple((k, decode_value(v)) for k, v in d.get("constants", {}).items()),
+            schema_version=version,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "LoopProgram":
+        """Parse the output of :meth:`to_json`."""
+        return cls.from_dict(json.loads(text))
+
+    def __str__(self) -> str:
+        from .printer import format_program
+
+        return format_program(self)
+
+
+# ---- value encoding ------------------------------------------------------------------------------
+def encode_value(v: Any) -> Any:
+    """A JSON-ready form of an attribute or argument value (tuples become lists)."""
+    if isinstance(v, BufferRef):
+        return {"buffer": v.name}
+    if isinstance(v, SizeExpr):
+        return {"expr": v.expr}
+    if isinstance(v, TorchValue):
+        return {"torch": v.value}
+    if isinstance(v, Stmt):
+        return _stmt_to_dict(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return {"float": repr(v)}
+    if isinstance(v, (tuple, list)):
+        return [encode_value(x) for x in v]
+    if isinstance(v, dict):
+        return {"dict": [[k, encode_value(x)] for k, x in v.items()]}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise TypeError(f"loop IR cannot serialize a value of type {type(v).__name__}: {v!r}")
+
+
+def decode_value(v: Any) -> Any:
+    """Inverse of :func:`encode_value`."""
+    if isinstance(v, list):
+        return tuple(decode_value(x) for x in v)
+    if isinstance(v, dict):
+        if "buffer" in v:
+            return BufferRef(v["buffer"])
+        if "expr" in v:
+            return SizeExpr(v["expr"])
+        if "float" in v:
+            return float(v["float"])
+        if "torch" in v:
+            return TorchValue(v["torch"])
+        if "dict" in v:
+            return {k: decode_value(x) for k, x in v["dict"]}
+        if "op" in v:
+            return _stmt_from_dict(v)
+        raise ValueError(f"unknown encoded loop IR value {v!r}")
+    return v
+
+
+def _buffer_to_dict(b: Buffer) -> dict[str, Any]:
+    return {"name": b.name, "dtype": b.dtype, "size": list(b.size), "stride": list(b.stride),
+            "offset": b.offset, "device": b.device, "kind": b.kind, "view_of": b.view_of}
+
+
+def _buffer_from_dict(d: dict[str, Any]) -> Buffer:
+    return Buffer(d["name"], d["dtype"], tuple(d["size"]), tuple(d["stride"]), d["device"], d["kind"],
+                  d.get("offset", "0"), d.get("view_of"))
+
+
+def _stmt_to_dict(s: Stmt) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": s.name, "op": s.op, "args": list(s.args),
+                         "attrs": {k: encode_value(v) for k, v in s.attrs}, "dtype": s.dtype}
+    if s.body:
+        d["body"] = [_stmt_to_dict(x) for x in s.body]
+    return d
+
+
+def _stmt_from_dict(d: dict[str, Any]) -> Stmt:
+    return Stmt(d["name"], d["op"], tuple(d["args"]),
+                tuple((k, decode_value(v)) for k, v in d.get("attrs", {}).items()), d.get("dtype"),
+                tuple(_stmt_from_dict(x) for x in d.get("body", ())))
+
+
+def _op_to_dict(o: Operation) -> dict[str, Any]:
+    if isinstance(o, Kernel):
+        return {"type": "kernel", "name": o.name, "kind": o.kind,
+                "group": [list(g) for g in o.group],
+                "nests": [{"name": n.name, "ranges": list(n.ranges),
+                           "reduction_ranges": list(n.reduction_ranges),
+                           "iter_vars": list(n.iter_vars), "reduce_vars": list(n.reduce_vars),
+                           "body": [_stmt_to_dict(s) for s in n.body]} for n in o.nests]}
+    return {"type": "extern", "name": o.name, "op": o.op, "kernel": o.kernel,
+            "args": [encode_value(a) for a in o.args],
+            "kwargs": {k: encode_value(v) for k, v in o.kwargs},
+            "outputs": list(o.outputs), "mutated": list(o.mutated)}
+
+
+def _op_from_dict(d: dict[str, Any]) -> Operation:
+    if d["type"] == "kernel":
+        return Kernel(d["name"], tuple(
+            LoopNest(n["name"], tuple(n["ranges"]), tuple(n["reduction_ranges"]),
+                     tuple(_stmt_from_dict(s) for s in n["body"])) for n in d["nests"]),
+            tuple(tuple(g) for g in d.get("group", ())))
+    if d["type"] == "extern":
+        return ExternKernel(d["name"], d["op"], tuple(decode_value(a) for a in d["args"]),
+                            tuple((k, decode_value(v)) for k, v in d["kwargs"].items()),
+                            tuple(d["outputs"]), d.get("kernel", ""), tuple(d.get("mutated", ())))
+    raise ValueError(f"unknown loop IR operation type {d.get('type')!r}")
+
+
+def _unique(items: Any) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(i for i in items if i is not None))
+
+
+def _iter_refs(v: Any) -> Iterator[BufferRef]:
+    if isinstance(v, BufferRef):
+        yield v
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            yield from _iter_refs(x)
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from _iter_refs(x)
+
+
+# ---- index expressions ---------------------------------------------------------------------------
+_PARSE_CACHE: dict[str, Any] = {}
+
+
+def parse_expr(text: str) -> Any:
+    """Parse an index or size expression of the schema into sympy (integer symbols).
+
+    >>> e = parse_expr("FloorDiv(i0, 4) + 8*s0")
+    >>> sorted(map(str, e.free_symbols)), type(e.args[-1]).__name__
+    (['i0', 's0'], 'FloorDiv')
+    """
+    hit = _PARSE_CACHE.get(text)
+    if hit is not None:
+        return hit
+    import re
+
+    import sympy
+
+    from .. import compat
+
+    local: dict[str, Any] = dict(compat.sympy_index_functions())
+    for name in set(re.findall(r"\b[a-zA-Z_]\w*\b", text)):
+        if name not in local and re.fullmatch(r"(i|r|ind|s|u|q|tmp)\d+|[a-z]\w*", name):
+            local[name] = sympy.Symbol(name, integer=True, nonnegative=not name.startswith("q"))
+    expr = sympy.sympify(text, locals=local)
+    _PARSE_CACHE[text] = expr
+    return expr

@@ -1,0 +1,391 @@
+"""torch IR: the FX graph Dynamo hands a backend, captured as a :class:`TorchProgram`.
+
+What a torch-level program holds (torch 2.13):
+
+- ``graph_module``: Dynamo's ``fx.GraphModule`` of ``torch.*``, ``operator.*`` and
+  ``call_method`` nodes; parameters and buffers are lifted to placeholders;
+- ``example_inputs``: the real tensors (and ints) Dynamo passed for each placeholder, and
+  ``fake_inputs``: the FakeTensors / SymInts in ``node.meta["example_value"]`` (symbolic shapes
+  when captured with ``dynamic=True``);
+- ``slots``: what feeds each placeholder (``input<i>``, ``parameter lin.weight``, ``buffer
+  bn.running_mean``, ``constant``, ``symint s0``);
+- ``guards``: Dynamo's guards on the capture, one line each.
+
+There is no backward graph at this level: Dynamo leaves autograd to eager PyTorch, so
+``run_backward`` runs eager autograd over the interpreted forward.
+
+:func:`torch_ir_hook` is the Dynamo backend the capture uses; an SDK backend uses it the same way.
+
+Example::
+
+    >>> import torch
+    >>> from torchvendor.ir import capture
+    >>> p = capture(torch.nn.Linear(4, 2), [torch.randn(3, 4)], level="torch")
+    >>> sorted(str(s) for s in p.slots)
+    ['input0', 'parameter bias', 'parameter weight']
+    >>> torch.testing.assert_close(p.run(torch.ones(3, 4))[0], p.module(torch.ones(3, 4)))
+"""
+from __future__ import annotations
+
+import inspect
+import keyword
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from . import compat
+from .interpreter import Binder, Slot, _encode, graph_to_json, placeholders, run_graph
+from .program import Program, default_grad_outputs, flatten_inputs, flatten_outputs
+
+__all__ = ["TorchProgram", "OutputSlot", "torch_ir_hook", "capture_torch"]
+
+#: A torch-level backend callback: sees Dynamo's graph and example inputs, returns the callable
+#: to run in its place, or None to run the graph as is.
+TorchCallback = Callable[[fx.GraphModule, list[Any]], "Callable[..., Any] | None"]
+
+
+def torch_ir_hook(callback: TorchCallback) -> Callable[..., Any]:
+    """A Dynamo backend (pass it to ``torch.compile(backend=...)``) that hands each torch-IR
+    graph to ``callback(gm, example_inputs)`` and runs what it returns (``gm.forward`` if None).
+
+    Accepts and ignores the ``mode=``/``options=`` keywords ``torch.compile`` may pass.
+
+    >>> import torch
+    >>> seen = []
+    >>> f = torch.compile(lambda x: x.sin() + 1, backend=torch_ir_hook(lambda gm, ex: seen.append(gm)))
+    >>> _ = f(torch.randn(3)); len(seen)
+    1
+    """
+    def backend(gm: fx.GraphModule, example_inputs: list[Any], **_: Any) -> Callable[..., Any]:
+        compiled = callback(gm, list(example_inputs))
+        return compiled if compiled is not None else gm.forward
+
+    backend.__name__ = f"torch_ir_hook({getattr(callback, '__name__', 'callback')})"
+    return backend
+
+
+@dataclass(frozen=True)
+class OutputSlot:
+    """Where one flattened user output comes from: ``"graph"`` (``index`` of the graph output),
+    ``"input"`` (a user input returned as is), ``"parameter"``/``"buffer"`` (``name``) or
+    ``"constant"`` (``value``, a non-tensor Dynamo folded into the bytecode)."""
+
+    kind: str
+    index: int | None = None
+    name: str = ""
+    value: Any = None
+
+    def __str__(self) -> str:
+        return {"graph": f"graph output {self.index}", "input": f"input{self.index}",
+                "constant": f"constant {self.value!r}"}.get(self.kind, f"{self.kind} {self.name}")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-compatible data."""
+        return {"kind": self.kind, "index": self.index, "name": self.name, "value": _encode(self.value, "output")}
+
+
+# ---- the capture driver, shared with the ATen level ---------------------------------------------
+
+@dataclass
+class _Record:
+    gm: fx.GraphModule | None = None
+    example_inputs: list[Any] = field(default_factory=list)
+    tracing_guards: list[str] = field(default_factory=list)
+    graph_outputs: Any = None
+    calls: int = 0
+
+
+@dataclass
+class Trace:
+    """The result of one capture through ``torch.compile`` (internal to the IR levels)."""
+
+    module: torch.nn.Module | None
+    user_inputs: list[Any]          # the (cloned) flat user inputs the capture ran on
+    result: Any                     # what the compiled function returned
+    gm: fx.GraphModule
+    example_inputs: list[Any]
+    slots: list[Slot]
+    outputs: list[OutputSlot]
+    guards: list[str]
+    dynamic: bool
+    training: bool
+
+
+def _clone_leaf(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        y = x.detach().clone()
+        return y.requires_grad_(x.requires_grad) if x.is_leaf or x.requires_grad else y
+    return x
+
+
+def _arg_names(target: Any, n: int) -> list[str]:
+    fn = target.forward if isinstance(target, torch.nn.Module) else target
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:n]
+    reserved = {"self", "__tv_target__"}
+    if len(names) == n and len(set(names)) == n and not any(keyword.iskeyword(a) or a in reserved for a in names):
+        return names
+    return [f"input{i}" for i in range(n)]
+
+
+_counter = [0]
+
+
+def _entry_function(target: Any, n_args: int) -> Callable[..., Any]:
+    """A fresh function ``capture_<name>([self,] a, b, ...)`` calling ``target``. A new code
+    object per capture gives Dynamo a fresh cache, so captures never hit the recompile limit
+    and never need a global ``torch._dynamo.reset()``."""
+    names = _arg_names(target, n_args)
+    label = type(target).__name__ if isinstance(target, torch.nn.Module) else getattr(target, "__name__", "fn")
+    label = "".join(c if c.isalnum() else "_" for c in label)
+    _counter[0] += 1
+    args = ", ".join(names)
+    if isinstance(target, torch.nn.Module):
+        src = f"def capture_{label}(self, {args}):\n    return self({args})\n"
+    else:
+        src = f"def capture_{label}({args}):\n    return __tv_target__({args})\n"
+    namespace: dict[str, Any] = {"__tv_target__": target}
+    exec(compile(src, f"<torchvendor capture #{_counter[0]}>", "exec"), namespace)
+    return namespace[f"capture_{label}"]
+
+
+def _slots(gm: fx.GraphModule, example_inputs: Sequence[Any], user: Sequence[Any],
+           module: torch.nn.Module | None) -> list[Slot]:
+    params = {id(p): n for n, p in module.named_parameters(remove_duplicate=False)} if module is not None else {}
+    buffers = {id(b): n for n, b in module.named_buffers(remove_duplicate=False)} if module is not None else {}
+    by_id = {}
+    for i, leaf in enumerate(user):
+        if isinstance(leaf, torch.Tensor):
+            by_id.setdefault(id(leaf), i)
+    slots = []
+    for node, ex in zip(placeholders(gm), example_inputs):
+        fake = node.meta.get("example_value")
+        if isinstance(ex, torch.Tensor):
+            if id(ex) in by_id:
+                slots.append(Slot("input", node.name, by_id[id(ex)]))
+            elif id(ex) in params:
+                slots.append(Slot("parameter", params[id(ex)]))
+            elif id(ex) in buffers:
+                slots.append(Slot("buffer", buffers[id(ex)]))
+            else:
+                slots.append(Slot("constant", node.name, value=ex))
+        else:
+            expr = fake.node.expr if isinstance(fake, torch.SymInt) else ex
+            ints = [i for i, leaf in enumerate(user) if type(leaf) is int and leaf == int(ex)]
+            shape_symbols = {s.node.expr for n2 in placeholders(gm)
+                             for s in getattr(n2.meta.get("example_value"), "shape", ()) if isinstance(s, torch.SymInt)}
+            if ints and expr not in shape_symbols:
+                slots.append(Slot("input", node.name, ints[0]))
+            else:
+                slots.append(Slot("symint", node.name, value=expr))
+    return slots
+
+
+def _output_slots(result_leaves: Sequence[Any], graph_outputs: Sequence[Any], user: Sequence[Any],
+                  module: torch.nn.Module | None) -> list[OutputSlot]:
+    named = {}
+    if module is not None:
+        named.update({id(p): ("parameter", n) for n, p in module.named_parameters()})
+        named.update({id(b): ("buffer", n) for n, b in module.named_buffers()})
+    out = []
+    for leaf in result_leaves:
+        if isinstance(leaf, torch.Tensor):
+            k = next((k for k, g in enumerate(graph_outputs) if g is leaf), None)
+            i = next((i for i, u in enumerate(user) if u is leaf), None)
+            if k is not None:
+                out.append(OutputSlot("graph", k))
+            elif i is not None:
+                out.append(OutputSlot("input", i))
+            elif id(leaf) in named:
+                out.append(OutputSlot(named[id(leaf)][0], name=named[id(leaf)][1]))
+            else:
+                raise RuntimeError("capture: an output tensor is neither a graph output, an input nor a parameter; "
+                                   "this Dynamo behaviour is not supported yet (please report it with the function)")
+        else:
+            k = next((k for k, g in enumerate(graph_outputs) if not isinstance(g, torch.Tensor) and g == leaf), None)
+            out.append(OutputSlot("graph", k) if k is not None else OutputSlot("constant", value=leaf))
+    return out
+
+
+def trace(target: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any],
+          inner: Callable[[fx.GraphModule, list[Any]], Callable[..., Any]], *, dynamic: bool = False,
+          training: bool = False) -> Trace:
+    """Run ``target`` once under ``torch.compile(fullgraph=True)`` with a backend that records
+    the Dynamo graph and hands it to ``inner(gm, example_inputs)`` (which returns the compiled
+    callable); for ``training`` also run a backward so AOTAutograd compiles its backward graph."""
+    if not isinstance(example_inputs, (list, tuple)):
+        raise TypeError(f"example_inputs must be a list or tuple of positional arguments, got {type(example_inputs).__name__}")
+    module = target if isinstance(target, torch.nn.Module) else None
+    if module is None and not callable(target):
+        raise TypeError(f"capture needs a function or an nn.Module, got {type(target).__name__}")
+    inputs = compat.tree_unflatten([_clone_leaf(x) for x in flatten_inputs(example_inputs)],
+                                   compat.tree_flatten(list(example_inputs))[1])
+    user = flatten_inputs(inputs)
+    rec = _Record()
+
+    def backend(gm: fx.GraphModule, ex: list[Any], **_: Any) -> Callable[..., Any]:
+        rec.gm, rec.example_inputs, rec.calls = gm, list(ex), rec.calls + 1
+        rec.tracing_guards = compat.tracing_guard_lines()
+        compiled = inner(gm, list(ex))
+
+        def recording(*args: Any) -> Any:
+            out = compiled(*args)
+            rec.graph_outputs = out
+            return out
+        return recording
+
+    entry = _entry_function(target, len(inputs))
+    compiled = torch.compile(entry, backend=backend, fullgraph=True, dynamic=dynamic)
+    call_args = ([module] if module is not None else []) + list(inputs)
+    with torch.enable_grad() if training else torch.no_grad():
+        result = compiled(*call_args)
+    if rec.gm is None:
+        raise RuntimeError("capture: torch.compile produced no graph (the function has no tensor operations?)")
+    leaves = flatten_outputs(result)
+    graph_outputs = list(rec.graph_outputs) if isinstance(rec.graph_outputs, (list, tuple)) else [rec.graph_outputs]
+    if training:
+        _backward_once(leaves, user, module)
+    try:
+        guards = compat.guard_lines(entry.__code__)
+    except Exception as e:  # a summary must never fail the capture
+        guards = None
+        rec.tracing_guards.insert(0, f"# reading cache-entry guards failed: {type(e).__name__}: {e}")
+    if guards is None:
+        guards = [f"# cache-entry guards are not exposed by torch {torch.__version__}; "
+                  f"guards from the tracing context:"] + rec.tracing_guards
+    return Trace(module, user, result, rec.gm, rec.example_inputs, _slots(rec.gm, rec.example_inputs, user, module),
+                 _output_slots(leaves, graph_outputs, user, module), guards, dynamic, training)
+
+
+def grad_leaves(user: Sequence[Any], module: torch.nn.Module | None) -> list[tuple[str, torch.Tensor]]:
+    """(key, tensor) for every user input that requires grad and every trainable parameter."""
+    out = [(f"input{i}", x) for i, x in enumerate(user) if isinstance(x, torch.Tensor) and x.requires_grad]
+    if module is not None:
+        out += [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    return out
+
+
+def _backward_once(leaves: Sequence[Any], user: Sequence[Any], module: torch.nn.Module | None) -> None:
+    diff = [o for o in leaves if isinstance(o, torch.Tensor) and o.requires_grad]
+    wrt = [t for _, t in grad_leaves(user, module)]
+    if not diff or not wrt:
+        raise ValueError("capture(training=True): no output requires grad. Give the example inputs "
+                         "requires_grad=True (or capture a module with trainable parameters), or use training=False")
+    torch.autograd.grad(diff, wrt, [torch.ones_like(o) for o in diff], allow_unused=True)
+
+
+def assemble(outputs: Sequence[OutputSlot], graph_outputs: Sequence[Any], user: Sequence[Any],
+             module: torch.nn.Module | None) -> list[Any]:
+    """The flat user outputs from a run's graph outputs (see :class:`OutputSlot`)."""
+    named: dict[str, Any] = {}
+    if module is not None and any(o.kind in ("parameter", "buffer") for o in outputs):
+        named = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    res = []
+    for o in outputs:
+        if o.kind == "graph":
+            res.append(graph_outputs[o.index])
+        elif o.kind == "input":
+            res.append(user[o.index])
+        elif o.kind == "constant":
+            res.append(o.value)
+        else:
+            res.append(named[o.name])
+    return res
+
+
+def describe_inputs(slots: Sequence[Slot], fakes: Sequence[Any], names: Sequence[str]) -> list[str]:
+    """One line per placeholder: name, what feeds it, dtype and (symbolic) shape."""
+    lines = []
+    for name, slot, fake in zip(names, slots, fakes):
+        if isinstance(fake, torch.Tensor):
+            typ = f"{str(fake.dtype).removeprefix('torch.')}{list(fake.shape)}"
+        else:
+            typ = type(fake).__name__ + (f" {fake}" if fake is not None else "")
+        lines.append(f"  %{name}: {slot}  {typ}".replace("'", ""))
+    return lines
+
+
+def _guard_summary(guards: Sequence[str]) -> list[str]:
+    """Guard lines for printing; the per-tensor dynamic-marking checks are counted, not listed."""
+    marking = [g for g in guards if g.startswith("DIMENSION_DYNAMIC_MARKING_GUARD")]
+    shown = [g for g in guards if not g.startswith("DIMENSION_DYNAMIC_MARKING_GUARD")]
+    tail = [f"  (+{len(marking)} DIMENSION_DYNAMIC_MARKING_GUARD lines, see .guards)"] if marking else []
+    return [f"guards ({len(guards)}):", *("  " + g for g in shown), *tail]
+
+
+# ---- the torch-level program ---------------------------------------------------------------------
+
+class TorchProgram(Program):
+    """A captured torch-IR program (see the module docstring)."""
+
+    level = "torch"
+
+    def __init__(self, tr: Trace) -> None:
+        self.graph_module: fx.GraphModule = tr.gm
+        self.example_inputs: list[Any] = tr.example_inputs
+        self.fake_inputs: list[Any] = [n.meta.get("example_value") for n in placeholders(tr.gm)]
+        self.slots: list[Slot] = tr.slots
+        self.outputs: list[OutputSlot] = tr.outputs
+        self.guards: list[str] = tr.guards
+        self.module: torch.nn.Module | None = tr.module
+        self.training, self.dynamic = tr.training, tr.dynamic
+        self._binder = Binder(self.slots, self.fake_inputs, self.module)
+
+    @property
+    def graph(self) -> fx.Graph:
+        """The FX graph."""
+        return self.graph_module.graph
+
+    def parameters(self) -> dict[str, str]:
+        """Placeholder name -> qualified name, for placeholders that are parameters or buffers."""
+        return {n.name: s.name for n, s in zip(placeholders(self.graph_module), self.slots)
+                if s.kind in ("parameter", "buffer")}
+
+    def __str__(self) -> str:
+        names = [n.name for n in placeholders(self.graph_module)]
+        code = self.graph_module.print_readable(print_output=False).rstrip()
+        return "\n".join([f"# torch IR ({'training' if self.training else 'inference'}"
+                          f"{', dynamic' if self.dynamic else ''})", "inputs:",
+                          *describe_inputs(self.slots, self.fake_inputs, names), "graph:", code,
+                          "outputs: " + ", ".join(map(str, self.outputs)),
+                          *_guard_summary(self.guards)])
+
+    def to_json(self) -> dict[str, Any]:
+        """The program as JSON-compatible data: the graph (see ``interpreter.graph_to_json``),
+        slots, outputs and guards. Parameters are referenced by name, not stored."""
+        return {"level": self.level, "training": self.training, "dynamic": self.dynamic,
+                "graph": graph_to_json(self.graph_module), "slots": [s.to_json() for s in self.slots],
+                "outputs": [o.to_json() for o in self.outputs], "guards": list(self.guards)}
+
+    def run(self, *inputs: Any) -> list[Any]:
+        """Interpret the Dynamo graph on ``inputs``; the flat outputs."""
+        flat = flatten_inputs(inputs)
+        graph_outputs = run_graph(self.graph_module, self._binder.bind(flat), name="torch IR graph")
+        return assemble(self.outputs, graph_outputs, flat, self.module)
+
+    def run_backward(self, *inputs: Any, grad_outputs: Sequence[torch.Tensor | None] | None = None) -> dict[str, torch.Tensor]:
+        """Gradients by eager autograd over the interpreted forward (torch IR has no backward graph)."""
+        self._require_training()
+        with torch.enable_grad():
+            outs = self.run(*inputs)
+        grads = list(grad_outputs) if grad_outputs is not None else default_grad_outputs(outs)
+        if len(grads) != len(outs):
+            raise ValueError(f"grad_outputs has {len(grads)} entries but the program has {len(outs)} outputs")
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
+        leaves = grad_leaves(flatten_inputs(inputs), self.module)
+        leaves += [(s.name, s.value) for s in self.slots if s.kind == "constant" and s.value.requires_grad]
+        if not pairs or not leaves:
+            return {}
+        res = torch.autograd.grad([o for o, _ in pairs], [t for _, t in leaves], [g for _, g in pairs], allow_unused=True)
+        return {k: g for (k, _), g in zip(leaves, res) if g is not None}
+
+
+def capture_torch(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any], *,
+                  training: bool = False, dynamic: bool = False) -> TorchProgram:
+    """Capture ``fn`` at torch level (``capture(..., level="torch")``)."""
+    return TorchProgram(trace(fn, example_inputs, lambda gm, ex: gm.forward, dynamic=dynamic, training=training))
