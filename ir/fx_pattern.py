@@ -35,9 +35,9 @@ from torchvendor.pattern_matcher import (
 )
 from torchvendor.pattern_matcher.multi import MultiPattern
 
-from .fx_view import FxView, resolve_op
+from .fx_view import FxView
 
-__all__ = ["FxRewriteView", "trace", "pattern_from_function", "pattern_from_graph", "template_from_function", "fx_rule",
+__all__ = ["trace", "pattern_from_function", "pattern_from_graph", "template_from_function", "fx_rule",
            "rewrite_fx"]
 
 Level = Literal["aten", "torch"]
@@ -171,78 +171,6 @@ def fx_rule(search: Callable[..., Any], replacement: Callable[..., Any] | Fused 
     return Rule(pattern, replacement, **rule_kwargs)
 
 
-_TENSOR = ("Tensor", "Tensor?", "Optional[Tensor]")
-_TENSOR_LIST = ("List[Tensor]", "Tensor[]", "List[Optional[Tensor]]", "Tensor?[]")
-# per schema: (name, "tensor" | "tensors" | "other", kwarg_only, has_default)
-_PLANS: dict[Any, tuple[tuple[str, str, bool, bool], ...]] = {}
-_TARGETS: dict[str, Any] = {}
-
-
-def _plan(schema: Any) -> tuple[tuple[str, str, bool, bool], ...]:
-    plan = _PLANS.get(schema)
-    if plan is None:
-        plan = _PLANS[schema] = tuple(
-            (a.name, "tensor" if str(a.type) in _TENSOR else "tensors" if str(a.type) in _TENSOR_LIST else "other",
-             a.kwarg_only, a.has_default_value()) for a in schema.arguments)
-    return plan
-
-
-def _bind_schema(schema: Any, inputs: list[fx.Node], attrs: dict[str, Any], op: Any) -> tuple[list[Any], dict[str, Any]]:
-    """Inputs fill the schema's tensor arguments in order, ``attrs`` the others by name."""
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for index, (name, kind, kwarg_only, has_default) in enumerate(_plan(schema)):
-        if name in attrs:
-            value = attrs.pop(name)
-        elif kind == "tensor" and inputs:
-            value = inputs.pop(0)
-        elif kind == "tensors":
-            value, inputs = inputs, []
-        elif has_default:
-            continue
-        else:
-            raise ValueError(f"cannot create {op}: no value for argument {name!r}")
-        if kwarg_only:
-            kwargs[name] = value
-        else:
-            if len(args) != index:
-                raise ValueError(f"cannot create {op}: argument {name!r} given but an earlier positional "
-                                 f"argument was left to its default; pass it in attrs")
-            args.append(value)
-    if inputs or attrs:
-        raise ValueError(f"cannot create {op}: unused inputs {inputs} or attributes {sorted(attrs)}")
-    return args, kwargs
-
-
-class FxRewriteView(FxView):
-    """:class:`FxView` whose ``create`` also binds ``Optional[Tensor]`` schema arguments to inputs.
-
-    ``FxView.create`` only recognizes the spelling ``Tensor?``, while ``str(arg.type)`` gives
-    ``Optional[Tensor]`` (e.g. the bias of ``aten.convolution``); reported to the IR owners. It
-    also caches key resolution and each schema's binding plan, as rewriting creates many nodes.
-    """
-
-    def create(self, op: str | Callable[..., Any], inputs: Sequence[fx.Node], attrs: Mapping[str, Any] | None = None,
-               *, before: fx.Node, meta: Mapping[str, Any] | None = None) -> fx.Node:
-        if isinstance(op, str):
-            if op.startswith("method."):
-                return super().create(op, inputs, attrs, before=before, meta=meta)
-            target = _TARGETS.get(op)
-            if target is None:
-                target = _TARGETS[op] = resolve_op(op)
-        else:
-            target = op
-        schema = getattr(target, "_schema", None)
-        if schema is None:
-            return super().create(target, inputs, attrs, before=before, meta=meta)
-        args, kwargs = _bind_schema(schema, list(inputs), dict(attrs) if attrs else {}, op)
-        with self.graph.inserting_before(before):
-            node = self.graph.create_node("call_function", target, tuple(args), kwargs)
-        if meta:
-            node.meta.update({k: v for k, v in meta.items() if k not in ("dtype", "shape")})
-        return node
-
-
 def rewrite_fx(gm: fx.GraphModule, rules: PatternMatcher | Sequence[Rule], *, max_passes: int = 1,
                dce: bool = True) -> RewriteResult:
     """Rewrite ``gm`` in place with ``rules``, then lint and recompile it.
@@ -259,7 +187,7 @@ def rewrite_fx(gm: fx.GraphModule, rules: PatternMatcher | Sequence[Rule], *, ma
     matcher = rules if isinstance(rules, PatternMatcher) else PatternMatcher(rules)
     if dce:
         gm.graph.eliminate_dead_code()
-    result = matcher.rewrite(FxRewriteView(gm.graph), max_passes=max_passes)
+    result = matcher.rewrite(FxView(gm.graph), max_passes=max_passes)
     gm.graph.lint()
     gm.recompile()
     return result

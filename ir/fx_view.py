@@ -114,6 +114,7 @@ class FxView:
     def __init__(self, graph: fx.Graph) -> None:
         self.graph = graph
         self._owner = graph.owning_module
+        self._keys: dict[Any, str] = {}  # op_key per call_function target: most graphs reuse few
 
     def nodes(self) -> list[fx.Node]:
         return list(self.graph.nodes)
@@ -126,7 +127,15 @@ class FxView:
 
     def op(self, node: fx.Node) -> str:
         if node.op == "call_function":
-            return op_key(node.target)
+            try:
+                return self._keys[node.target]
+            except (KeyError, TypeError):  # TypeError: an unhashable target
+                key = op_key(node.target)
+                try:
+                    self._keys[node.target] = key
+                except TypeError:
+                    pass
+                return key
         if node.op == "call_method":
             return f"method.{node.target}"
         if node.op == "call_module":
@@ -175,7 +184,12 @@ class FxView:
             target: Any = op.removeprefix("method.")
             kind = "call_method"
         else:
-            target = resolve_op(op) if isinstance(op, str) else op
+            if isinstance(op, str):
+                target = _TARGETS.get(op)
+                if target is None:
+                    target = _TARGETS[op] = resolve_op(op)
+            else:
+                target = op
             kind = "call_function"
         schema = getattr(target, "_schema", None)
         if schema is not None:
@@ -201,25 +215,46 @@ class FxView:
         self.graph.erase_node(node)
 
 
+_TENSOR = ("Tensor", "Tensor?", "Optional[Tensor]")
+_TENSOR_LIST = ("List[Tensor]", "Tensor[]", "List[Optional[Tensor]]", "Tensor?[]")
+# per schema: (name, "tensor" | "tensors" | "other", kwarg_only, has_default)
+_PLANS: dict[Any, tuple[tuple[str, str, bool, bool], ...]] = {}
+_TARGETS: dict[str, Any] = {}  # operator key -> resolved callable
+
+
+def _plan(schema: Any) -> tuple[tuple[str, str, bool, bool], ...]:
+    plan = _PLANS.get(schema)
+    if plan is None:
+        plan = _PLANS[schema] = tuple(
+            (a.name, "tensor" if str(a.type) in _TENSOR else "tensors" if str(a.type) in _TENSOR_LIST else "other",
+             a.kwarg_only, a.has_default_value()) for a in schema.arguments)
+    return plan
+
+
 def _bind_schema(schema: Any, inputs: list[fx.Node], attrs: dict[str, Any], op: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Inputs fill the schema's tensor arguments in order, ``attrs`` the others by name."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    for arg in schema.arguments:
-        type_str = str(arg.type)
-        if arg.name in attrs:
-            value = attrs.pop(arg.name)
-        elif type_str in ("Tensor", "Tensor?") and inputs:
+    for index, (name, kind, kwarg_only, has_default) in enumerate(_plan(schema)):
+        if name in attrs:
+            value = attrs.pop(name)
+        elif kind == "tensor" and inputs:
             value = inputs.pop(0)
-        elif type_str in ("List[Tensor]", "Tensor[]", "List[Optional[Tensor]]", "Tensor?[]"):
+        elif kind == "tensors":
             value, inputs = inputs, []
-        elif arg.has_default_value():
+        elif has_default:
             continue
         else:
-            raise ValueError(f"cannot create {op}: no value for argument {arg.name!r} ({type_str})")
-        (kwargs.__setitem__(arg.name, value) if arg.kwarg_only else args.append(value))
-        if not arg.kwarg_only and len(args) != schema.arguments.index(arg) + 1:
-            raise ValueError(f"cannot create {op}: argument {arg.name!r} given but an earlier "
-                             f"positional argument was left to its default; pass it in attrs")
+            raise ValueError(f"cannot create {op}: no value for argument {name!r}")
+        if kwarg_only:
+            kwargs[name] = value
+        else:
+            if len(args) != index:
+                raise ValueError(f"cannot create {op}: argument {name!r} given but an earlier positional "
+                                 f"argument was left to its default; pass it in attrs")
+            args.append(value)
     if inputs or attrs:
         raise ValueError(f"cannot create {op}: unused inputs {inputs} or attributes {sorted(attrs)}")
     return args, kwargs
+
+

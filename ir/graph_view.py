@@ -109,6 +109,7 @@ class DictGraph:
         self._prev: dict[DictNode, DictNode] = {self._head: self._head}
         self._next: dict[DictNode, DictNode] = {self._head: self._head}
         self._names: set[str] = set()
+        self._next_suffix: dict[str, int] = {}  # per name hint, so fresh names cost O(1)
 
     def _link(self, node: DictNode, before: DictNode) -> None:
         prev = self._prev[before]
@@ -117,9 +118,10 @@ class DictGraph:
 
     # -- building --------------------------------------------------------------------------
     def _fresh(self, hint: str) -> str:
-        name, i = hint, 1
+        name, i = hint, self._next_suffix.get(hint, 1)
         while name in self._names:
             name, i = f"{hint}_{i}", i + 1
+        self._next_suffix[hint] = i
         self._names.add(name)
         return name
 

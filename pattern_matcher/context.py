@@ -1,0 +1,89 @@
+"""Per-pass caches over a GraphView: operator keys, inputs, users and kinds of nodes.
+
+Matching asks for the same facts about a node many times (once per rule anchored there, once per
+pattern node that visits it); adapters may compute them on each call (the FX adapter flattens
+argument trees). A :class:`MatchContext` asks the view once per node and remembers the answer.
+
+Example::
+
+    >>> from torchvendor.ir.graph_view import DictGraph
+    >>> g = DictGraph(); x = g.add_input("x"); r = g.add_node("relu", [x])
+    >>> ctx = MatchContext(g)
+    >>> ctx.op(r), ctx.inputs(r)
+    ('relu', [%x])
+"""
+from __future__ import annotations
+
+from typing import Any, Collection, Hashable, Sequence
+
+from torchvendor.ir.graph_view import GraphView, NodeKind
+
+__all__ = ["MatchContext"]
+
+
+class MatchContext:
+    """Memoizing wrapper around a :class:`GraphView` used during one matching pass.
+
+    ``commutative`` is the set of operator keys whose first two operands may be swapped.
+    """
+
+    __slots__ = ("view", "commutative", "_ops", "_inputs", "_users", "_kinds", "_attrs", "positions")
+
+    def __init__(self, view: GraphView, commutative: Collection[str] = ()) -> None:
+        self.view = view
+        self.commutative = frozenset(commutative)
+        self._ops: dict[Hashable, str] = {}
+        self._inputs: dict[Hashable, Sequence[Hashable]] = {}
+        self._users: dict[Hashable, Sequence[Hashable]] = {}
+        self._kinds: dict[Hashable, NodeKind] = {}
+        self._attrs: dict[Hashable, Any] = {}
+        #: Topological position of each node, filled by :meth:`index_positions`.
+        self.positions: dict[Hashable, int] = {}
+
+    def index_positions(self) -> list[Hashable]:
+        """Number the nodes in topological order and cache their operator keys; returns the nodes."""
+        nodes = list(self.view.nodes())
+        self.positions = {n: i for i, n in enumerate(nodes)}
+        op, ops = self.view.op, self._ops
+        for n in nodes:
+            if n not in ops:
+                ops[n] = op(n)
+        return nodes
+
+    def op(self, node: Hashable) -> str:
+        try:
+            return self._ops[node]
+        except KeyError:
+            key = self._ops[node] = self.view.op(node)
+            return key
+
+    def inputs(self, node: Hashable) -> Sequence[Hashable]:
+        try:
+            return self._inputs[node]
+        except KeyError:
+            ins = self._inputs[node] = self.view.inputs(node)
+            return ins
+
+    def users(self, node: Hashable) -> Sequence[Hashable]:
+        try:
+            return self._users[node]
+        except KeyError:
+            us = self._users[node] = self.view.users(node)
+            return us
+
+    def kind(self, node: Hashable) -> NodeKind:
+        try:
+            return self._kinds[node]
+        except KeyError:
+            k = self._kinds[node] = self.view.kind(node)
+            return k
+
+    def attrs(self, node: Hashable) -> Any:
+        try:
+            return self._attrs[node]
+        except KeyError:
+            a = self._attrs[node] = self.view.attrs(node)
+            return a
+
+    def meta(self, node: Hashable) -> Any:
+        return self.view.meta(node)

@@ -1,0 +1,191 @@
+"""The one-pass matcher: many rules, indexed by anchor operator, overlaps resolved by priority.
+
+:class:`PatternMatcher` visits every node once, in topological order. Rules are indexed by the
+operator keys their pattern can be anchored on, so a node only tries the rules that could match
+it. At each (rule, node) pair the first structural match that passes the rule's check and the
+validity rules (containment, inputs outside the match, no cycle when fused; see
+:mod:`.validity`) becomes a candidate. Candidates are then accepted greedily by priority (higher
+first), then anchor position, then rule order, skipping any that shares a node with one already
+accepted. Valid matches can be replaced together without creating a cycle (see :mod:`.validity`). Total work is O(V + E + work at candidate anchors): no per-match whole-graph walk.
+
+Example::
+
+    >>> from torchvendor.ir.graph_view import DictGraph
+    >>> from torchvendor.pattern_matcher import P, Fused, Rule
+    >>> g = DictGraph(); a, b, c = g.add_input("a"), g.add_input("b"), g.add_input("c")
+    >>> m = g.add_node("mul", [c, g.add_node("relu", [g.add_node("add", [a, b])])])
+    >>> _ = g.add_output([m])
+    >>> pm = PatternMatcher([Rule(P("mul", P("relu", P("add", "a", "b")), "c"), Fused("acme.fused"))])
+    >>> pm.rewrite(g).replaced
+    1
+    >>> [g.op(n) for n in g.nodes()]
+    ['placeholder', 'placeholder', 'placeholder', 'acme.fused', 'output']
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Collection, Hashable, Iterable
+
+from torchvendor.ir.graph_view import GraphView, MutableGraphView
+
+from .context import MatchContext
+from .errors import PatternError
+from .keymap import COMMUTATIVE_OPS
+from .match import Match, Searcher
+from .rewrite import RewriteResult, apply_matches
+from .rule import Rule
+from .validity import invalid_reason
+
+__all__ = ["PatternMatcher", "MatchReport"]
+
+
+@dataclass
+class MatchReport:
+    """What one matching pass found: accepted matches and why other candidates were dropped."""
+
+    matches: list[Match]
+    candidates: int = 0
+    rejected: Counter = field(default_factory=Counter)  # reason kind -> count
+    examples: list[str] = field(default_factory=list)   # a few readable rejection messages
+
+    def _reject(self, rule: Rule, node_name: str, reason: str) -> None:
+        kind = reason.split(" ")[0].rstrip(":")
+        self.rejected["cycle" if kind == "fusing" else kind] += 1
+        if len(self.examples) < 20:
+            self.examples.append(f"{rule.name} at {node_name}: {reason}")
+
+
+class PatternMatcher:
+    """Match (and optionally rewrite) many rules in one pass over any GraphView.
+
+    ``rules`` are :class:`Rule` objects or ``(pattern, replacement)`` pairs. ``commutative`` is the
+    set of operator keys whose first two operands may be swapped (default: add/mul/max/min and
+    friends in every IR's spelling, see :data:`~torchvendor.pattern_matcher.keymap.COMMUTATIVE_OPS`).
+    Matchers compose with ``+`` (rules of the left one come first).
+    """
+
+    def __init__(self, rules: Iterable[Rule | tuple[Any, Any]], *,
+                 commutative: Collection[str] = COMMUTATIVE_OPS) -> None:
+        self.rules: list[Rule] = []
+        for r in rules:
+            if isinstance(r, Rule):
+                self.rules.append(r)
+            elif isinstance(r, tuple) and 1 <= len(r) <= 2:
+                self.rules.append(Rule(*r))
+            else:
+                raise PatternError(f"PatternMatcher rules must be Rule(...) or (pattern, replacement), got {r!r}")
+        self.commutative = frozenset(commutative)
+        self._by_key: dict[str, list[int]] = {}
+        self._generic: list[int] = []
+        for i, rule in enumerate(self.rules):
+            keys = rule.anchor_keys()
+            if keys is None:
+                self._generic.append(i)
+            else:
+                for k in keys:
+                    self._by_key.setdefault(k, []).append(i)
+        self._dispatch: dict[str, tuple[int, ...]] = {}
+
+    def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
+        return PatternMatcher(self.rules + other.rules, commutative=self.commutative | other.commutative)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def _rules_for(self, key: str) -> tuple[int, ...]:
+        try:
+            return self._dispatch[key]
+        except KeyError:
+            found = self._by_key.get(key, [])
+            ids = tuple(sorted(set(found) | set(self._generic))) if self._generic else tuple(found)
+            self._dispatch[key] = ids
+            return ids
+
+    # -- matching ----------------------------------------------------------------------------------
+    def context(self, view: GraphView) -> MatchContext:
+        ctx = MatchContext(view, self.commutative)
+        ctx.index_positions()
+        return ctx
+
+    def candidates(self, view: GraphView, ctx: MatchContext | None = None,
+                   report: MatchReport | None = None) -> list[Match]:
+        """For each (rule, anchor node), the first valid match, in anchor then rule order."""
+        ctx = ctx or self.context(view)
+        out: list[Match] = []
+        name = view.name
+        rules = self.rules
+        by_key, generic = self._by_key, self._generic
+        ops = ctx._ops
+
+        def accept(m: Match) -> bool:
+            """Keep the first valid match at this (rule, anchor); backtrack past invalid ones."""
+            if report is not None:
+                report.candidates += 1
+            reason = invalid_reason(ctx, m)
+            if reason is None:
+                out.append(m)
+                return True
+            if report is not None:
+                report._reject(m.rule, name(m.anchor), reason)
+            return False
+
+        searchers: dict[int, Searcher] = {}
+        admitted: dict[tuple, tuple[int, ...]] = {}  # (key, input keys, same01) -> rules worth trying
+        commutative = self.commutative
+        for node in ctx.positions:
+            key = ops[node]
+            if key not in by_key and not generic:
+                continue
+            ins = ctx.inputs(node)
+            in_keys = tuple([ops[i] for i in ins])
+            same01 = len(ins) >= 2 and ins[0] is ins[1]
+            sig = (key, in_keys, same01)
+            ids = admitted.get(sig)
+            if ids is None:
+                ids = admitted[sig] = tuple(i for i in self._rules_for(key)
+                                            if rules[i].pattern.admits(key, in_keys, same01, commutative))
+            for i in ids:
+                searcher = searchers.get(i)
+                if searcher is None:
+                    rule = rules[i]
+                    searcher = searchers[i] = Searcher(ctx, rule.pattern, accept, rule.check, rule)
+                searcher.run(node)
+        return out
+
+    def match(self, view: GraphView, ctx: MatchContext | None = None) -> MatchReport:
+        """Non-overlapping valid matches of all rules, found in one pass; see the module docstring."""
+        ctx = ctx or self.context(view)
+        report = MatchReport([])
+        cands = self.candidates(view, ctx, report)
+        rank = {id(r): i for i, r in enumerate(self.rules)}
+        pos = ctx.positions
+        cands.sort(key=lambda m: (-m.rule.priority, pos[m.anchor], rank[id(m.rule)]))
+        claimed: set[Hashable] = set()
+        accepted: list[Match] = []
+        for m in cands:
+            if claimed.isdisjoint(m.nodes):
+                claimed.update(m.nodes)
+                accepted.append(m)
+            else:
+                report._reject(m.rule, view.name(m.anchor), "overlap with a match of higher precedence")
+        accepted.sort(key=lambda m: pos[m.anchor])
+        report.matches = accepted
+        return report
+
+    def rewrite(self, view: MutableGraphView, *, max_passes: int = 1) -> RewriteResult:
+        """Match and replace, up to ``max_passes`` passes (stopping early when nothing changes).
+
+        Rules without a replacement are matched but left alone. Matched nodes are erased.
+        """
+        total = RewriteResult()
+        for _ in range(max_passes):
+            ctx = self.context(view)
+            report = self.match(view, ctx)
+            todo = [m for m in report.matches if m.rule.replacement is not None]
+            result = apply_matches(view, ctx, todo)
+            total.merge(result)
+            total.passes += 1
+            if result.replaced == 0:
+                break
+        return total

@@ -1,0 +1,303 @@
+"""Property tests: the matcher against a brute-force matcher on random small DAGs (DictGraph).
+
+The brute force enumerates every assignment of the pattern's operation nodes to graph nodes (and
+every operand order of commutative ones), derives the wildcard bindings from the structure, and
+keeps the consistent assignments. It knows nothing of the matcher's backtracking, indexing,
+anchored expansion or bounded cycle check, which it recomputes by contracting the whole graph.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from torchvendor.ir.graph_view import DictGraph  # noqa: E402
+from torchvendor.pattern_matcher import (  # noqa: E402
+    Alt, Fused, Multi, MultiPattern, Op, P, PatternMatcher, Rule, T, Template, W, Wildcard, find_all,
+)
+from torchvendor.pattern_matcher.keymap import COMMUTATIVE_OPS  # noqa: E402
+
+BINARY, UNARY = ("add", "mul", "sub"), ("neg",)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- random graphs and patterns ---------------------------------------------------------------------
+def random_graph(data: st.DataObject, max_ops: int = 10) -> DictGraph:
+    g = DictGraph()
+    vals = [g.add_input(f"x{i}") for i in range(data.draw(st.integers(1, 3)))]
+    for _ in range(data.draw(st.integers(1, max_ops))):
+        op = data.draw(st.sampled_from(BINARY + UNARY))
+        arity = 1 if op in UNARY else 2
+        ins = [data.draw(st.sampled_from(vals)) for _ in range(arity)]
+        vals.append(g.add_node(op, ins))
+    ops = vals[len([v for v in vals if v.kind == "input"]):]
+    outs = [ops[-1]] + [v for v in ops[:-1] if data.draw(st.booleans())]
+    g.add_output(outs)
+    return g
+
+
+def random_tree(data: st.DataObject, depth: int, names: tuple[str, ...]) -> object:
+    """A random pattern tree (no shared unnamed op objects; names may repeat)."""
+    if depth == 0 or data.draw(st.integers(0, 3)) == 0:
+        name = data.draw(st.sampled_from(names + (None,)))
+        return W(name)
+    op = data.draw(st.sampled_from(BINARY + UNARY))
+    arity = 1 if op in UNARY else 2
+    args = [random_tree(data, depth - 1, names) for _ in range(arity)]
+    node = P(op, *args)
+    choice = data.draw(st.integers(0, 6))
+    if choice == 0 and depth > 0:  # an alternative at this position
+        other = data.draw(st.sampled_from(BINARY))
+        node = Alt(node, P(other, *[random_tree(data, depth - 1, names) for _ in range(2)]))
+    elif choice == 1:  # an optional neg around this op
+        node = Alt(P("neg", node), node)
+    return node
+
+
+def root_op(p: object) -> bool:
+    return isinstance(p, Op) or (isinstance(p, Alt) and all(root_op(b) for b in p.branches))
+
+
+# -- brute force ----------------------------------------------------------------------------------------
+def expand(p: object) -> list[object]:
+    """Alternative-free variants of a pattern tree, as nested tuples."""
+    if isinstance(p, Wildcard):
+        return [("w", p.name)]
+    if isinstance(p, Alt):
+        return [v for b in p.branches for v in expand(b)]
+    assert isinstance(p, Op)
+    key = next(iter(p.keys))
+    return [("op", key, p.name, tuple(args)) for args in itertools.product(*[expand(a) for a in p.args])]
+
+
+def brute_force(g: DictGraph, outputs: list[tuple]) -> set[tuple]:
+    """All matches of concrete output trees, as (outputs, bindings, nodes) keys."""
+    op_occ: list[tuple] = []
+
+    def collect(t: tuple) -> None:
+        if t[0] == "op":
+            op_occ.append(t)
+            for a in t[3]:
+                collect(a)
+
+    for t in outputs:
+        collect(t)
+    nodes = g.nodes()
+    cands = [[n for n in nodes if n.kind == "op" and n.op == t[1]] for t in op_occ]
+    comm = [t[1] in COMMUTATIVE_OPS for t in op_occ]
+    found: set[tuple] = set()
+    for assign in itertools.product(*cands):
+        for swaps in itertools.product(*[(False, True) if c else (False,) for c in comm]):
+            where = {id(t): (n, s) for t, n, s in zip(op_occ, assign, swaps)}
+            binds: dict[str, object] = {}
+            ok = True
+
+            def bind(name: str | None, node: object) -> bool:
+                if name is None:
+                    return True
+                return binds.setdefault(name, node) is node
+
+            for t in op_occ:
+                n, s = where[id(t)]
+                ins = list(n.inputs)
+                if len(ins) != len(t[3]):
+                    ok = False
+                    break
+                if s:
+                    if ins[0] is ins[1]:
+                        ok = False  # the same as the unswapped order
+                        break
+                    ins[0], ins[1] = ins[1], ins[0]
+                if not bind(t[2], n):
+                    ok = False
+                    break
+                for a, x in zip(t[3], ins):
+                    if a[0] == "w":
+                        ok = ok and bind(a[1], x)
+                    else:
+                        ok = ok and where[id(a)][0] is x
+                if not ok:
+                    break
+            roots = tuple(where[id(t)][0] if t[0] == "op" else None for t in outputs)
+            if ok and len(set(roots)) == len(roots):
+                found.add((roots, frozenset(binds.items()), frozenset(n for n, _ in where.values())))
+    return found
+
+
+def brute_matches(g: DictGraph, pattern: object) -> set[tuple]:
+    trees = pattern.outputs if isinstance(pattern, MultiPattern) else (pattern,)
+    out: set[tuple] = set()
+    for combo in itertools.product(*[expand(t) for t in trees]):
+        out |= brute_force(g, list(combo))
+    return out
+
+
+def brute_valid(g: DictGraph, key: tuple, capture_names: set[str]) -> bool:
+    roots, binds, nodes = key
+    for n in nodes:
+        if n not in roots and any(u not in nodes for u in n.users):
+            return False
+    if any(v in nodes for k, v in binds if k in capture_names):
+        return False
+    if len(roots) > 1:  # placement: inputs computed before the first output
+        order = {n: i for i, n in enumerate(g.nodes())}
+        if any(order[v] > min(order[r] for r in roots) for k, v in binds if k in capture_names):
+            return False
+    return acyclic_after(g, [nodes])
+
+
+def acyclic_after(g: DictGraph, groups: list) -> bool:
+    """Whether the graph stays acyclic with each group contracted to one node (Kahn on everything)."""
+    owner = {n: i for i, grp in enumerate(groups) for n in grp}
+    rep = lambda n: ("M", owner[n]) if n in owner else n  # noqa: E731
+    indeg: dict = {}
+    succ: dict = {}
+    for n in g.nodes():
+        indeg.setdefault(rep(n), 0)
+        for i in n.inputs:
+            if rep(i) != rep(n):
+                indeg[rep(n)] = indeg.get(rep(n), 0) + 1
+                succ.setdefault(rep(i), []).append(rep(n))
+    ready = [r for r, d in indeg.items() if d == 0]
+    seen = 0
+    while ready:
+        r = ready.pop()
+        seen += 1
+        for s in succ.get(r, []):
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    return seen == len(indeg)
+
+
+def keys_of(matches) -> set[tuple]:
+    return {m.key() for m in matches}
+
+
+# -- properties ---------------------------------------------------------------------------------------
+@SETTINGS
+@given(st.data())
+def test_single_output_matches_equal_brute_force(data):
+    check_single(data)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_single_output_matches_equal_brute_force_many(data):
+    check_single(data)
+
+
+def check_single(data: st.DataObject) -> None:
+    g = random_graph(data)
+    pat = random_tree(data, 3, ("a", "b", "c"))
+    if not root_op(pat):
+        pat = P("add", pat, W("c"))
+    assert keys_of(find_all(g, pat)) == brute_matches(g, pat)
+
+
+@SETTINGS
+@given(st.data())
+def test_multi_output_matches_equal_brute_force(data):
+    check_multi(data)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_multi_output_matches_equal_brute_force_many(data):
+    check_multi(data)
+
+
+def check_multi(data: st.DataObject) -> None:
+    g = random_graph(data, max_ops=8)
+    first = P(data.draw(st.sampled_from(BINARY)), random_tree(data, 1, ("a", "b")), W("x"))
+    second = P(data.draw(st.sampled_from(BINARY)), W("x"), random_tree(data, 1, ("b", "c")))
+    pat = Multi(first, second)
+    assert keys_of(find_all(g, pat)) == brute_matches(g, pat)
+
+
+@SETTINGS
+@given(st.data())
+def test_valid_candidates_and_selection_agree_with_brute_force(data):
+    g = random_graph(data)
+    multi = data.draw(st.booleans())
+    if multi:
+        pat = Multi(P(data.draw(st.sampled_from(BINARY)), random_tree(data, 1, ("a",)), W("x")),
+                    P(data.draw(st.sampled_from(BINARY)), W("x"), W("c")))
+    else:
+        pat = random_tree(data, 3, ("a", "b", "c"))
+        if not root_op(pat):
+            pat = P("mul", pat, W("c"))
+    pm = PatternMatcher([Rule(pat)])
+    captures = {k for k, v in pat.slot_kinds().items() if isinstance(k, str) and v != "op"}
+    valid = {k for k in brute_matches(g, pat) if brute_valid(g, k, captures)}
+    cands = pm.candidates(g)
+    assert keys_of(cands) <= valid
+    assert {m.anchor for m in cands} == {k[0][0] for k in valid}
+    chosen = pm.match(g).matches
+    claimed: set = set()
+    for m in chosen:
+        assert claimed.isdisjoint(m.nodes)
+        claimed |= set(m.nodes)
+    # maximality: every valid match of the matcher's choice per anchor was chosen or overlaps a chosen one
+    for m in cands:
+        assert m in chosen or not claimed.isdisjoint(m.nodes)
+    assert acyclic_after(g, [set(m.nodes) for m in chosen])  # fusing all chosen together stays acyclic
+
+
+# -- rewriting is semantics-preserving -------------------------------------------------------------
+EVAL = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "sub": lambda a, b: a - b, "neg": lambda a: -a,
+        "fma": lambda a, b, c: a * b + c, "madd": lambda a, b, c: (a + b) * c}
+
+
+def evaluate(g: DictGraph, env: dict[str, int]) -> list[int]:
+    vals: dict = {}
+    out = None
+    for n in g.nodes():
+        assert all(i in vals for i in n.inputs), f"{n} used before its inputs are computed"
+        if n.kind == "input":
+            vals[n] = env[n.name]
+        elif n.kind == "output":
+            out = [vals[i] for i in n.inputs]
+        else:
+            vals[n] = EVAL[n.op](*[vals[i] for i in n.inputs])
+    return out
+
+
+RULES = [
+    Rule(P("add", P("mul", "a", "b"), "c"), Fused("fma", ["a", "b", "c"]), priority=1),
+    Rule(P("mul", P("add", "a", "b"), "c"), Template(T("add", T("mul", "a", "c"), T("mul", "b", "c")))),
+    Rule(P("neg", P("neg", "x")), Template("x")),
+    Rule(P("sub", "x", "x"), Template(T("sub", "x", "x"))),
+    Rule(Multi(P("add", "x", "y"), P("mul", "x", "z")),
+         lambda m, emit: [emit("add", [m["x"], m["y"]]), emit("mul", [m["x"], m["z"]])]),
+]
+
+
+@SETTINGS
+@given(st.data())
+def test_rewrite_preserves_values(data):
+    g = random_graph(data, max_ops=12)
+    env = {n.name: data.draw(st.integers(-5, 5)) for n in g.nodes() if n.kind == "input"}
+    before = evaluate(g, env)
+    rules = [r for r in RULES if data.draw(st.booleans())] or RULES[:1]
+    result = PatternMatcher(rules).rewrite(g, max_passes=data.draw(st.integers(1, 3)))
+    assert evaluate(g, env) == before
+    live = set(g.nodes())
+    for n in live:
+        assert all(i in live for i in n.inputs) and all(u in live for u in n.users)
+    assert result.replaced >= 0
+
+
+def test_brute_force_sanity():
+    """The brute force itself: add(a, b) on add(x, x) and on add(x, y)."""
+    g = DictGraph()
+    x, y = g.add_input("x"), g.add_input("y")
+    g.add_node("add", [x, x])
+    g.add_node("add", [x, y])
+    assert len(brute_matches(g, P("add", "a", "b"))) == 3  # (x,x), (x,y), (y,x)
+    assert len(find_all(g, P("add", "a", "b"))) == 3
