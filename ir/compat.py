@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["TORCH_VERSION", "OpOverload", "OpOverloadPacket", "HigherOrderOperator"]
+__all__ = ["TORCH_VERSION", "OpOverload", "OpOverloadPacket", "HigherOrderOperator", "LazyGraphModule"]
 
 
 def _version(v: str) -> tuple[int, int]:
@@ -28,6 +28,12 @@ TORCH_VERSION: tuple[int, int] = _version(torch.__version__)
 
 # ---- operator objects (torch._ops) --------------------------------------------------------------
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket  # noqa: E402
+
+# ---- FX ------------------------------------------------------------------------------------------
+try:  # GraphModules that generate their Python code on first call (torch.fx._lazy_graph_module)
+    from torch.fx._lazy_graph_module import _LazyGraphModule as LazyGraphModule  # noqa: E402
+except ImportError:  # pragma: no cover - a release without it: plain, eagerly compiled modules
+    LazyGraphModule = torch.fx.GraphModule
 
 # ---- Dynamo / AOTAutograd / decompositions (torch and ATen IR) ----------------------------------
 # Owned by the torch/ATen IR code (capture.py, torch_ir.py, aten_ir.py, decompositions.py).
@@ -292,6 +298,7 @@ def inductor() -> _types.SimpleNamespace:
         DtypePropagationOpsHandler = None
     return _types.SimpleNamespace(
         config=config, ir=ir, V=V, common=common, compile_fx=compile_fx.compile_fx,
+        Conditional=_conditional_node_class(ir),
         compile_fx_inner=compile_fx.compile_fx_inner, CppScheduling=CppScheduling,
         BaseScheduling=scheduler.BaseScheduling, SchedulerNode=scheduler.SchedulerNode,
         FusedSchedulerNode=scheduler.FusedSchedulerNode,
@@ -302,6 +309,13 @@ def inductor() -> _types.SimpleNamespace:
         CpuDeviceOpOverrides=CpuDeviceOpOverrides, DeviceInterface=device_interface.DeviceInterface,
         device_interface=device_interface, DtypePropagationOpsHandler=DtypePropagationOpsHandler,
     )
+
+
+def _conditional_node_class(ir: _Any) -> type:
+    """The Inductor IR node that ``torch.cond`` lowers to: ``ir.Conditional`` up to 2.13;
+    2.14 renamed it ``ir.Switch`` (it also serves the new ``torch.ops.higher_order.switch``)."""
+    cls = getattr(ir, "Conditional", None)
+    return cls if cls is not None else ir.Switch
 
 
 def inductor_config_patch(**changes: _Any) -> _Any:

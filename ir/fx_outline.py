@@ -38,14 +38,12 @@ from torch.fx.node import map_arg
 from torchvendor.partitioner.core import Partition, PartitionResult, partition, paused_gc
 from torchvendor.partitioner.outline import emission_order
 
+from . import compat
 from .fx_view import FxView
 
 __all__ = ["outline_fx", "partition_fx", "partition_and_outline"]
 
-try:  # private: lazily compiled GraphModules (to move into ir/compat.py)
-    from torch.fx._lazy_graph_module import _LazyGraphModule as _LazyGM
-except ImportError:  # pragma: no cover - older or newer torch without it
-    _LazyGM = fx.GraphModule
+_LazyGM = compat.LazyGraphModule
 
 _META_KEYS = ("val", "tensor_meta", "example_value")
 

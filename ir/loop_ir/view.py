@@ -243,13 +243,15 @@ class ProgramView:
         produced_inside: set[str] = set()
         inputs: list[str] = []
         for op in ops:
-            for buf in (*op.reads(), *op.writes()):
-                r = self.root(buf)
-                if r not in produced_inside and r not in inputs and (buf in op.reads() or r != buf
-                                                                      or self._buffers[r].kind == "input"):
-                    inputs.append(r)
-            for buf in op.writes():
-                produced_inside.add(self.root(buf))
+            # A kernel's nests run in order: a buffer an earlier nest stored is not an input of
+            # a later nest that loads it (softmax's max and sum buffers).
+            for reads, writes in _steps(op):
+                for buf in (*reads, *writes):
+                    r = self.root(buf)
+                    if r not in produced_inside and r not in inputs and (buf in reads or r != buf
+                                                                          or self._buffers[r].kind == "input"):
+                        inputs.append(r)
+                produced_inside.update(self.root(buf) for buf in writes)
         later_reads: set[str] = set()
         last = chosen[-1].index
         for n in self._nodes:
@@ -277,6 +279,15 @@ class ProgramView:
                            tuple(BufferRef(o) for o in outputs), tuple(ops), tuple((s, s) for s in sizes),
                            sizes, tuple(outputs),
                            tuple((k, v) for k, v in self.program.constants if k in closure))
+
+
+def _steps(op: Any) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """(buffers read, buffers written) per step of an operation, in execution order."""
+    if isinstance(op, Kernel):
+        return [(tuple(dict.fromkeys(s.attr("buffer") for s in n.stmts() if s.op in ("load", "load_seed"))),
+                 tuple(dict.fromkeys(s.attr("buffer") for s in n.stmts() if s.op in ("store", "store_reduction"))))
+                for n in op.nests]
+    return [(op.reads(), op.writes())]
 
 
 def _syms(text: str) -> set[str]:

@@ -1,0 +1,703 @@
+"""The capability partitioner: maximal convex groups of supported nodes, in linear time.
+
+Algorithm (ONNX Runtime's ``CreateSupportedPartitionNodeGroups``, generalised):
+
+1. **Index** the graph once: ``view.nodes()`` (topological), data edges from ``view.inputs``,
+   plus *ordering edges* (read-before-write / write-before-read around in-place operators and
+   any edges the caller passes), so mutation cannot be reordered by outlining (pytorch#81244).
+2. **Support**: a node is a candidate iff ``view.kind(node) == "op"`` (inputs, outputs and
+   constants never are, whatever the oracle says: pytorch#80753), its key is not in
+   ``fallback_ops``, and the oracle accepts it. Op-key-only oracles are evaluated once per key.
+3. **Atomic units**: atomic groups (pattern matches, QDQ units, caller-given), and each
+   multi-output producer with its ``getitem`` users (transitively: nested ``with_effects``
+   chains), are merged with union-find. If contracting the units creates a cycle (a node
+   between two members of a group, or two groups that reach each other), the strongly connected
+   components of the unit graph are merged (Tarjan): a group is closed under convexity. A unit
+   with any unsupported member falls back whole.
+4. **Waves** (Kahn's topological sort over units): the current group takes every ready
+   supported unit; a ready unsupported unit runs at once unless it consumes the current group
+   (then it is deferred to the next wave). When nothing is ready, the group closes. Independent
+   branches around an unsupported node land in the same group (horizontal merging, #81531).
+5. **Minimum size**: groups with fewer than ``min_size`` compute nodes go back to fallback and
+   the waves are re-run with those nodes unsupported, until no group is too small.
+
+Guarantees (see ``docs/partitioner.md`` for the proof sketch):
+
+- every partition is convex, and all of them can be contracted at once without a cycle;
+  partitions are returned in a topological order of the contracted graph;
+- count-optimal ("maximal"): with the final candidate set S (supported nodes minus those
+  dropped by ``min_size``), the number of partitions equals the largest number of maximal runs
+  of S-units along any path of the unit graph -- a lower bound for *any* convex partitioning
+  of S. No partition can be merged with another without breaking convexity;
+- deterministic, and O(V + E) time and memory per round (one round unless ``min_size`` drops
+  something).
+
+Example::
+
+    >>> from torchvendor.ir.graph_view import DictGraph
+    >>> g = DictGraph(); x = g.add_input("x")
+    >>> a = g.add_node("relu", [x], name="a"); s = g.add_node("sin", [a], name="s")
+    >>> b = g.add_node("relu", [x], name="b"); c = g.add_node("add", [s, b], name="c")
+    >>> _ = g.add_output([c])
+    >>> result = partition(g, {"relu", "add"})
+    >>> [[g.name(n) for n in p.nodes] for p in result.partitions]
+    [['a', 'b'], ['c']]
+    >>> [g.name(n) for n in result.fallback]
+    ['s']
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Sequence, TypeVar
+
+from torchvendor.ir.graph_view import GraphView
+
+from .support import as_oracle, check, op_matches
+
+__all__ = ["PartitionOptions", "Partition", "PartitionResult", "PartitionError",
+           "UnsupportedOperatorsError", "partition", "mutation_edges", "is_inplace_op", "paused_gc"]
+
+N = TypeVar("N", bound=Hashable)
+
+FORCED_REASON = "forced to fallback (fallback_ops)"
+
+
+class PartitionError(ValueError):
+    """A partitioning request that cannot be honoured (bad graph, bad options)."""
+
+
+class UnsupportedOperatorsError(PartitionError):
+    """Raised with ``require_full=True`` when some operator must fall back.
+
+    ``unsupported`` maps each operator key to ``{"count": n, "reasons": {reason: n}}``.
+    """
+
+    def __init__(self, unsupported: dict[str, dict[str, Any]], total: int) -> None:
+        self.unsupported = unsupported
+        lines = [f"require_full=True but {total} node(s) of {len(unsupported)} operator(s) are not supported:"]
+        for op, info in sorted(unsupported.items(), key=lambda kv: (-kv[1]["count"], kv[0])):
+            reasons = "; ".join(f"{r} (x{c})" for r, c in info["reasons"].items())
+            lines.append(f"  {op} x{info['count']}: {reasons}")
+        super().__init__("\n".join(lines))
+
+
+def _frozen(value: Any, name: str) -> frozenset[str]:
+    if isinstance(value, str):
+        raise PartitionError(f"{name} must be a collection of operator keys, not the string {value!r}")
+    return frozenset(value)
+
+
+@dataclass(frozen=True)
+class PartitionOptions:
+    """Options of :func:`partition` (hashable, so a backend can key caches by them).
+
+    Attributes:
+        min_size: partitions with fewer compute nodes go back to fallback (Torch-TensorRT's
+            ``min_block_size``); the waves are then re-run.
+        fallback_ops: operator keys forced to fallback (``torch_executed_ops``); a dotted prefix
+            names every overload (``"aten.add"``) or a namespace (``"aten"``).
+        require_full: raise :class:`UnsupportedOperatorsError` listing every unsupported
+            operator (with counts and reasons) instead of falling back; ``min_size`` is ignored.
+        getitem_ops: keys of tuple-element getters kept with their producer (FX
+            ``operator.getitem``); empty to disable.
+        non_compute_ops: keys not counted towards ``min_size``.
+        min_size_exempt_ops: a partition containing one of these is kept whatever its size.
+        merge_independent: keep horizontally merged independent branches in one partition;
+            ``False`` splits every partition into its weakly connected components.
+        detect_mutation: add ordering edges around in-place operators (see :func:`mutation_edges`).
+        max_rounds: cap on min-size re-runs; past it, small partitions are dropped without re-run.
+    """
+
+    min_size: int = 1
+    fallback_ops: frozenset[str] = frozenset()
+    require_full: bool = False
+    getitem_ops: frozenset[str] = frozenset({"operator.getitem"})
+    non_compute_ops: frozenset[str] = frozenset({"operator.getitem"})
+    min_size_exempt_ops: frozenset[str] = frozenset()
+    merge_independent: bool = True
+    detect_mutation: bool = True
+    max_rounds: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("fallback_ops", "getitem_ops", "non_compute_ops", "min_size_exempt_ops"):
+            object.__setattr__(self, name, _frozen(getattr(self, name), name))
+        if not isinstance(self.min_size, int) or self.min_size < 0:
+            raise PartitionError(f"min_size must be a non-negative int, got {self.min_size!r}")
+        if self.max_rounds < 1:
+            raise PartitionError(f"max_rounds must be >= 1, got {self.max_rounds!r}")
+
+
+@dataclass
+class Partition(Generic[N]):
+    """One supported group. ``nodes`` are in the graph's topological order; ``inputs`` are the
+    outside nodes whose values it consumes (order of first use); ``outputs`` the member nodes
+    whose values are used outside (graph output included); ``size`` counts compute nodes."""
+
+    id: int
+    nodes: list[N]
+    inputs: list[N]
+    outputs: list[N]
+    size: int
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+@dataclass
+class PartitionResult(Generic[N]):
+    """What :func:`partition` returns. ``reasons`` says why each fallback op node falls back."""
+
+    view: GraphView
+    partitions: list[Partition[N]]
+    fallback: list[N]
+    reasons: dict[N, str]
+    assignment: dict[N, int]
+    options: PartitionOptions
+    ordering_edges: list[tuple[N, N]]
+    stats: dict[str, Any] = field(default_factory=dict)
+    #: operator key of every node, as computed once by the partitioner (reports reuse it)
+    op_keys: dict[N, str] = field(default_factory=dict, repr=False)
+    #: the indexed graph the partitioner saw (nodes in order, deduplicated data inputs as
+    #: positions): lets outliners compute their order without asking the adapter again
+    graph_index: tuple[list[N], list[list[int]]] | None = field(default=None, repr=False)
+
+    def partition_of(self, node: N) -> int | None:
+        """The id of the partition holding ``node``, or ``None``."""
+        return self.assignment.get(node)
+
+    def report(self) -> "Any":
+        """A :class:`~torchvendor.partitioner.report.PartitionReport` (text and JSON)."""
+        from .report import PartitionReport
+
+        return PartitionReport.from_result(self)
+
+
+_INPLACE_EXCLUDE = frozenset({"operator.getitem"})
+
+
+def is_inplace_op(op: str) -> bool:
+    """Heuristic: the key names an in-place operator (a dotted part ending in one ``_``), which
+    mutates its first input, e.g. ``aten.fill_.Scalar``, ``method.add_``, ``aten.copy_.default``.
+
+    >>> is_inplace_op("aten.fill_.Scalar"), is_inplace_op("method.add_"), is_inplace_op("aten.add.Tensor")
+    (True, True, False)
+    """
+    if op in _INPLACE_EXCLUDE:
+        return False
+    return any(part.endswith("_") and not part.endswith("__") for part in op.split(".")[1:])
+
+
+def mutation_edges(view: GraphView, nodes: Sequence[Any] | None = None,
+                   is_inplace: Any = None) -> list[tuple[Any, Any]]:
+    """Ordering edges that keep reads and in-place writes of the same value in order.
+
+    For each in-place node ``m`` (``is_inplace(view.op(m))``, default :func:`is_inplace_op`)
+    that mutates its first input ``v``: every other user ``w`` of ``v`` gets ``w -> m`` if it
+    comes first in ``view.nodes()`` (read before write) and ``m -> w`` otherwise. Aliases made
+    by view operators are not tracked (functionalised ATen graphs have none).
+
+    >>> from torchvendor.ir.graph_view import DictGraph
+    >>> g = DictGraph(); x = g.add_input("x"); y = g.add_node("clone", [x], name="y")
+    >>> f = g.add_node("method.fill_", [y], name="f"); z = g.add_node("add", [y, x], name="z")
+    >>> [(a.name, b.name) for a, b in mutation_edges(g)]
+    [('f', 'z')]
+    """
+    nodes = list(view.nodes()) if nodes is None else nodes
+    is_inplace = is_inplace or is_inplace_op
+    position = None
+    edges = []
+    for m in nodes:
+        if view.kind(m) != "op" or not is_inplace(view.op(m)):
+            continue
+        ins = view.inputs(m)
+        if not ins:
+            continue
+        if position is None:
+            position = {n: i for i, n in enumerate(nodes)}
+        pm = position[m]
+        for w in view.users(ins[0]):
+            if w is m or w == m:
+                continue
+            edges.append((w, m) if position[w] < pm else (m, w))
+    return edges
+
+
+def _mutation_edges(nodes, ops, kinds, preds, succ, view_inputs, get_index) -> list[tuple[Any, Any]]:
+    """:func:`mutation_edges` on the partitioner's index arrays (no extra adapter calls)."""
+    edges = []
+    inplace_cache: dict[str, bool] = {}
+    for m, op in enumerate(ops):
+        flag = inplace_cache.get(op)
+        if flag is None:
+            flag = inplace_cache[op] = is_inplace_op(op)
+        if not flag or kinds[m] != "op" or not preds[m]:
+            continue
+        v = get_index(view_inputs(nodes[m])[0])
+        for w in succ[v]:
+            if w != m:
+                edges.append((nodes[w], nodes[m]) if w < m else (nodes[m], nodes[w]))
+    return edges
+
+
+class _UnionFind:
+    __slots__ = ("parent",)
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(self, a: int, b: int) -> bool:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        if ra < rb:
+            self.parent[rb] = ra
+        else:
+            self.parent[ra] = rb
+        return True
+
+
+def _waves(n: int, succ: Sequence[Sequence[int]], indeg0: Sequence[int],
+           sup: Sequence[bool]) -> tuple[list[int], int, int]:
+    """Kahn's sort in waves (see the module docstring). Returns (wave of each unit or -1,
+    #waves, #units processed: fewer than ``n`` iff the unit graph has a cycle)."""
+    indeg = list(indeg0)
+    ready = [u for u in range(n - 1, -1, -1) if not indeg[u]]
+    assign = [-1] * n
+    border = [-1] * n
+    deferred: list[int] = []
+    wave, group, processed = 0, 0, 0
+    pop, push = ready.pop, ready.append
+    while True:
+        while ready:
+            u = pop()
+            processed += 1
+            if sup[u]:
+                assign[u] = wave
+                group += 1
+                for s in succ[u]:
+                    border[s] = wave
+                    indeg[s] -= 1
+                    if not indeg[s]:
+                        push(s)
+            elif border[u] == wave:
+                deferred.append(u)
+                processed -= 1
+            else:
+                for s in succ[u]:
+                    indeg[s] -= 1
+                    if not indeg[s]:
+                        push(s)
+        if not deferred:
+            break
+        if group:
+            wave, group = wave + 1, 0
+        deferred.reverse()
+        ready.extend(deferred)
+        deferred.clear()
+    return assign, wave + (1 if group else 0), processed
+
+
+def _tarjan_merge(n: int, succ: Sequence[Iterable[int]], uf: _UnionFind, rep: Sequence[int]) -> int:
+    """Union (in ``uf``, through representative node ``rep[u]``) the units of every non-trivial
+    strongly connected component of the unit graph; iterative Tarjan. Returns #merges."""
+    index = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    counter = merges = 0
+    succ_l = [list(s) for s in succ]
+    for root in range(n):
+        if index[root] != -1:
+            continue
+        work = [(root, 0)]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        while work:
+            v, i = work[-1]
+            if i < len(succ_l[v]):
+                work[-1] = (v, i + 1)
+                w = succ_l[v][i]
+                if index[w] == -1:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = True
+                    work.append((w, 0))
+                elif on_stack[w]:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+            if low[v] == index[v]:
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = False
+                    if w != v:
+                        merges += uf.union(rep[v], rep[w])
+                    else:
+                        break
+    return merges
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector: the passes allocate many small containers,
+    which would trigger full-heap collections that walk the (large) IR objects again and again.
+    Used by :func:`partition` and the outliners; a no-op if the collector is already off."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def partition(view: GraphView, support: Any, *, atomic_groups: Iterable[Collection[Any]] = (),
+              ordering_edges: Iterable[tuple[Any, Any]] = (), options: PartitionOptions | None = None,
+              **option_overrides: Any) -> PartitionResult:
+    """Split ``view`` into maximal convex partitions of supported nodes (see the module docstring).
+
+    Args:
+        view: any :class:`~torchvendor.ir.graph_view.GraphView`; ``nodes()`` must be topological.
+        support: the oracle: a :class:`~torchvendor.partitioner.support.SupportRule`, a collection
+            of supported operator keys, or a callable ``fn(view, node)`` / ``fn(node)`` returning
+            ``True``, ``False``, an ``Unsupported(reason)`` or a reason string.
+        atomic_groups: collections of nodes never split (pattern matches, QDQ units); non-op
+            members are ignored; overlapping groups are merged.
+        ordering_edges: extra ``(before, after)`` dependencies (side effects the graph does not
+            show as data flow).
+        options: a :class:`PartitionOptions`; keyword arguments override its fields.
+
+    Example::
+
+        >>> from torchvendor.ir.graph_view import DictGraph
+        >>> g = DictGraph(); x = g.add_input("x"); y = g.add_node("relu", [x])
+        >>> z = g.add_node("relu", [y]); _ = g.add_output([z])
+        >>> [len(p) for p in partition(g, {"relu"}).partitions], partition(g, {"relu"}, min_size=3).fallback
+        ([2], [%relu, %relu_1])
+    """
+    opts = options or PartitionOptions()
+    if option_overrides:
+        known = {f.name for f in fields(PartitionOptions)}
+        unknown = sorted(set(option_overrides) - known)
+        if unknown:
+            raise PartitionError(f"unknown partition option(s) {unknown}; known: {sorted(known)}")
+        opts = replace(opts, **option_overrides)
+    rule = as_oracle(support)
+    with paused_gc():
+        return _partition(view, rule, atomic_groups, ordering_edges, opts)
+
+
+def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[Any]],
+               ordering_edges: Iterable[tuple[Any, Any]], opts: PartitionOptions) -> PartitionResult:
+    t_start = time.perf_counter()
+
+    # ---- 1. index ------------------------------------------------------------------------------
+    nodes = list(view.nodes())
+    n_nodes = len(nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    if len(index) != n_nodes:
+        raise PartitionError("view.nodes() lists a node twice")
+    get_index, view_inputs, view_op = index.__getitem__, view.inputs, view.op
+    ops = [view_op(n) for n in nodes]
+    kinds = [view.kind(n) for n in nodes]
+    try:
+        preds = [list(dict.fromkeys(map(get_index, view_inputs(n)))) for n in nodes]
+    except KeyError as exc:
+        raise PartitionError(f"a node consumes {exc.args[0]!r}, which view.nodes() does not list") from None
+    succ: list[list[int]] = [[] for _ in range(n_nodes)]
+    for i, pl in enumerate(preds):
+        for p in pl:
+            if p >= i:
+                raise PartitionError(f"view.nodes() is not in topological order: {view.name(nodes[i])} "
+                                     f"comes before its input {view.name(nodes[p])}")
+            succ[p].append(i)
+    data_succ = succ  # data edges only; ordering edges go to the copies all_preds/all_succ
+    edges = list(ordering_edges)
+    if opts.detect_mutation:
+        edges += _mutation_edges(nodes, ops, kinds, preds, succ, view_inputs, get_index)
+    all_preds, all_succ = preds, succ
+    if edges:
+        all_preds = list(preds)
+        all_succ = list(succ)
+        for a, b in edges:
+            if a not in index or b not in index:
+                raise PartitionError(f"ordering edge ({a!r}, {b!r}) names a node not in the graph")
+            ia, ib = index[a], index[b]
+            if ia >= ib:
+                raise PartitionError(f"ordering edge {view.name(a)} -> {view.name(b)} goes against the "
+                                     f"topological order of view.nodes()")
+            if ia in all_preds[ib]:
+                continue
+            all_preds[ib] = all_preds[ib] + [ia]  # new lists: preds/succ stay data-only
+            all_succ[ia] = all_succ[ia] + [ib]
+
+    # ---- 2. support ----------------------------------------------------------------------------
+    is_op = [k == "op" for k in kinds]
+    forced = opts.fallback_ops
+    op_cache: dict[str, str | None] = {}
+    oracle_calls = 0
+    for op in dict.fromkeys(o for o, k in zip(ops, is_op) if k):  # distinct op keys, first-seen order
+        if forced and op_matches(op, forced):
+            op_cache[op] = FORCED_REASON
+        elif rule.op_only:
+            try:
+                op_cache[op] = check(rule.by_op(op))
+            except Exception as exc:
+                raise PartitionError(f"the support oracle raised on operator {op}: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+    if rule.op_only:
+        reasons: list[str | None] = [op_cache[o] if k else None for o, k in zip(ops, is_op)]
+    else:
+        reasons = [None] * n_nodes
+        evaluate = rule.evaluate
+        for i in range(n_nodes):
+            if not is_op[i]:
+                continue
+            op = ops[i]
+            if op in op_cache:
+                reasons[i] = op_cache[op]
+                continue
+            oracle_calls += 1
+            try:
+                reasons[i] = check(evaluate(view, nodes[i], op))
+            except Exception as exc:
+                raise PartitionError(f"the support oracle raised on node {view.name(nodes[i])} ({op}): "
+                                     f"{type(exc).__name__}: {exc}") from exc
+    n_unsupported = n_nodes - reasons.count(None)  # non-op nodes have no reason
+    if opts.require_full and n_unsupported:
+        raise UnsupportedOperatorsError(_summarise(ops, reasons, is_op), n_unsupported)
+
+    stats: dict[str, Any] = {"nodes": n_nodes, "edges": sum(map(len, preds)), "ordering_edges": len(edges),
+                             "oracle_calls": oracle_calls + (len(op_cache) if rule.op_only else 0), "rounds": 0, "waves": 0,
+                             "fast_path": False, "unit_merges": 0, "scc_merges": 0}
+
+    # ---- 3. atomic units -------------------------------------------------------------------------
+    # Fast path (Torch-TensorRT#4530): every op node supported and no input/constant between two
+    # op nodes -> one partition holding every op node; units cannot change that.
+    atomic_groups = list(atomic_groups)
+    fast = (n_unsupported == 0 and (opts.merge_independent or not atomic_groups) and not any(
+        not is_op[i] and any(is_op[p] for p in all_preds[i]) and any(is_op[s] for s in all_succ[i])
+        for i in range(n_nodes)))
+    uf: _UnionFind | None = None
+    getitem_ops = opts.getitem_ops if not fast else frozenset()
+    for group in atomic_groups:
+        members = []
+        for node in group:
+            if node not in index:
+                raise PartitionError(f"atomic group member {node!r} is not a node of the graph")
+            if is_op[index[node]]:
+                members.append(index[node])
+        if len(members) > 1 and not fast:
+            uf = uf or _UnionFind(n_nodes)
+            for m in members[1:]:
+                stats["unit_merges"] += uf.union(members[0], m)
+    if getitem_ops and not getitem_ops.isdisjoint(ops):
+        for i in range(n_nodes):
+            if is_op[i] and ops[i] in getitem_ops and preds[i]:
+                producer = preds[i][0]  # getitem(x, k) consumes one node: its producer
+                if is_op[producer]:
+                    uf = uf or _UnionFind(n_nodes)
+                    stats["unit_merges"] += uf.union(producer, i)
+
+    # unit_of[i] -> unit id; unit ids ordered by their first node
+    if uf is None or fast:
+        n_units, unit_of, usucc, uindeg = n_nodes, None, all_succ, [len(p) for p in all_preds]
+        unit_sup = [is_op[i] and reasons[i] is None for i in range(n_nodes)]
+    else:
+        n_units, unit_of, usucc, uindeg, members = _quotient(uf, n_nodes, all_preds, all_succ)
+        unit_sup = _unit_support(view, nodes, ops, is_op, reasons, unit_of, members)
+
+    # ---- 4./5. waves and minimum size ------------------------------------------------------------
+    non_compute, exempt, min_size = opts.non_compute_ops, opts.min_size_exempt_ops, opts.min_size
+    if opts.require_full:
+        min_size = 0
+    while True:
+        stats["rounds"] += 1
+        if fast:
+            stats["fast_path"] = True
+            wave_of_unit = [0 if s else -1 for s in unit_sup]
+            n_waves = 1 if any(unit_sup) else 0
+        else:
+            wave_of_unit, n_waves, processed = _waves(n_units, usucc, uindeg, unit_sup)
+            if processed != n_units:
+                # contracting the atomic units made a cycle: merge each strongly connected
+                # component of the unit graph into one unit (once), then run the waves again
+                if unit_of is None or stats["scc_merges"]:
+                    raise AssertionError("internal error: cycle in the graph or unit graph after SCC merge")
+                rep = [0] * n_units
+                for i in range(n_nodes - 1, -1, -1):
+                    rep[unit_of[i]] = i
+                stats["scc_merges"] = _tarjan_merge(n_units, usucc, uf, rep)
+                n_units, unit_of, usucc, uindeg, members = _quotient(uf, n_nodes, all_preds, all_succ)
+                unit_sup = _unit_support(view, nodes, ops, is_op, reasons, unit_of, members)
+                stats["rounds"] -= 1
+                continue
+        stats["waves"] = n_waves
+        node_wave = wave_of_unit if unit_of is None else [wave_of_unit[u] for u in unit_of]
+        groups = _split_groups(node_wave, all_preds, opts.merge_independent, unit_of)
+        small = []
+        if min_size > 1:
+            for key, members in groups.items():
+                size = sum(1 for i in members if ops[i] not in non_compute)
+                if size < min_size and not (exempt and any(op_matches(ops[i], exempt) for i in members)):
+                    small.append((members, size))
+        if not small:
+            break
+        for members, size in small:
+            why = f"in a partition of {size} compute node(s), below min_size={min_size}"
+            for i in members:
+                reasons[i] = why
+                unit_sup[i if unit_of is None else unit_of[i]] = False
+        if stats["rounds"] >= opts.max_rounds:  # give up re-running: drop what is still small
+            for members, _ in small:
+                for i in members:
+                    node_wave[i] = -1
+            groups = {k: v for k, v in groups.items() if reasons[v[0]] is None}
+            stats["min_size_capped"] = True
+            break
+        fast = False
+
+    # ---- assemble -------------------------------------------------------------------------------
+    result_parts: list[Partition] = []
+    part_of = [-1] * n_nodes
+    for pid, key in enumerate(sorted(groups)):
+        members = groups[key]
+        for i in members:
+            part_of[i] = pid
+        seen_in: dict[int, None] = {}
+        outs = []
+        for i in members:
+            for j in preds[i]:
+                if part_of[j] != pid and j not in seen_in:
+                    seen_in[j] = None
+        for i in members:
+            for k in data_succ[i]:
+                if part_of[k] != pid:
+                    outs.append(nodes[i])
+                    break
+        result_parts.append(Partition(pid, [nodes[i] for i in members], [nodes[j] for j in seen_in], outs,
+                                      sum(1 for i in members if ops[i] not in non_compute)))
+    fallback_idx = [i for i in range(n_nodes) if is_op[i] and part_of[i] < 0]
+    fallback = [nodes[i] for i in fallback_idx]
+    reason_map = {nodes[i]: reasons[i] or "" for i in fallback_idx}
+    assignment = {nodes[i]: part_of[i] for i in range(n_nodes) if part_of[i] >= 0}
+    stats["seconds"] = time.perf_counter() - t_start
+    return PartitionResult(view, result_parts, fallback, reason_map, assignment, opts,
+                           [(a, b) for a, b in edges], stats, dict(zip(nodes, ops)), (nodes, preds))
+
+
+def _unit_support(view, nodes, ops, is_op, reasons, unit_of, members) -> list[bool]:
+    """A unit is supported iff all its members are supported op nodes; members of a failing
+    multi-node unit get a reason naming the culprit. ``members``: root -> members, for the
+    multi-node units only (every other unit is its own single node)."""
+    unit_sup = [k and r is None for k, r in zip(is_op, reasons)]
+    for root, group in members.items():
+        for i in group[1:]:  # slots of non-root members are not units
+            unit_sup[i] = False
+        bad = next((i for i in group if is_op[i] and reasons[i] is not None), None)
+        if bad is None and all(is_op[i] for i in group):
+            unit_sup[root] = True
+            continue
+        unit_sup[root] = False
+        for i in group:
+            if is_op[i] and reasons[i] is None:
+                reasons[i] = (f"in an atomic group with unsupported {view.name(nodes[bad])} ({ops[bad]})"
+                              if bad is not None else "in an atomic group with a non-op node")
+    return unit_sup
+
+
+def _quotient(uf: _UnionFind, n_nodes: int, all_preds: Sequence[Sequence[int]],
+              all_succ: Sequence[Sequence[int]]):
+    """Contract units. A unit's id is its root, the index of its first node (so ids follow the
+    graph order); slots of non-root members stay empty. Only edges that touch a multi-node unit
+    are rewritten and deduplicated; the rest of the adjacency is shared with the node graph."""
+    find = uf.find
+    unit_of = list(map(find, range(n_nodes)))
+    members: dict[int, list[int]] = {}
+    for i, r in enumerate(unit_of):
+        if r != i:
+            members.setdefault(r, [r]).append(i)
+    usucc: list[Sequence[int]] = list(all_succ)
+    uindeg = [len(p) for p in all_preds]
+    touched: dict[int, None] = {}
+    for group in members.values():
+        for m in group:
+            touched[m] = None
+            touched.update(dict.fromkeys(all_preds[m]))
+            touched.update(dict.fromkeys(all_succ[m]))
+    # An untouched unit is a single node with no multi-node neighbour: its node adjacency is
+    # already its unit adjacency. Touched units are recomputed: distinct neighbour units.
+    done: set[int] = set()
+    for t in touched:
+        r = unit_of[t]
+        if r != t:  # slot of a non-root member: empty
+            usucc[t], uindeg[t] = [], 0
+        if r in done:
+            continue
+        done.add(r)
+        group = members.get(r, (r,))
+        outs: dict[int, None] = {}
+        ins: dict[int, None] = {}
+        for m in group:
+            for k in all_succ[m]:
+                outs[unit_of[k]] = None
+            for k in all_preds[m]:
+                ins[unit_of[k]] = None
+        outs.pop(r, None)
+        ins.pop(r, None)
+        usucc[r], uindeg[r] = list(outs), len(ins)
+    return n_nodes, unit_of, usucc, uindeg, members
+
+
+def _split_groups(node_wave: Sequence[int], all_preds: Sequence[Sequence[int]], merge_independent: bool,
+                  unit_of: Sequence[int] | None) -> dict[tuple[int, int], list[int]]:
+    """Group assigned nodes by wave (or by weakly connected component within a wave); members in
+    topological order; the key is (wave, component's first node)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    if merge_independent:
+        buckets: list[list[int]] = [[] for _ in range(max(node_wave, default=-1) + 1)]
+        for i, w in enumerate(node_wave):
+            if w >= 0:
+                buckets[w].append(i)
+        return {(w, b[0]): b for w, b in enumerate(buckets) if b}
+    uf = _UnionFind(len(node_wave))
+    first_of_unit: dict[int, int] = {}
+    for i, w in enumerate(node_wave):
+        if w >= 0:
+            if unit_of is not None:  # atomic units are never split into components
+                uf.union(first_of_unit.setdefault(unit_of[i], i), i)
+            for p in all_preds[i]:
+                if node_wave[p] == w:
+                    uf.union(p, i)
+    for i, w in enumerate(node_wave):
+        if w >= 0:
+            groups.setdefault((w, uf.find(i)), []).append(i)
+    return {(w, members[0]): members for (w, _), members in groups.items()}
+
+
+def _summarise(ops: Sequence[str], reasons: Sequence[str | None], is_op: Sequence[bool]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for i, why in enumerate(reasons):
+        if is_op[i] and why is not None:
+            entry = out.setdefault(ops[i], {"count": 0, "reasons": {}})
+            entry["count"] += 1
+            entry["reasons"][why] = entry["reasons"].get(why, 0) + 1
+    return out
