@@ -122,8 +122,8 @@ def broken_core_aten_decompositions() -> list[OpOverload]:
     """Entries of torch's core-ATen table known to give wrong results in the running release;
     :func:`torchvendor.ir.decompositions.core_aten` leaves them out.
 
-    - 2.13: ``aten._scaled_dot_product_flash_attention_for_cpu`` decomposes to math whose second
-      output is the attention weights, while the backward stays the fused
+    - 2.11 to 2.14: ``aten._scaled_dot_product_flash_attention_for_cpu`` decomposes to math
+      whose second output is the attention weights, while the backward stays the fused
       ``..._for_cpu_backward`` kernel, which reads it as logsumexp: gradients are wrong by O(1)
       under ``aot_autograd(decompositions=core_aten_decompositions())``. tests/test_compat.py
       reproduces it and fails once a release fixes it.
@@ -143,6 +143,14 @@ def is_composite_implicit(op: OpOverload) -> bool:
     """Whether ``op`` is CompositeImplicitAutograd: the dispatcher decomposes it during tracing,
     before any decomposition table is consulted (``aten.linear``, ``aten.scaled_dot_product_attention``)."""
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"))
+
+
+#: Whether this release's TorchRefsMode maps a packet call (``aten.where(c, a, b)``) to the
+#: ``.default`` overload's decomposition (which then fails to bind): 2.13 and 2.14 do, 2.11 maps
+#: it right (2.12 is not checked here). :func:`refs_mode` guards against it on every release
+#: (the check is a no-op where torch is right); tests/test_compat.py checks this flag against
+#: torch, so it notices when a release fixes it.
+REFS_MODE_PACKET_MAPPING_BROKEN: bool = TORCH_VERSION >= (2, 13)
 
 
 @_contextlib.contextmanager

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import linecache
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -149,8 +150,16 @@ def _entry_function(target: Any, n_args: int) -> Callable[..., Any]:
         src = f"def capture_{label}(self, {args}):\n    return self({args})\n"
     else:
         src = f"def capture_{label}({args}):\n    return __tv_target__({args})\n"
+    filename = f"<torchvendor capture #{_counter[0]}>"
+    # Give the function a source that ``inspect.getsourcefile`` finds. torch 2.11's
+    # torch.compile runs a function without one inside a shared wrapper frame
+    # (``external_utils.wrap_inline``), whose single code object then collects the cache
+    # entries of every capture and hits the recompile limit after 8; 2.13 and later wrap only
+    # callables that are not functions. With the source registered, every release compiles
+    # this function's own code object (tests/test_compat.py checks it).
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     namespace: dict[str, Any] = {"__tv_target__": target}
-    exec(compile(src, f"<torchvendor capture #{_counter[0]}>", "exec"), namespace)
+    exec(compile(src, filename, "exec"), namespace)
     return namespace[f"capture_{label}"]
 
 

@@ -425,7 +425,10 @@ def _make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
         return _wrap(ext.default_stream(_index(device)))
 
     def set_stream(stream: torch.Stream) -> None:
-        """Make ``stream`` the calling thread's current stream on its device."""
+        """Make ``stream`` the calling thread's current stream on its device, and that device
+        the current one (as ``torch.cuda.set_stream`` and ``torch.accelerator.set_stream`` do)."""
+        if stream.device_index != ext.current_device():
+            ext.set_device(stream.device_index)
         ext.set_stream(stream)
 
     @contextlib.contextmanager
@@ -440,12 +443,17 @@ def _make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
         if stream is None:
             yield
             return
+        # As torch.cuda.stream: a stream of another device makes that device current inside
+        # the block; afterwards both the stream and the device are what they were.
+        previous_device = ext.current_device()
         previous = ext.current_stream(stream.device_index)
-        ext.set_stream(stream)
+        set_stream(stream)
         try:
             yield
         finally:
             ext.set_stream(previous)
+            if ext.current_device() != previous_device:
+                ext.set_device(previous_device)
 
     def memory_stats(device: DeviceLike = None) -> dict[str, int]:
         """Caching allocator statistics, keyed like ``torch.cuda.memory_stats()``."""

@@ -5,6 +5,15 @@ from __future__ import annotations
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Register before any test runs a backward pass: torch's autograd engine sizes its per-device
+    # queues once, at the first backward of the process, from the device guards registered then
+    # (a vendor package registers at import or through autoload for the same reason).
+    from torchvendor.sdk import register_device
+
+    register_device("acme")
+
+
 @pytest.fixture(scope="session")
 def acme():
     """The ``torch.acme`` device module (the reference simulated runtime, two devices)."""

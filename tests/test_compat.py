@@ -121,9 +121,10 @@ def test_partitioners() -> None:
 
 
 def test_refs_mode_packet_workaround_still_needed() -> None:
-    """2.13's TorchRefsMode maps a packet call (``aten.where(c, a, b)``, made by the
+    """2.13's and 2.14's TorchRefsMode map a packet call (``aten.where(c, a, b)``, made by the
     ``slice_scatter`` decomposition) to the ``.default`` overload's decomposition, which takes one
-    argument. compat.refs_mode runs such calls whole; this fails once torch fixes the mapping."""
+    argument; 2.11's maps it right. compat.refs_mode runs such calls whole on every release;
+    this fails once a release's behaviour differs from compat.REFS_MODE_PACKET_MAPPING_BROKEN."""
     from torch._prims.context import TorchRefsMode
 
     x = torch.randn(4, 6, requires_grad=True)
@@ -138,6 +139,32 @@ def test_refs_mode_packet_workaround_still_needed() -> None:
             compat.make_fx(lambda *a: torch.fx.Interpreter(bw).run(*a), *fakes)
     except TypeError as e:
         raw_failed = "_where_default" in str(e)
-    assert raw_failed, "torch fixed TorchRefsMode's packet mapping: drop the bind check in compat.refs_mode"
+    assert raw_failed == compat.REFS_MODE_PACKET_MAPPING_BROKEN, (
+        "torch fixed TorchRefsMode's packet mapping: update compat.REFS_MODE_PACKET_MAPPING_BROKEN "
+        "(and drop the bind check in compat.refs_mode once no supported release needs it)"
+        if not raw_failed else "TorchRefsMode maps packets to .default here too: update the flag")
     prims_prog = capture(lambda t: t[:3].sum(), [x], "aten", training=True, decompositions=D.prims())
     torch.testing.assert_close(prims_prog.run_backward(x), prog.run_backward(x))
+
+
+def test_capture_compiles_its_own_entry_frame() -> None:
+    """torch 2.11's torch.compile runs a function whose source file inspect cannot find inside
+    a shared wrapper frame (``torch._dynamo.external_utils.wrap_inline``), so every capture's
+    cache entries piled up on one code object and the 9th capture hit the recompile limit;
+    2.13 wraps only non-functions. torch_ir registers each entry function's source with
+    linecache, so all releases compile the entry's own code object."""
+    import inspect
+
+    import torch._dynamo
+
+    from torchvendor.ir.torch_ir import _entry_function
+
+    entry = _entry_function(lambda x: x * 2, 1)
+    assert inspect.getsourcefile(entry) is not None
+
+    def f(x):
+        return x.relu() + 1
+
+    for _ in range(torch._dynamo.config.recompile_limit + 2):
+        prog = capture(f, [torch.randn(3)], "torch")
+        assert prog.guards and "not exposed" not in prog.guards[0]

@@ -23,13 +23,25 @@ def test_namespace_names_exist() -> None:
         assert hasattr(common, name), f"torch._inductor.codegen.common.{name} moved"
     for name in ("ReinterpretView", "NonOwningLayout", "NoneLayout", "MultiOutputLayout", "MultiOutput",
                  "FallbackKernel", "ScatterFallback", "IndexPutFallback", "ShapeAsConstantBuffer",
-                 "NoneAsConstantBuffer", "Conditional", "WhileLoop", "InvokeSubgraph", "UserDefinedTritonKernel"):
+                 "NoneAsConstantBuffer", "WhileLoop", "InvokeSubgraph", "UserDefinedTritonKernel"):
         assert hasattr(ns.ir, name), f"torch._inductor.ir.{name} moved"
     assert hasattr(ns.device_interface, "device_interfaces")
     # The ops handler protocol the recorder implements.
     for name in ("load", "store", "reduction", "store_reduction", "masked", "indirect_indexing", "index_expr",
                  "to_dtype", "constant"):
         assert hasattr(ns.DefaultHandler, name), name
+
+
+def test_conditional_node_branch() -> None:
+    """torch.cond lowers to ``ir.Conditional`` up to 2.13 and to ``ir.Switch`` from 2.14 (renamed
+    when ``torch.switch`` arrived); the namespace's ``Conditional`` is whichever this release has."""
+    ns = compat.inductor()
+    if compat.TORCH_VERSION >= (2, 14):
+        assert not hasattr(ns.ir, "Conditional")
+        assert ns.Conditional is ns.ir.Switch
+    else:
+        assert ns.Conditional is ns.ir.Conditional
+    assert issubclass(ns.Conditional, ns.ir.ExternKernel)
 
 
 def test_scoped_backend_restores_previous_and_absent_registrations() -> None:

@@ -3,10 +3,16 @@
 #include "tv_device.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/ops/bernoulli.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/ones_like.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
@@ -82,8 +88,8 @@ void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
-void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = op_key(op.schema().operator_name());
+// Counts `name` as one operator run on the CPU, and warns the first time any does.
+void count_fallback(const std::string& name) {
   {
     std::lock_guard<std::mutex> lock(g_count_mutex);
     ++g_counts[name];
@@ -94,6 +100,44 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                "(its tensors were copied to the host and back). This warning is shown once; "
                "torch.", dev, ".fallback_counts() lists every operator that fell back and how "
                "often: implement the most used ones as native kernels.");
+  }
+}
+
+// Operators whose schema does not mark arguments they write: (argument indices, index of the
+// bool argument that enables the writes). cpu_fallback writes back only Tensor(a!) arguments.
+// native_batch_norm updates running_mean/running_var in training mode, yet its schema says
+// `Tensor? running_mean` (the same in 2.11 to 2.14).
+struct HiddenWrites {
+  std::vector<size_t> args;
+  size_t enabled_by;
+};
+const HiddenWrites* hidden_writes(const std::string& name) {
+  static const std::unordered_map<std::string, HiddenWrites> table = {
+      {"native_batch_norm", {{3, 4}, 5}},
+  };
+  auto it = table.find(name);
+  return it == table.end() ? nullptr : &it->second;
+}
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_key(op.schema().operator_name());
+  count_fallback(name);
+  if (const HiddenWrites* hw = hidden_writes(name)) {
+    const size_t begin = stack->size() - op.schema().arguments().size();
+    if ((*stack)[begin + hw->enabled_by].toBool()) {
+      // Hand the CPU kernel our own CPU copies of those arguments, then copy them back.
+      std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device, cpu)
+      for (size_t i : hw->args) {
+        c10::IValue& v = (*stack)[begin + i];
+        if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_privateuseone()) continue;
+        at::Tensor cpu = v.toTensor().cpu();
+        written.emplace_back(v.toTensor(), cpu);
+        v = c10::IValue(cpu);
+      }
+      run_cpu_fallback(op, stack);
+      for (auto& [device_tensor, cpu] : written) device_tensor.copy_(cpu);
+      return;
+    }
   }
   // Random operators: run the CPU kernel with a CPU clone of the device generator (explicit or
   // default), then write the advanced state back, so torch.<name>.manual_seed governs them.
@@ -121,8 +165,76 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   run_cpu_fallback(op, stack);
 }
 
+// ---- kernels that compute on CPU copies ------------------------------------------------------
+// Operators the boxed fallback cannot serve: their CPU dispatch has no kernel
+// (convolution_overrideable: the CPU picks a real convolution before reaching it), or they draw
+// random numbers without a Generator argument (native_dropout). They run on CPU copies here,
+// counted and warned about like the fallback, so a vendor kernel registered later replaces them.
+
+at::Tensor to_device(const at::Tensor& t, c10::Device d) { return t.defined() ? t.to(d) : t; }
+
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias,
+                                    c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                    c10::IntArrayRef dilation, bool transposed,
+                                    c10::IntArrayRef output_padding, int64_t groups) {
+  count_fallback("convolution_overrideable");
+  std::optional<at::Tensor> cpu_bias;
+  if (bias.has_value() && bias->defined()) cpu_bias = bias->cpu();
+  return at::convolution(input.cpu(), weight.cpu(), cpu_bias, stride, padding, dilation,
+                         transposed, output_padding, groups)
+      .to(input.device());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+    bool transposed, c10::IntArrayRef output_padding, int64_t groups,
+    std::array<bool, 3> output_mask) {
+  count_fallback("convolution_backward_overrideable");
+  // The bias has one entry per output channel.
+  const std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
+  auto [gi, gw, gb] = at::convolution_backward(
+      grad_output.cpu(), input.cpu(), weight.cpu(), bias_sizes, stride, padding, dilation,
+      transposed, output_padding, groups, output_mask);
+  const c10::Device d = input.device();
+  return {to_device(gi, d), to_device(gw, d), to_device(gb, d)};
+}
+
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
+                                                  std::optional<bool> train) {
+  count_fallback("native_dropout");
+  if (input.numel() == 0) return {input, at::empty_like(input)};
+  if (train.has_value() && !*train) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  }
+  // What the CPU kernel computes, with a CPU clone of the device generator (the CPU kernel
+  // would draw from the CPU default generator), whose advanced state is written back.
+  at::Generator device_gen = *static_cast<const at::Generator*>(
+      default_generator_ptr(input.device().index()));
+  at::Tensor cpu_in = input.cpu(), mask;
+  {
+    std::lock_guard<std::mutex> lock(device_gen.mutex());
+    auto* state = device_gen.get<at::CPUGeneratorImpl>();
+    at::Generator cpu_gen = at::make_generator<at::CPUGeneratorImpl>();
+    copy_rng_state(cpu_gen.get<at::CPUGeneratorImpl>(), state);
+    const double p1m = 1. - p;
+    mask = at::empty_like(cpu_in, at::MemoryFormat::Contiguous).bernoulli_(p1m, cpu_gen);
+    copy_rng_state(state, cpu_gen.get<at::CPUGeneratorImpl>());
+  }
+  const double scale = p == 1. ? 0. : 1. / (1. - p);
+  at::Tensor out = cpu_in.mul(mask).mul_(scale);
+  return {out.to(input.device()), mask.to(at::kBool).to(input.device())};
+}
+
+void register_cpu_compute_kernels(torch::Library& m) {
+  m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
+  m.impl("native_dropout", TORCH_FN(native_dropout));
+}
+
 std::unique_ptr<torch::Library> g_aten_lib, g_fallback_lib, g_autocast_fallthrough,
-    g_autocast_lib;
+    g_autocast_lib, g_mathbits_conj, g_mathbits_neg;
 bool g_installed = false;
 std::mutex g_install_mutex;
 
@@ -169,12 +281,29 @@ void install() {
   g_aten_lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
                                                 c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   register_native_kernels(g_aten_lib.get());
+  register_cpu_compute_kernels(*g_aten_lib);
+  // _copy_from handles the conjugate and negative bits itself (it copies the bits' physical
+  // values or materializes them on the host). Without these fallthroughs the math-bits fallback
+  // resolves the bit with clone -> copy_ -> _copy_from again, without end.
+  g_mathbits_conj = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::Conjugate, __FILE__, __LINE__);
+  g_mathbits_neg = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::Negative, __FILE__, __LINE__);
+  for (auto* lib : {g_mathbits_conj.get(), g_mathbits_neg.get()}) {
+    lib->impl("_copy_from", torch::CppFunction::makeFallthrough());
+    lib->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  }
   g_autocast_fallthrough = std::make_unique<torch::Library>(
       torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
   g_autocast_fallthrough->fallback(torch::CppFunction::makeFallthrough());
   g_autocast_lib = std::make_unique<torch::Library>(
       torch::Library::IMPL, "aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
   register_autocast(*g_autocast_lib);
+  // Initialize the device now (the hooks' init() has nothing to do). torch's is_pinned() says
+  // False for every pointer until the accelerator was lazily initialized
+  // (at::Context::isPinnedPtr), which only some calls do: `torch.empty(n, pin_memory=True)
+  // .is_pinned()` right after register_device was False.
+  at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
   g_installed = true;
 }
 

@@ -3,6 +3,8 @@
 #include "tv_device.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/core/Generator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -170,7 +172,15 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     return old;
   }
   DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
-  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
+  bool isPinnedPtr(const void* data) const override {
+    if (is_pinned_ptr(data)) return true;
+    // In a CUDA build on a machine with a GPU, `torch.empty(..., pin_memory=True)` takes CUDA's
+    // host allocator (at::detail::GetCPUAllocatorMaybePinned prefers CUDA, for backward
+    // compatibility), while `is_pinned()` asks the current accelerator, PrivateUse1. That
+    // memory is page-locked as well, so report it pinned; copies from it are synchronous,
+    // since our runtime did not allocate it.
+    return at::globalContext().hasCUDA() && at::detail::getCUDAHooks().isPinnedPtr(data);
+  }
   c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
   Device getDeviceFromPtr(void* data) const override {
     DeviceIndex d = device_of_ptr(data);

@@ -266,6 +266,14 @@ c10::Scalar local_scalar_dense(const Tensor& self) {
   return read_to_cpu(self).item();
 }
 
+// tensor.record_stream(s): the caching allocator keeps the block from being reused until the
+// work now enqueued on `s` has run (no CPU fallback: the CPU has no record_stream kernel).
+void record_stream(Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kPU1, "record_stream: expected a ", backend_name(),
+              " stream, got one on ", stream.device());
+  device_allocator()->recordStream(self.storage().data_ptr(), stream);
+}
+
 }  // namespace
 
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
@@ -303,6 +311,7 @@ void register_native_kernels(void* library) {
   m.impl("fill_.Scalar", TORCH_FN(fill_));
   m.impl("zero_", TORCH_FN(zero_));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("record_stream", TORCH_FN(record_stream));
 }
 
 }  // namespace torchvendor

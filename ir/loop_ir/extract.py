@@ -585,7 +585,7 @@ class _Assembler:
             parent = node.inputs[0].get_name()
             idx = tuple(int(i) for _, i in node.indices)
             return ExternKernel(name, "getitem", (BufferRef(parent), *idx), (), (name,), "multi_output")
-        if isinstance(node, (ir.Conditional, ir.WhileLoop, ir.InvokeSubgraph)) or isinstance(node, ir.UserDefinedTritonKernel):
+        if isinstance(node, (compat.inductor().Conditional, ir.WhileLoop, ir.InvokeSubgraph)) or isinstance(node, ir.UserDefinedTritonKernel):
             raise LoopIRUnsupported(f"{type(node).__name__} is not captured at loop level")
         opo = getattr(node, "op_overload", None)
         tensor_refs = [self.ref(i) for i in node.inputs]
