@@ -28,6 +28,7 @@ import re
 import sys
 import threading
 import types
+import warnings
 from typing import Any, Callable, Iterator, Sequence, Union
 
 import torch
@@ -199,7 +200,31 @@ def register_device(name: str, runtime: str | os.PathLike[str] | None = None
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
         _state.update(name=name, path=path, module=module)
+        _check_autograd(name, module)
         return module
+
+
+def _check_autograd(name: str, module: types.ModuleType) -> None:
+    """Warn now, not at the user's first backward, if autograd cannot run on the new device.
+
+    torch's autograd engine sizes its per-device queues once, at the first backward pass of the
+    process, from the device guards registered at that moment; a device registered later makes
+    every backward on it fail with an internal assert. A one-element backward through a view (only
+    native kernels: nothing reaches the CPU fallback) tells which case this is.
+    """
+    x = torch.ones(1, device=name, requires_grad=True)
+    try:
+        x.view(1).backward(torch.ones(1, device=name))
+    except RuntimeError as e:
+        if "device_ready_queues" not in str(e):
+            raise
+        warnings.warn(
+            f"torchvendor: torch's autograd engine started before the '{name}' device was registered, "
+            f"so backward passes on '{name}' will fail in this process. Call register_device() before "
+            f"the first backward pass: at import of your package, or through the torch.backends "
+            f"autoload entry point (see autoload_entry).", RuntimeWarning, stacklevel=3)
+    finally:
+        module.reset_fallback_counts()
 
 
 def registered_device() -> types.ModuleType | None:

@@ -197,3 +197,23 @@ def test_launch_argument_errors(acme):
         launch(1, (), (1,), b"")
     with pytest.raises(ValueError, match="outside the 8-byte argument buffer"):
         launch(1, (1,), (1,), b"\0" * 8, pointer_offsets=(4,))
+
+
+def test_registration_after_first_backward_warns():
+    # torch's autograd engine sizes its device queues at the first backward: a device registered
+    # later cannot run backward, and register_device says so at once instead of at that backward.
+    proc = run("""
+        import warnings, torch
+        x = torch.ones(2, requires_grad=True); (x * 2).sum().backward()
+        from torchvendor.sdk import register_device
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            acme = register_device('acme')
+        print([str(w.message) for w in caught if w.category is RuntimeWarning])
+        print(acme.fallback_counts())
+        """)
+    assert proc.returncode == 0, proc.stderr
+    warned, counts = proc.stdout.strip().splitlines()[-2:]
+    assert "autograd engine started before the 'acme' device was registered" in warned
+    assert "before the first backward pass" in warned
+    assert counts == "{}"  # the probe itself leaves no trace in the fallback counts
