@@ -212,9 +212,12 @@ def _check_autograd(name: str, module: types.ModuleType) -> None:
     every backward on it fail with an internal assert. A one-element backward through a view (only
     native kernels: nothing reaches the CPU fallback) tells which case this is.
     """
-    x = torch.ones(1, device=name, requires_grad=True)
+    last = f"{name}:{module.device_count() - 1}"  # the engine may have queues for fewer devices
+    if module.device_count() == 0:
+        return
+    x = torch.ones(1, device=last, requires_grad=True)
     try:
-        x.view(1).backward(torch.ones(1, device=name))
+        x.view(1).backward(torch.ones(1, device=last))
     except RuntimeError as e:
         if "device_ready_queues" not in str(e):
             raise

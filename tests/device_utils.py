@@ -205,6 +205,8 @@ class _Mover:
         self.storages: dict[tuple[int, int], torch.Tensor] = {}
         self.keep = {id(t) for t in keep}
         self.moved = False
+        self.foreign = False  # the sample names another accelerator (OpInfo adds "cuda" samples
+        #                       on CUDA machines): a cross-device case, not about this device
 
     def _move(self, t: torch.Tensor) -> torch.Tensor:
         t = t.detach()
@@ -241,6 +243,10 @@ class _Mover:
                 self.memo[id(obj)] = hit
                 self.moved = True
             return hit
+        if isinstance(obj, torch.device) and obj.type not in (self.source, self.device.type):
+            self.foreign = True
+        if isinstance(obj, str) and key == "device" and torch.device(obj).type not in (self.source, self.device.type):
+            self.foreign = True
         if isinstance(obj, torch.device) and obj.type == self.source:
             self.moved = True
             return self.device
@@ -330,8 +336,8 @@ def _run_samples(res: OpResult, fn: Callable, samples, device: torch.device,
             res.failed += 1
             res.failures.append(SampleFailure(i, "copy to device failed", _first_line(exc)))
             continue
-        if not mover.moved:
-            res.skipped += 1  # nothing of the sample lives on the device
+        if not mover.moved or mover.foreign:
+            res.skipped += 1  # nothing of the sample lives on the device, or it targets another one
             continue
 
         # CPU reference on the original sample (the device copy is already made, so an

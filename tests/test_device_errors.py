@@ -211,9 +211,14 @@ def test_registration_after_first_backward_warns():
             acme = register_device('acme')
         print([str(w.message) for w in caught if w.category is RuntimeWarning])
         print(acme.fallback_counts())
+        # The engine made a queue per device of the accelerators it knew (CUDA's, if any).
+        print(torch.cuda.device_count() < acme.device_count())
         """)
     assert proc.returncode == 0, proc.stderr
-    warned, counts = proc.stdout.strip().splitlines()[-2:]
-    assert "autograd engine started before the 'acme' device was registered" in warned
-    assert "before the first backward pass" in warned
+    warned, counts, engine_too_small = proc.stdout.strip().splitlines()[-3:]
+    if engine_too_small == "True":
+        assert "autograd engine started before the 'acme' device was registered" in warned
+        assert "before the first backward pass" in warned
+    else:
+        assert warned == "[]"
     assert counts == "{}"  # the probe itself leaves no trace in the fallback counts
