@@ -274,7 +274,7 @@ def write_markdown(rows: list[dict], path: Path, quick: bool, machine: str) -> N
         "# Partitioning benchmark",
         "",
         f"Written by `bench/bench_partition.py{' --quick' if quick else ''}` on {machine}. "
-        "The machine is shared (about 7 engineers on 2 cores while this ran), so times are the best of "
+        f"Load average at the end of the run: {os.getloadavg()[0]:.1f}. Times are the best of "
         "several runs, bare scan and ours interleaved; every row runs all methods on the same graph "
         "(CBP and fuse_by_partitions in a child process).",
         "",
