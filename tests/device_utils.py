@@ -234,6 +234,9 @@ class _Mover:
         if isinstance(obj, torch.Tensor):
             if id(obj) in self.keep:
                 return obj
+            if obj.device.type not in ("cpu", "meta", self.source, self.device.type):
+                self.foreign = True  # e.g. a cuda tensor OpInfo made for a cross-device sample
+                return obj
             hit = self.memo.get(id(obj))
             if hit is None:
                 with torch.no_grad():
