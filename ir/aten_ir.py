@@ -282,12 +282,9 @@ class AtenProgram(Program):
             if role[0] == "saved":
                 bw_args.append(saved[role[1]])
             else:
-                # Like AOTAutograd's runtime, give each tangent the memory layout of its forward
-                # output: some backward kernels (CPU flash attention) assume grad_out matches out.
                 g, out = per_graph_output.get(role[1]), user[role[1]]
-                bw_args.append(torch.zeros_like(out) if g is None else torch.empty_like(out).copy_(g))
-        with torch.no_grad():
-            grads_in = run_graph(self.backward, bw_args, name="ATen backward graph")
+                bw_args.append(self._tangent(torch.zeros_like(out) if g is None else g, out))
+        grads_in = self._backward(bw_args)
         result: dict[str, torch.Tensor] = {}
         for slot, g in zip(self.slots, grads_in):
             if g is not None and slot.kind in ("input", "parameter", "constant"):
@@ -295,6 +292,16 @@ class AtenProgram(Program):
         for key, g in passthrough.items():
             result[key] = result[key] + g if key in result else g
         return result
+
+
+    def _tangent(self, grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        # Like AOTAutograd's runtime, give each tangent the memory layout of its forward output:
+        # some backward kernels (CPU flash attention) assume grad_out matches out.
+        return torch.empty_like(out).copy_(grad)
+
+    def _backward(self, args: list[Any]) -> list[Any]:
+        with torch.no_grad():
+            return run_graph(self.backward, args, name="ATen backward graph")
 
 
 def capture_aten(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any], *, training: bool = False,

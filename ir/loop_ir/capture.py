@@ -33,8 +33,7 @@ import torch.fx as fx
 from .. import compat
 from ..aten_ir import AtenProgram
 from ..decompositions import resolve
-from ..program import default_grad_outputs, flatten_inputs
-from ..torch_ir import assemble, describe_inputs, trace
+from ..torch_ir import describe_inputs, trace
 from .extract import _CONFIG, _capture_scope, passthrough_program
 from .interpreter import run_program
 from .printer import format_program
@@ -147,42 +146,13 @@ class LoopCapture(AtenProgram):
                     saved[role[1]] = value
         return user, saved
 
-    def run_backward(self, *inputs: Any, grad_outputs: Sequence[torch.Tensor | None] | None = None) -> dict[str, torch.Tensor]:
-        """Interpret the forward program, then the backward program on its saved values and the tangents."""
-        self._require_training()
+    def _tangent(self, grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()  # the backward program's tangent buffers are contiguous
+
+    def _backward(self, args: list[Any]) -> list[Any]:
         assert self.backward is not None
-        flat = flatten_inputs(inputs)
-        user, saved = self._forward(flat)
-        outs = assemble(self.outputs, user, flat, self.module)
-        grads = list(grad_outputs) if grad_outputs is not None else default_grad_outputs(outs)
-        if len(grads) != len(outs):
-            raise ValueError(f"grad_outputs has {len(grads)} entries but the program has {len(outs)} outputs")
-        per_output: dict[int, torch.Tensor] = {}
-        passthrough: dict[str, torch.Tensor] = {}
-        for slot, g in zip(self.outputs, grads):
-            if g is None:
-                continue
-            if slot.kind == "graph":
-                per_output[slot.index] = g + per_output[slot.index] if slot.index in per_output else g
-            elif slot.kind == "input" and getattr(flat[slot.index], "requires_grad", False):
-                key = f"input{slot.index}"
-                passthrough[key] = g + passthrough[key] if key in passthrough else g
-        bw_args = []
-        for role in self.backward_roles:
-            if role[0] == "saved":
-                bw_args.append(saved[role[1]])
-            else:
-                g = per_output.get(role[1])
-                bw_args.append((g if g is not None else torch.zeros_like(user[role[1]])).contiguous())
         with torch.no_grad():
-            grads_in = run_program(self.backward, bw_args)
-        result: dict[str, torch.Tensor] = {}
-        for slot, g in zip(self.slots, grads_in):
-            if g is not None and slot.kind in ("input", "parameter", "constant"):
-                result[slot.grad_key] = g
-        for key, g in passthrough.items():
-            result[key] = result[key] + g if key in result else g
-        return result
+            return run_program(self.backward, args)
 
 
 def capture_loop(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any], *, training: bool = False,
