@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Sequence, TypeVar
 
-from torchvendor.ir.graph_view import GraphView
+from ..ir.graph_view import GraphView
 
 from .support import as_oracle, check, op_matches
 

@@ -28,7 +28,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Any, Hashable, Union
 
-from torchvendor.ir.graph_view import DictGraph, DictNode
+from ..ir.graph_view import DictGraph, DictNode
 
 from .core import Partition, PartitionResult, paused_gc
 

@@ -29,7 +29,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Hashable, Iterable, Union
 
-from torchvendor.ir.graph_view import GraphView
+from ..ir.graph_view import GraphView
 
 __all__ = ["Unsupported", "SupportResult", "SupportRule", "as_oracle", "check", "supported_ops",
            "unsupported_ops", "predicate", "dtypes", "chain", "any_chain", "op_matches"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Hashable, Sequence
 
-from torchvendor.ir.graph_view import GraphView, NodeKind
+from ..ir.graph_view import GraphView, NodeKind
 
 __all__ = ["MatchContext"]
 

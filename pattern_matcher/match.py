@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Hashable, Mapping, Union
 
-from torchvendor.ir.graph_view import GraphView
+from ..ir.graph_view import GraphView
 
 from .context import MatchContext
 from .keymap import COMMUTATIVE_OPS

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Collection, Hashable, Iterable
 
-from torchvendor.ir.graph_view import GraphView, MutableGraphView
+from ..ir.graph_view import GraphView, MutableGraphView
 
 from .context import MatchContext
 from .errors import PatternError

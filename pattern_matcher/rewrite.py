@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Mapping, Sequence
 
-from torchvendor.ir.graph_view import MutableGraphView
+from ..ir.graph_view import MutableGraphView
 
 from .context import MatchContext
 from .errors import RewriteError
