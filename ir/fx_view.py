@@ -81,6 +81,9 @@ def resolve_op(key: str) -> Callable[..., Any]:
     return getattr(obj, parts[2]) if len(parts) == 3 else obj
 
 
+_FLAT_ARG_TYPES = frozenset({fx.Node, int, float, bool, str, type(None)})
+
+
 def _flat_nodes(args: Any, kwargs: Mapping[str, Any]) -> list[fx.Node]:
     out: list[fx.Node] = []
     fx.node.map_arg((args, dict(kwargs)), out.append)
@@ -120,7 +123,11 @@ class FxView:
         return list(self.graph.nodes)
 
     def inputs(self, node: fx.Node) -> list[fx.Node]:
-        return _flat_nodes(node.args, node.kwargs)
+        # Fast path for the common flat argument list (matching calls this for every candidate).
+        args = node.args
+        if not node.kwargs and all(type(a) in _FLAT_ARG_TYPES for a in args):
+            return [a for a in args if type(a) is fx.Node]
+        return _flat_nodes(args, node.kwargs)
 
     def users(self, node: fx.Node) -> list[fx.Node]:
         return list(node.users)
