@@ -236,10 +236,9 @@ class AtenProgram(Program):
 
     # -- execution ----------------------------------------------------------------------------------
     def _forward(self, flat: list[Any]) -> tuple[list[Any], dict[str, Any]]:
-        graph = self.forward if self.training else self.inference
         args = self._binder.bind(flat)
         with torch.no_grad():
-            outs = run_graph(graph, args, name=f"ATen {'forward' if self.training else 'inference'} graph")
+            outs = self._execute("forward" if self.training else "inference", args)
             n_user = sum(1 for r in self.forward_roles if r[0] == "output")
             user: list[Any] = [None] * n_user
             saved: dict[str, Any] = {}
@@ -284,7 +283,8 @@ class AtenProgram(Program):
             else:
                 g, out = per_graph_output.get(role[1]), user[role[1]]
                 bw_args.append(self._tangent(torch.zeros_like(out) if g is None else g, out))
-        grads_in = self._backward(bw_args)
+        with torch.no_grad():
+            grads_in = self._execute("backward", bw_args)
         result: dict[str, torch.Tensor] = {}
         for slot, g in zip(self.slots, grads_in):
             if g is not None and slot.kind in ("input", "parameter", "constant"):
@@ -299,9 +299,9 @@ class AtenProgram(Program):
         # some backward kernels (CPU flash attention) assume grad_out matches out.
         return torch.empty_like(out).copy_(grad)
 
-    def _backward(self, args: list[Any]) -> list[Any]:
-        with torch.no_grad():
-            return run_graph(self.backward, args, name="ATen backward graph")
+    def _execute(self, part: str, args: list[Any]) -> list[Any]:
+        """Run the ``"forward"``, ``"inference"`` or ``"backward"`` part on ``args``."""
+        return run_graph(getattr(self, part), args, name=f"ATen {part} graph")
 
 
 def capture_aten(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any], *, training: bool = False,

@@ -127,32 +127,13 @@ class LoopCapture(AtenProgram):
         return "\n".join(lines)
 
     # -- execution (the ATen level's conventions, with the loop interpreter) ----------------------
-    def _forward(self, flat: list[Any]) -> tuple[list[Any], dict[str, Any]]:
-        program = self.forward if self.training else self.inference
+    def _execute(self, part: str, args: list[Any]) -> list[Any]:
+        program = getattr(self, part)
         assert program is not None
-        args = self._binder.bind(flat)
-        with torch.no_grad():
-            outs = run_program(program, args)
-        n_user = sum(1 for r in self.forward_roles if r[0] == "output")
-        user: list[Any] = [None] * n_user
-        saved: dict[str, Any] = {}
-        with torch.no_grad():
-            for value, role in zip(outs, self.forward_roles):
-                if role[0] == "mutation":
-                    args[role[1]].copy_(value)
-                elif role[0] == "output":
-                    user[role[1]] = value
-                elif role[0] == "saved":
-                    saved[role[1]] = value
-        return user, saved
+        return run_program(program, args)
 
     def _tangent(self, grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         return grad.contiguous()  # the backward program's tangent buffers are contiguous
-
-    def _backward(self, args: list[Any]) -> list[Any]:
-        assert self.backward is not None
-        with torch.no_grad():
-            return run_program(self.backward, args)
 
 
 def capture_loop(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any], *, training: bool = False,
