@@ -35,7 +35,7 @@ from torchvendor.pattern_matcher import (
 )
 from torchvendor.pattern_matcher.multi import MultiPattern
 
-from .fx_view import FxView
+from torchvendor.ir.fx_view import FxView
 
 __all__ = ["trace", "pattern_from_function", "pattern_from_graph", "template_from_function", "fx_rule",
            "rewrite_fx"]

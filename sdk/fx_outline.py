@@ -38,8 +38,8 @@ from torch.fx.node import map_arg
 from torchvendor.partitioner.core import Partition, PartitionResult, partition, paused_gc
 from torchvendor.partitioner.outline import emission_order
 
-from . import compat
-from .fx_view import FxView
+from torchvendor.ir import compat
+from torchvendor.ir.fx_view import FxView
 
 __all__ = ["outline_fx", "partition_fx", "partition_and_outline"]
 
