@@ -505,3 +505,46 @@ def inductor_decompositions() -> dict[_Any, _Any]:
     from torch._inductor.decomposition import select_decomp_table
 
     return dict(select_decomp_table())
+
+
+# ---- Dynamo's backend registry (the SDK's Backend template) -------------------------------------
+# ``torch._dynamo.register_backend`` is documented, but it lives in a private module, and the
+# registry's two dicts (loaded backends, entry points not loaded yet) have no public reader.
+
+
+def dynamo_backend_state(name: str) -> str | None:
+    """``"loaded"`` (a compiler function is registered), ``"entry_point"`` (a
+    ``torch_dynamo_backends`` entry point names it, not loaded yet) or None.
+
+    >>> dynamo_backend_state("inductor"), dynamo_backend_state("no_such_backend")
+    ('loaded', None)
+    """
+    from torch._dynamo.backends import registry
+
+    registry._lazy_import()
+    if name in registry._COMPILER_FNS:
+        return "loaded"
+    if name in registry._BACKENDS:
+        return "entry_point"
+    return None
+
+
+def dynamo_registered_backend(name: str) -> _Callable[..., _Any] | None:
+    """The compiler function registered under ``name`` (None if none is loaded)."""
+    from torch._dynamo.backends import registry
+
+    return registry._COMPILER_FNS.get(name)
+
+
+def dynamo_register_backend(fn: _Callable[..., _Any], name: str) -> None:
+    """Register ``fn`` as the Dynamo backend ``name`` (``torch._dynamo.register_backend``)."""
+    import torch._dynamo
+
+    torch._dynamo.register_backend(compiler_fn=fn, name=name)
+
+
+def dynamo_counters() -> _Any:
+    """Dynamo's event counters (``torch._dynamo.utils.counters``), e.g. ``["stats"]["unique_graphs"]``."""
+    from torch._dynamo.utils import counters
+
+    return counters
