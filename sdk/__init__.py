@@ -2,9 +2,15 @@
 
 Device bring-up (``torchvendor.sdk.device``)::
 
+    >>> import torch
     >>> from torchvendor.sdk import register_device
     >>> acme = register_device("acme")      # runtime=None: the reference simulated accelerator
-    >>> torch.randn(2, 3, device="acme").sum().item()
+    >>> torch.ones(2, 3, device="acme").sum().item()
+    6.0
+
+Compile bring-up (``torchvendor.sdk.backend``): subclass :class:`Backend`, declare the level,
+the supported ops and the patterns, implement ``compile``, call :func:`register_backend`;
+``torch.compile(model, backend=<name>)`` works and :func:`last_report` says what ran where.
 
 Names are imported lazily, so ``import torchvendor.sdk`` loads neither torch nor the C++ layer,
 and nothing claims PrivateUse1 until ``register_device`` is called.
@@ -14,28 +20,25 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_DEVICE_API = (
-    "register_device",
-    "registered_device",
-    "autoload_entry",
-    "default_runtime_path",
-    "DeviceRegistrationError",
-    "RuntimeLoadError",
-    "DeviceProperties",
-    "load_module",
-    "get_function",
-    "launch",
-    "unload_module",
-)
+_API: dict[str, str] = {
+    **dict.fromkeys(("register_device", "registered_device", "autoload_entry", "default_runtime_path",
+                     "DeviceRegistrationError", "RuntimeLoadError", "DeviceProperties", "load_module",
+                     "get_function", "launch", "unload_module"), "device"),
+    **dict.fromkeys(("Backend", "Level", "BackendError", "BackendDefinitionError", "BackendFallbackWarning",
+                     "register_backend", "get_backend", "registered_backends"), "backend"),
+    **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
+    **dict.fromkeys(("ArtifactCache",), "cache"),
+    **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner"), "loop_runner"),
+}
 
-__all__ = list(_DEVICE_API)
+__all__ = sorted(_API)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _DEVICE_API:
-        return getattr(importlib.import_module("torchvendor.sdk.device"), name)
+    if name in _API:
+        return getattr(importlib.import_module(f"torchvendor.sdk.{_API[name]}"), name)
     raise AttributeError(f"module 'torchvendor.sdk' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_DEVICE_API))
+    return sorted(list(globals()) + list(_API))
