@@ -240,7 +240,7 @@ class Backend:
             compiled = None
         record.compile_seconds = time.perf_counter() - started
         expected = [_meta(v) for v in _output_values(sub)]
-        return PartitionCall(self, record, compiled, sub, expected, graph.device)
+        return PartitionCall(self, record, compiled, sub, expected, _device_of(examples))
 
     def _compile_loop(self, sub: fx.GraphModule, examples: list[Any], kind: str,
                       record: PartitionRecord) -> Callable[..., Any]:

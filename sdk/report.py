@@ -80,9 +80,10 @@ class GraphReport:
         return total
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("partition_result", None)
-        return d
+        return {"kind": self.kind, "backend": self.backend, "device": self.device,
+                "partitions": [asdict(p) for p in self.partitions], "unsupported": dict(self.unsupported),
+                "reasons": {k: list(v) for k, v in self.reasons.items()}, "stage_times": dict(self.stage_times),
+                "fusions": dict(self.fusions)}
 
     def picture(self, path: str | Path | None = None) -> str:
         """The partitioner's HTML picture of this graph (nodes coloured by partition)."""
