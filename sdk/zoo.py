@@ -148,6 +148,9 @@ def _hf_text(config_cls: str, model_cls: str, **config: Any) -> Callable[[str], 
         import transformers
 
         cfg = getattr(transformers, config_cls)(**config)
+        for knob in _DROPOUT_KNOBS:  # deterministic training steps: no functional dropout either
+            if hasattr(cfg, knob):
+                setattr(cfg, knob, 0.0)
         model = getattr(transformers, model_cls)(cfg)
         batch, seq = (8, 64) if size == "bench" else (2, 8)
         ids = torch.randint(0, cfg.vocab_size, (batch, seq))
@@ -166,6 +169,8 @@ def _vit(size: str) -> tuple[nn.Module, tuple]:
     return ViTModel(cfg), (torch.randn(batch, 3, 32, 32),)
 
 
+_DROPOUT_KNOBS = ("dropout_rate", "hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop",
+                  "attn_pdrop", "attention_dropout", "hidden_dropout", "classifier_dropout")
 _SMALL = dict(num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=512)
 
 ENTRIES: dict[str, ZooEntry] = {e.name: e for e in [
