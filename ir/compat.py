@@ -548,3 +548,16 @@ def dynamo_counters() -> _Any:
     from torch._dynamo.utils import counters
 
     return counters
+
+
+def outside_tracing_context() -> _Any:
+    """A context manager hiding the current ``TracingContext``: for compiling several subgraphs
+    of one AOTAutograd graph with Inductor (``compile_fx_inner`` records one graph's output
+    strides in the context and asserts it does so once).
+
+    >>> with outside_tracing_context():
+    ...     pass
+    """
+    from torch._guards import tracing
+
+    return tracing(None)

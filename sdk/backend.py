@@ -87,7 +87,9 @@ SDK_OPTIONS: dict[str, Any] = {
     "strict": False,         # raise BackendError instead of falling back after a vendor error
     "check_outputs": True,   # check count, dtype, shape and device of what a partition returns
     "cache_dir": None,       # artifact cache root (default: $TORCHVENDOR_CACHE_DIR or ~/.cache)
+    "fallback": "eager",     # what runs the ops the backend does not claim: "eager" or "inductor"
 }
+_FALLBACKS = ("eager", "inductor")
 
 
 class Backend:
@@ -117,6 +119,9 @@ class Backend:
         if unknown:
             raise BackendError(f"backend {self.name!r}: unknown option(s) {unknown}; it accepts {sorted(known)}")
         self.options: dict[str, Any] = {**known, **options}
+        if self.options["fallback"] not in _FALLBACKS:
+            raise BackendError(f"backend {self.name!r}: option fallback={self.options['fallback']!r}; use one of "
+                               f"{list(_FALLBACKS)}")
         self.strict = bool(self.options["strict"])
         self._cache: ArtifactCache | None = None
         self._warned: set[str] = set()
@@ -186,7 +191,8 @@ class Backend:
 
     def _compile_graph(self, kind: str, report: CompileReport, started: float, gm: fx.GraphModule,
                        example_inputs: list[Any]) -> Callable[..., Any]:
-        graph = GraphReport(kind=kind, backend=self.name, device=self.device or _device_of(example_inputs))
+        graph = GraphReport(kind=kind, backend=self.name, device=self.device or _device_of(example_inputs),
+                            fallback=self.options["fallback"] if self.level is not Level.TORCH else "eager")
         report.graphs.append(graph)
         times = graph.stage_times
         now = time.perf_counter()
@@ -218,6 +224,10 @@ class Backend:
             sub = getattr(outlined, name)
             setattr(outlined, name, self._partition_module(sub, name, kind, graph))
         times["vendor_compile"] = time.perf_counter() - now
+        if self.options["fallback"] == "inductor" and result.fallback and self.level is not Level.TORCH:
+            now = time.perf_counter()
+            outlined = _inductor_fallback(outlined)
+            times["inductor_fallback"] = time.perf_counter() - now
         return outlined
 
     def _partition_module(self, sub: fx.GraphModule, name: str, kind: str, graph: GraphReport) -> torch.nn.Module:
@@ -455,6 +465,39 @@ def registered_backends() -> list[str]:
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
+
+def _inductor_fallback(gm: fx.GraphModule) -> fx.GraphModule:
+    """Outline the maximal convex groups of ops between the vendor's partitions and compile each
+    with Inductor (``fallback="inductor"``); the vendor's partitions stay as they are."""
+    def not_vendor(view: Any, node: fx.Node) -> bool | str:
+        return not isinstance(getattr(gm, str(node.target), None), PartitionCall) or "a vendor partition"
+
+    outlined, result = partition_and_outline(gm, predicate(not_vendor), prefix="inductor_")
+    for part in result.partitions:
+        name = f"inductor_{part.id}"
+        sub = getattr(outlined, name)
+        setattr(outlined, name, _InductorPartition(sub))
+    return outlined
+
+
+class _InductorPartition(torch.nn.Module):
+    """A fallback group compiled by Inductor (its ``compile_fx_inner`` takes a graph returning a tuple)."""
+
+    def __init__(self, sub: fx.GraphModule) -> None:
+        super().__init__()
+        out = sub.graph.output_node()
+        self.single = not isinstance(out.args[0], (tuple, list))
+        if self.single:
+            out.args = ((out.args[0],),)
+            sub.recompile()
+        examples = [n.meta.get("val") for n in sub.graph.nodes if n.op == "placeholder"]
+        with compat.outside_tracing_context():
+            self.compiled = compat.inductor().compile_fx_inner(sub, examples)
+
+    def forward(self, *args: Any) -> Any:
+        out = self.compiled(list(args))
+        return out[0] if self.single else tuple(out)
+
 
 def _device_of(values: Sequence[Any]) -> str:
     for v in values:

@@ -17,7 +17,7 @@ Example::
     >>> r.unsupported["aten.sort.default"] = 1
     >>> report = CompileReport(backend="demo", options={}, graphs=[r])
     >>> print(str(report).splitlines()[0])
-    demo: 1 graph(s), 1 partition(s) compiled, 0 fell back; 1 op(s) ran eagerly (not claimed)
+    demo: 1 graph(s), 1 partition(s) compiled, 0 fell back; 1 op(s) not claimed
     >>> report.to_dict()["graphs"][0]["partitions"][0]["status"]
     'compiled'
 """
@@ -56,8 +56,10 @@ class GraphReport:
     backend: str
     device: str
     partitions: list[PartitionRecord] = field(default_factory=list)
-    #: operator key -> count of nodes the backend did not claim (run eagerly / by Inductor)
+    #: operator key -> count of nodes the backend did not claim (run by ``fallback``)
     unsupported: dict[str, int] = field(default_factory=dict)
+    #: what ran the unclaimed ops: "eager" or "inductor"
+    fallback: str = "eager"
     #: operator key -> the reasons the support rule gave
     reasons: dict[str, list[str]] = field(default_factory=dict)
     #: stage -> seconds: capture, decomposition, matching, partitioning, vendor_compile
@@ -82,6 +84,7 @@ class GraphReport:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "backend": self.backend, "device": self.device,
                 "partitions": [asdict(p) for p in self.partitions], "unsupported": dict(self.unsupported),
+                "fallback": self.fallback,
                 "reasons": {k: list(v) for k, v in self.reasons.items()}, "stage_times": dict(self.stage_times),
                 "fusions": dict(self.fusions)}
 
@@ -146,7 +149,7 @@ class CompileReport:
         fell = [p for p in parts if p.status == "fallback"]
         unsupported = self.unsupported()
         lines = [f"{self.backend}: {len(self.graphs)} graph(s), {compiled} partition(s) compiled, {len(fell)} fell back; "
-                 f"{sum(unsupported.values())} op(s) ran eagerly (not claimed)"]
+                 f"{sum(unsupported.values())} op(s) not claimed"]
         for g in self.graphs:
             times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in g.stage_times.items())
             lines.append(f"  graph {g.kind} on {g.device}" + (f" ({times})" if times else ""))
@@ -161,7 +164,7 @@ class CompileReport:
                                  + ", ".join(f"{op} x{n}" for op, n in sorted(p.device_fallback.items())))
             for op, n in sorted(g.unsupported.items(), key=lambda kv: (-kv[1], kv[0])):
                 why = "; ".join(sorted(set(g.reasons.get(op, []))))
-                lines.append(f"    eager        {op} x{n}" + (f"  [{why}]" if why else ""))
+                lines.append(f"    {g.fallback:<12} {op} x{n}" + (f"  [{why}]" if why else ""))
         return "\n".join(lines)
 
 

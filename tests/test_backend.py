@@ -322,3 +322,22 @@ def test_entry_point_makes_the_backend_available_without_an_import(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[2.0, 2.0, 2.0] [{'aten.cos.default': 1}]"
+
+
+def test_inductor_fallback_on_request():
+    def f(x, w):
+        return (torch.sin(x) @ w).relu().cos() + 1
+
+    c = torch.compile(_fresh(f), backend="tv_test_passthrough", options={"fallback": "inductor"})
+    x, w = torch.randn(4, 4), torch.randn(4, 4, requires_grad=True)
+    y = c(x, w)
+    torch.testing.assert_close(y, f(x, w))
+    y.sum().backward()
+    g, w.grad = w.grad, None
+    f(x, w).sum().backward()
+    torch.testing.assert_close(g, w.grad)
+    rep = last_report()
+    assert [g.fallback for g in rep.graphs] == ["inductor", "inductor"]
+    assert "inductor     aten.sin.default x1" in str(rep)
+    with pytest.raises(BackendError, match="fallback='tvm'"):
+        get_backend(PassThrough, fallback="tvm")
