@@ -25,7 +25,7 @@ _API: dict[str, str] = {
                      "DeviceRegistrationError", "RuntimeLoadError", "DeviceProperties", "load_module",
                      "get_function", "launch", "unload_module"), "device"),
     **dict.fromkeys(("Backend", "Level", "BackendError", "BackendDefinitionError", "BackendFallbackWarning",
-                     "register_backend", "get_backend", "registered_backends"), "backend"),
+                     "register_backend", "get_backend", "registered_backends", "op_key"), "backend"),
     **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
     **dict.fromkeys(("ArtifactCache",), "cache"),
     **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner"), "loop_runner"),

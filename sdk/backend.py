@@ -59,7 +59,7 @@ from .fx_outline import partition_and_outline
 from .report import CompileReport, GraphReport, PartitionRecord, _record
 
 __all__ = ["Level", "Backend", "BackendError", "BackendDefinitionError", "BackendFallbackWarning",
-           "register_backend", "get_backend", "registered_backends"]
+           "register_backend", "get_backend", "registered_backends", "op_key"]
 
 
 class Level(str, enum.Enum):
@@ -260,8 +260,11 @@ class Backend:
 
         device = _device_of(examples)
         key = _graph_key(sub, examples, kind, device)
-        text = self.cache.get_or_build_bytes(
-            key, lambda: lower_graph(sub, examples, device=device, kind=kind).to_json().encode(), ".loop.json")
+        def lower() -> bytes:
+            with compat.outside_tracing_context():  # several partitions of one graph are lowered
+                return lower_graph(sub, examples, device=device, kind=kind).to_json().encode()
+
+        text = self.cache.get_or_build_bytes(key, lower, ".loop.json")
         program = LoopProgram.from_json(text.decode())
         compiled: dict[str, Callable[..., Any]] = {}
         for lk in loop_kernels(program):
