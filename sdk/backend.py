@@ -149,6 +149,18 @@ class Backend:
                                         namespace=f"{self.name}/{self.version}/{opts}/torch {torch.__version__}")
         return self._cache
 
+    @staticmethod
+    def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], *extra: str) -> str:
+        """A content key for one partition: its code and its inputs' dtypes, shapes, strides and
+        offsets (symbolic sizes by name). Hand it to :attr:`cache` to cache a compiled engine.
+
+        >>> import torch
+        >>> gm = torch.fx.symbolic_trace(lambda x: x.relu())
+        >>> Backend.graph_key(gm, [torch.ones(2)]) == Backend.graph_key(gm, [torch.zeros(2)])
+        True
+        """
+        return _graph_key(gm, example_inputs, *extra)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} level={self.level.value} options={self.options}>"
 
@@ -534,13 +546,13 @@ def _device_module(args: Sequence[Any]) -> Any:
     return None
 
 
-def _graph_key(gm: fx.GraphModule, examples: Sequence[Any], kind: str, device: str) -> str:
+def _graph_key(gm: fx.GraphModule, examples: Sequence[Any], *extra: str) -> str:
     def describe(v: Any) -> str:
         if isinstance(v, torch.Tensor):
             return f"{v.dtype}{tuple(map(str, v.shape))}{tuple(map(str, v.stride()))}{v.storage_offset()}"
         return repr(v)
 
-    return "\n".join([kind, device, gm.code, *map(describe, examples)])
+    return "\n".join([*extra, gm.code, *map(describe, examples)])
 
 
 def _kernel_ops(kernel: Any) -> str:
