@@ -1,0 +1,939 @@
+"""Loop IR kernel -> CUDA C: the code generator of the reference CUDA backend.
+
+A loop IR :class:`Kernel` is a list of nests run in order. The generator cuts it into
+*segments*, each one ``__global__`` function, launched in order on one stream:
+
+- **pointwise** segments (nests without reduction ranges over the same number of elements)
+  map one flat index to each thread; where every access of a buffer is the flat index itself
+  (contiguous), each thread moves ``16 bytes`` per buffer with one vector load/store, and a
+  scalar twin of the function is launched when a pointer is not aligned;
+- **row** segments (a reduction over ``L`` elements for each of ``R`` rows, with the pointwise
+  nests around it) give each row to one warp (short rows) or one block (long rows); threads
+  stride over the row, accumulate, combine with warp shuffles (and shared memory across
+  warps), and every thread gets the result, so the nests of a softmax or a layer norm run in
+  one launch. An intermediate buffer written by one nest and read only by later nests of the
+  same segment at the same element is never stored: its value is recomputed where it is read;
+- **long** reductions (few rows, very long) are split: each block reduces a slice of a row into
+  a workspace, and a second launch combines the slices and runs the rest of the nest.
+
+Nests that cannot share a segment (a read of another row, a different iteration space) start a
+new one; stream order keeps them correct. Tiling (warp or block per row, threads per row,
+vector width) is chosen from the shapes.
+
+Example (codegen needs no GPU)::
+
+    >>> from torchvendor.ir.loop_ir import Buffer, Kernel, LoopNest, Stmt
+    >>> x = Buffer("x", "float32", ("1024",), ("1",), "cuda", "input")
+    >>> y = Buffer("y", "float32", ("1024",), ("1",), "cuda", "output")
+    >>> body = (Stmt("t0", "load", (), (("buffer", "x"), ("index", "i0"))),
+    ...         Stmt("t1", "relu", ("t0",)),
+    ...         Stmt(None, "store", ("t1",), (("buffer", "y"), ("index", "i0"), ("mode", None))))
+    >>> k = generate(Kernel("k0", (LoopNest("op0", ("1024",), (), body),)), (x, y), ())
+    >>> [(l.name, l.kind, l.vector) for l in k.launches]
+    [('k0_0', 'pointwise', 4)]
+    >>> "float4" in k.source or "__align__(16)" in k.source
+    True
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import sympy
+
+from torchvendor.ir.loop_ir import Buffer, Kernel, LoopNest, Stmt, parse_expr
+
+__all__ = ["generate", "CudaKernel", "Launch", "CodegenError", "CTYPES"]
+
+
+class CodegenError(NotImplementedError):
+    """The kernel uses something the generator does not support; the message names it."""
+
+
+#: Loop IR dtype -> CUDA C type of a buffer element.
+CTYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
+          "int64": "long long", "int32": "int", "int16": "short", "int8": "signed char",
+          "uint8": "unsigned char", "bool": "bool"}
+_SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+          "int8": 1, "uint8": 1, "bool": 1}
+
+
+def _ctype(dtype: str | None) -> str:
+    """The type values of ``dtype`` are computed in (half and bfloat16 compute in float)."""
+    if dtype is None:
+        return "auto"
+    if dtype in ("float16", "bfloat16"):
+        return "float"
+    try:
+        return CTYPES[dtype]
+    except KeyError:
+        raise CodegenError(f"dtype {dtype} is not supported by the CUDA code generator") from None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One ``__global__`` function of the module and how to launch it.
+
+    ``kind``: ``pointwise`` (``numel`` elements, ``vector`` per thread), ``rows`` (``rows`` x
+    ``rlen``, ``threads`` per row, ``rows_per_block`` rows per block), or ``split`` (first launch
+    of a long reduction: ``splits`` blocks per row, then ``name + '_final'``). Sizes are
+    expressions of the size variables; ``aligned`` lists argument indices that must be aligned
+    to ``16 * vector / 4`` bytes... precisely ``align`` bytes, for the vector function.
+    """
+
+    name: str
+    kind: str
+    numel: str = "1"
+    rows: str = "1"
+    rlen: str = "1"
+    threads: int = 256
+    rows_per_block: int = 1
+    vector: int = 1
+    align: int = 0
+    aligned: tuple[int, ...] = ()
+    splits: int = 1
+    workspace: tuple[str, ...] = ()   # C types of the split workspace fields
+
+
+@dataclass(frozen=True)
+class CudaKernel:
+    """A generated module: CUDA C ``source`` and the ``launches`` that run the kernel, in order."""
+
+    name: str
+    source: str
+    launches: tuple[Launch, ...]
+    buffers: tuple[str, ...]
+    size_vars: tuple[str, ...]
+
+
+# ---- index expressions -------------------------------------------------------------------------
+def _cexpr(e: Any, names: Mapping[str, str]) -> str:
+    """Print a sympy index expression as C (symbols renamed through ``names``)."""
+    if e.is_Integer:
+        v = int(e)
+        return f"{v}LL" if abs(v) >= 2**31 else str(v)
+    if e.is_Symbol:
+        return names.get(e.name, e.name)
+    if e is sympy.true or e is sympy.false:
+        return "true" if e is sympy.true else "false"
+    if e.is_Rational:
+        return f"({e.p}.0 / {e.q}.0)"
+    if e.is_Float:
+        return repr(float(e))
+    a = [_cexpr(x, names) for x in e.args]
+    name = type(e).__name__
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(a) + ")"
+    if isinstance(e, sympy.Mul):
+        return "(" + " * ".join(a) + ")"
+    if isinstance(e, sympy.Pow) or name == "PowByNatural":
+        if e.args[1].is_Integer and 0 <= int(e.args[1]) <= 8:
+            return "(" + " * ".join([a[0]] * int(e.args[1])) + ")" if int(e.args[1]) else "1"
+        return f"tv_ipow({a[0]}, {a[1]})"
+    simple = {"FloorDiv": "tv_floordiv({0}, {1})", "CleanDiv": "({0} / {1})", "IntTrueDiv": "((double){0} / {1})",
+              "CeilDiv": "tv_ceildiv({0}, {1})", "ModularIndexing": "(({0} / {1}) % {2})",
+              "PythonMod": "tv_pymod({0}, {1})", "Mod": "tv_pymod({0}, {1})", "Identity": "({0})",
+              "Where": "({0} ? {1} : {2})", "TruncToInt": "((long long)trunc({0}))",
+              "FloorToInt": "((long long)floor({0}))", "CeilToInt": "((long long)ceil({0}))",
+              "RoundToInt": "((long long)rint({0}))", "BitwiseFn_bitwise_and": "({0} & {1})",
+              "BitwiseFn_bitwise_or": "({0} | {1})", "LShift": "({0} << {1})", "RShift": "({0} >> {1})",
+              "StrictLessThan": "({0} < {1})", "LessThan": "({0} <= {1})", "StrictGreaterThan": "({0} > {1})",
+              "GreaterThan": "({0} >= {1})", "Equality": "({0} == {1})", "Unequality": "({0} != {1})",
+              "Not": "(!{0})"}
+    if name in simple:
+        return simple[name].format(*a)
+    if name in ("Min", "Max"):
+        out = a[0]
+        for x in a[1:]:
+            out = f"tv_{name.lower()}i({out}, {x})"
+        return out
+    if name in ("And", "Or"):
+        return "(" + (" && " if name == "And" else " || ").join(a) + ")"
+    raise CodegenError(f"index function {name} is not supported by the CUDA code generator")
+
+
+def _prod(sizes: Sequence[str]) -> Any:
+    out = sympy.Integer(1)
+    for s in sizes:
+        out = out * parse_expr(s)
+    return sympy.expand(out)
+
+
+def _decompose(sizes: Sequence[Any], flat: str) -> list[Any]:
+    """Mixed-radix digits of the index ``flat`` over ``sizes`` (row-major), as index expressions."""
+    out = []
+    for k, size in enumerate(sizes):
+        inner = _prod([str(x) for x in sizes[k + 1:]])
+        if size == 1:
+            out.append(sympy.Integer(0))
+        elif k == 0:
+            out.append(parse_expr(flat if inner == 1 else f"FloorDiv({flat}, {inner})"))
+        else:
+            out.append(parse_expr(f"ModularIndexing({flat}, {inner}, {size})"))
+    return out
+
+
+def _merge(e: Any) -> Any:
+    """Fold ``b*FloorDiv(Y, b) + ModularIndexing(Y, 1, b)`` into ``Y`` (and ``b*ModularIndexing(Y,
+    b, m) + ModularIndexing(Y, 1, b)`` into ``ModularIndexing(Y, 1, b*m)``), so that a
+    multi-dimensional contiguous index is recognised as the flat index."""
+    if not isinstance(e, sympy.Add):
+        return e
+    terms = list(e.args)
+    changed = True
+    while changed:
+        changed = False
+        for t1 in terms:
+            c1, f1 = t1.as_coeff_Mul()
+            if type(f1).__name__ != "ModularIndexing" or f1.args[1] != 1:
+                continue
+            y, _, b = f1.args
+            for t2 in terms:
+                c2, f2 = t2.as_coeff_Mul()
+                if t2 is t1 or f2.args[:2] != (y, b) or c2 != c1 * b:
+                    continue
+                if type(f2).__name__ == "FloorDiv":
+                    new = c1 * y
+                elif type(f2).__name__ == "ModularIndexing":
+                    new = c1 * _MI(y, 1, b * f2.args[2])
+                else:
+                    continue
+                terms = [t for t in terms if t is not t1 and t is not t2] + [new]
+                changed = True
+                break
+            if changed:
+                break
+    return sympy.Add(*terms)
+
+
+# ---- classifying nests into segments -----------------------------------------------------------
+X, C = parse_expr("X"), parse_expr("C")
+_MI = type(parse_expr("ModularIndexing(X, 2, 3)"))
+
+
+@dataclass
+class _Nest:
+    nest: LoopNest
+    role: str                 # "flat", "reduce", "full" (row x col pointwise), "row" (once per row)
+    env: dict[str, Any]       # loop variable -> expression of X (row / flat index) and C (column)
+    row_vars: list[str] = field(default_factory=list)
+    col_vars: list[str] = field(default_factory=list)
+    row_sizes: list[Any] = field(default_factory=list)
+    col_sizes: list[Any] = field(default_factory=list)
+
+
+def _canon(index: str, env: Mapping[str, Any]) -> Any:
+    e = parse_expr(index)
+    return _merge(sympy.expand(e.xreplace({s: env[s.name] for s in e.free_symbols if s.name in env})))
+
+
+def _split(sizes: list[Any], rows: Any) -> int | None:
+    acc = sympy.Integer(1)
+    for k in range(len(sizes) + 1):
+        if sympy.expand(acc - rows) == 0:
+            return k
+        if k < len(sizes):
+            acc = sympy.expand(acc * sizes[k])
+    return None
+
+
+def _classify(nest: LoopNest, shape: tuple[Any, Any] | None) -> _Nest | None:
+    isz = [parse_expr(s) for s in nest.ranges]
+    rsz = [parse_expr(s) for s in nest.reduction_ranges]
+    iv = [f"i{k}" for k in range(len(isz))]
+    rv = [f"r{k}" for k in range(len(rsz))]
+    if shape is None:  # flat pointwise
+        if rsz:
+            return None
+        return _Nest(nest, "flat", dict(zip(iv, _decompose(isz, "X"))), iv, [], isz, [])
+    rows, rlen = shape
+    if rsz:
+        if sympy.expand(_prod(nest.ranges) - rows) or sympy.expand(_prod(nest.reduction_ranges) - rlen):
+            return None
+        env = dict(zip(iv, _decompose(isz, "X")))
+        env.update(zip(rv, _decompose(rsz, "C")))
+        return _Nest(nest, "reduce", env, iv, rv, isz, rsz)
+    k = _split(isz, rows)
+    if k is None:
+        return None
+    if k == len(isz) and rlen != 1:
+        return _Nest(nest, "row", dict(zip(iv, _decompose(isz, "X"))), iv, [], isz, [])
+    if sympy.expand(_prod(nest.ranges[k:]) - rlen):
+        return None
+    env = dict(zip(iv[:k], _decompose(isz[:k], "X")))
+    env.update(zip(iv[k:], _decompose(isz[k:], "C")))
+    return _Nest(nest, "full", env, iv[:k], iv[k:], isz[:k], isz[k:])
+
+
+def _accesses(nest: LoopNest) -> list[tuple[str, str, str, bool]]:
+    """(kind, buffer, index, in column context) of every load/store of a nest."""
+    out: list[tuple[str, str, str, bool]] = []
+    post = _post_names(nest)
+
+    def walk(body: Sequence[Stmt]) -> None:
+        for st in body:
+            if st.op in ("load", "store", "store_reduction"):
+                col = st.op != "store_reduction" and not (st.name in post)
+                out.append((st.op, st.attr("buffer"), st.attr("index"), col))
+            if st.body:
+                walk(st.body)
+    walk(nest.body)
+    return out
+
+
+def _post_names(nest: LoopNest) -> set[str]:
+    """SSA names that depend on a reduction result (run once per row, after the reduction)."""
+    post: set[str] = set()
+    for st in nest.body:
+        if st.op == "reduction" or any(a in post for a in st.args):
+            post.add(st.name) if st.name else None
+    return post
+
+
+# ---- the generator -----------------------------------------------------------------------------
+_PRELUDE = r"""
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fffffff)
+template <class T> __device__ __forceinline__ T tv_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
+template <class T> __device__ __forceinline__ T tv_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
+template <class T> __device__ __forceinline__ T tv_maxi(T a, T b) { return a > b ? a : b; }
+template <class T> __device__ __forceinline__ T tv_mini(T a, T b) { return a < b ? a : b; }
+template <class T> __device__ __forceinline__ T tv_floordiv(T a, T b) { T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+template <class T> __device__ __forceinline__ T tv_ceildiv(T a, T b) { return -tv_floordiv(-a, b); }
+template <class T> __device__ __forceinline__ T tv_pymod(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ float tv_pymod(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ double tv_pymod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+template <class T> __device__ __forceinline__ T tv_cmod(T a, T b) { return a % b; }
+__device__ __forceinline__ float tv_cmod(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double tv_cmod(double a, double b) { return fmod(a, b); }
+template <class T> __device__ __forceinline__ T tv_ffloordiv(T a, T b) { return tv_floordiv(a, b); }
+__device__ __forceinline__ float tv_ffloordiv(float a, float b) { return floorf(a / b); }
+__device__ __forceinline__ double tv_ffloordiv(double a, double b) { return floor(a / b); }
+template <class T> __device__ __forceinline__ T tv_ipow(T a, T b) { T r = 1; while (b > 0) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }
+template <class T> __device__ __forceinline__ T tv_sign(T x) { return (T)((x > 0) - (x < 0)); }
+template <class T> __device__ __forceinline__ T tv_lowest() { return sizeof(T) == 8 ? (T)(-9223372036854775807LL - 1) : sizeof(T) == 4 ? (T)(-2147483647 - 1) : sizeof(T) == 2 ? (T)-32768 : (T)-128; }
+template <> __device__ __forceinline__ float tv_lowest<float>() { return -INFINITY; }
+template <> __device__ __forceinline__ double tv_lowest<double>() { return -(double)INFINITY; }
+template <class T> __device__ __forceinline__ T tv_highest() { return sizeof(T) == 8 ? (T)9223372036854775807LL : sizeof(T) == 4 ? (T)2147483647 : sizeof(T) == 2 ? (T)32767 : (T)127; }
+template <> __device__ __forceinline__ float tv_highest<float>() { return INFINITY; }
+template <> __device__ __forceinline__ double tv_highest<double>() { return (double)INFINITY; }
+template <class T> __device__ __forceinline__ T tv_shfl(T v, int off) { return __shfl_xor_sync(0xffffffffu, v, off); }
+__device__ __forceinline__ bool tv_shfl(bool v, int off) { return __shfl_xor_sync(0xffffffffu, (int)v, off); }
+template <class T> __device__ __forceinline__ void tv_arg(T& v, long long& i, T v2, long long i2, bool is_max) {
+  bool nan2 = v2 != v2, nan1 = v != v;
+  bool better = nan2 ? (!nan1 || i2 < i) : (!nan1 && (is_max ? v2 > v : v2 < v));
+  if (!better && !nan1 && !nan2 && v2 == v && i2 < i) better = true;
+  if (better) { v = v2; i = i2; }
+}
+template <class T> __device__ __forceinline__ void tv_welford(T& m, T& m2, T& w, T om, T om2, T ow) {
+  T n = w + ow;
+  if (n == 0) return;
+  T d = om - m, f = ow / n;
+  m = m + d * f; m2 = m2 + om2 + d * d * w * f; w = n;
+}
+template <class T> __device__ __forceinline__ void tv_osm(T& m, T& s, T om, T os) {
+  T mx = tv_max(m, om);
+  if (mx == tv_lowest<T>()) return;
+  s = (m == mx ? s : s * exp(m - mx)) + (om == mx ? os : os * exp(om - mx)); m = mx;
+}
+__device__ __forceinline__ unsigned long long tv_hash(long long seed, long long off) {
+  unsigned long long x = (unsigned long long)seed * 0x9E3779B97F4A7C15ULL + (unsigned long long)off + 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL; x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL; return x ^ (x >> 31);
+}
+__device__ __forceinline__ float tv_rand(long long seed, long long off) { return (float)(tv_hash(seed, off) >> 40) * (1.0f / 16777216.0f); }
+__device__ __forceinline__ float tv_randn(long long seed, long long off) {
+  float u1 = fmaxf(tv_rand(seed, off * 2), 1e-7f), u2 = tv_rand(seed, off * 2 + 1);
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307179586f * u2);
+}
+__device__ __forceinline__ long long tv_randint64(long long seed, long long off, long long lo, long long hi) {
+  return lo + (long long)((tv_hash(seed, off) >> 1) % (unsigned long long)(hi - lo));
+}
+template <class T, int V> struct __align__(sizeof(T) * V) tv_vec { T v[V]; };
+"""
+
+# op -> C template over the arguments; {t} is the result's compute type.
+_UNARY = {"neg": "(-{0})", "abs": "abs({0})", "exp": "exp({0})", "exp2": "exp2({0})", "expm1": "expm1({0})",
+          "log": "log({0})", "log2": "log2({0})", "log10": "log10({0})", "log1p": "log1p({0})",
+          "sqrt": "sqrt({0})", "rsqrt": "({t})1 / sqrt({0})", "sin": "sin({0})", "cos": "cos({0})",
+          "tan": "tan({0})", "asin": "asin({0})", "acos": "acos({0})", "atan": "atan({0})",
+          "sinh": "sinh({0})", "cosh": "cosh({0})", "tanh": "tanh({0})", "asinh": "asinh({0})",
+          "acosh": "acosh({0})", "atanh": "atanh({0})", "erf": "erf({0})", "erfc": "erfc({0})",
+          "erfinv": "erfinv({0})", "lgamma": "lgamma({0})", "floor": "floor({0})", "ceil": "ceil({0})",
+          "trunc": "trunc({0})", "round": "rint({0})", "sigmoid": "({t})1 / (({t})1 + exp(-{0}))",
+          "relu": "tv_max({0}, ({t})0)", "reciprocal": "({t})1 / {0}", "square": "({0} * {0})",
+          "sign": "tv_sign({0})", "signbit": "signbit({0})", "isinf": "isinf({0})", "isnan": "isnan({0})",
+          "logical_not": "(!{0})", "bitwise_not": "(~{0})", "identity": "({0})", "cbrt": "cbrt({0})"}
+_BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
+           "div": "({0} / {1})", "floordiv": "tv_ffloordiv({0}, {1})", "truncdiv": "({0} / {1})",
+           "mod": "tv_cmod({0}, {1})", "fmod": "tv_cmod({0}, {1})", "remainder": "tv_pymod({0}, {1})",
+           "pow": "pow({0}, {1})", "maximum": "tv_max({0}, {1})", "minimum": "tv_min({0}, {1})",
+           "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
+           "gt": "({0} > {1})", "ge": "({0} >= {1})", "logical_and": "({0} && {1})",
+           "logical_or": "({0} || {1})", "logical_xor": "(!{0} != !{1})", "bitwise_and": "({0} & {1})",
+           "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})", "and_": "({0} & {1})",
+           "or_": "({0} | {1})", "xor": "({0} ^ {1})", "bitwise_left_shift": "({0} << {1})",
+           "bitwise_right_shift": "({0} >> {1})", "lshift": "({0} << {1})", "rshift": "({0} >> {1})",
+           "atan2": "atan2({0}, {1})", "hypot": "hypot({0}, {1})", "copysign": "copysign({0}, {1})",
+           "nextafter": "nextafter({0}, {1})", "int_truediv": "((double){0} / (double){1})"}
+_CAST_ARGS = {"add", "sub", "mul", "truediv", "div", "floordiv", "truncdiv", "mod", "fmod", "remainder", "pow",
+              "maximum", "minimum", "atan2", "hypot", "copysign", "nextafter"}
+
+# reduction kind -> (fields (name, type or None = accumulator type), init, update with {v} and {i}, combine)
+_RED = {
+    "sum": (("v",), ("0",), "{a}v = {a}v + {v};", "{a}v = {a}v + {o}v;"),
+    "prod": (("v",), ("1",), "{a}v = {a}v * {v};", "{a}v = {a}v * {o}v;"),
+    "max": (("v",), ("tv_lowest<{t}>()",), "{a}v = tv_max({a}v, ({t}){v});", "{a}v = tv_max({a}v, {o}v);"),
+    "min": (("v",), ("tv_highest<{t}>()",), "{a}v = tv_min({a}v, ({t}){v});", "{a}v = tv_min({a}v, {o}v);"),
+    "any": (("v",), ("false",), "{a}v = {a}v || ({v} != 0);", "{a}v = {a}v || {o}v;"),
+    "xor_sum": (("v",), ("0",), "{a}v = {a}v ^ {v};", "{a}v = {a}v ^ {o}v;"),
+    "argmax": (("v", "i"), ("tv_lowest<{t}>()", "0"), "tv_arg({a}v, {a}i, ({t}){v}, (long long){i}, true);",
+               "tv_arg({a}v, {a}i, {o}v, {o}i, true);"),
+    "argmin": (("v", "i"), ("tv_highest<{t}>()", "0"), "tv_arg({a}v, {a}i, ({t}){v}, (long long){i}, false);",
+               "tv_arg({a}v, {a}i, {o}v, {o}i, false);"),
+    "welford_reduce": (("m", "m2", "w"), ("0", "0", "0"), "tv_welford({a}m, {a}m2, {a}w, ({t}){v}, ({t})0, ({t})1);",
+                       "tv_welford({a}m, {a}m2, {a}w, {o}m, {o}m2, {o}w);"),
+    "welford_combine": (("m", "m2", "w"), ("0", "0", "0"), "tv_welford({a}m, {a}m2, {a}w, {v0}, {v1}, {v2});",
+                        "tv_welford({a}m, {a}m2, {a}w, {o}m, {o}m2, {o}w);"),
+    "online_softmax_reduce": (("m", "s"), ("tv_lowest<{t}>()", "0"), "tv_osm({a}m, {a}s, ({t}){v}, ({t})1);",
+                              "tv_osm({a}m, {a}s, {o}m, {o}s);"),
+}
+_SPLITTABLE = {"sum", "prod", "max", "min", "any", "xor_sum", "welford_reduce", "online_softmax_reduce",
+               "argmax", "argmin"}
+
+
+def _field_type(kind: str, fieldname: str, acc: str) -> str:
+    if fieldname == "i":
+        return "long long"
+    if kind == "any":
+        return "bool"
+    return acc
+
+
+def _const(value: Any, dtype: str | None) -> str:
+    t = _ctype(dtype)
+    if isinstance(value, bool) or dtype == "bool":
+        return "true" if value else "false"
+    if isinstance(value, float) or (dtype or "").startswith(("float", "bfloat")):
+        v = float(value)
+        if math.isnan(v):
+            return f"(({t})NAN)"
+        if math.isinf(v):
+            return f"(({t})INFINITY)" if v > 0 else f"(-({t})INFINITY)"
+        return f"(({t}){v!r})"
+    return f"(({t}){int(value)}LL)"
+
+
+class _Gen:
+    """Emits the CUDA C of one kernel."""
+
+    def __init__(self, kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str],
+                 local_elsewhere: frozenset[str], sm_count: int) -> None:
+        self.kernel, self.size_vars, self.sm_count = kernel, tuple(size_vars), sm_count
+        self.buffers = {b.name: b for b in buffers}
+        self.order = [b.name for b in buffers]
+        self.used_elsewhere = local_elsewhere   # buffers read/written outside this kernel (or outputs)
+        self.lines: list[str] = []
+        self.launches: list[Launch] = []
+        self.counter = 0
+        self.static = not size_vars
+        self.idx = "long long"
+
+    # -- segments --
+    def segments(self) -> list[tuple[tuple[Any, Any] | None, list[_Nest]]]:
+        segs: list[tuple[tuple[Any, Any] | None, list[_Nest]]] = []
+        cur: list[LoopNest] = []
+        for nest in self.kernel.nests:
+            trial = self._plan(cur + [nest])
+            if trial is None:
+                if cur:
+                    segs.append(self._plan(cur))  # type: ignore[arg-type]
+                cur = [nest]
+                if self._plan(cur) is None:
+                    raise CodegenError(f"nest {nest.name} of {self.kernel.name} cannot be generated "
+                                       f"(ranges {list(nest.ranges)}, reduction {list(nest.reduction_ranges)})")
+            else:
+                cur = cur + [nest]
+        if cur:
+            segs.append(self._plan(cur))  # type: ignore[arg-type]
+        return segs
+
+    def _plan(self, nests: list[LoopNest]) -> tuple[tuple[Any, Any] | None, list[_Nest]] | None:
+        red = next((n for n in nests if n.reduction_ranges), None)
+        shape = None if red is None else (_prod(red.ranges), _prod(red.reduction_ranges))
+        out = []
+        for n in nests:
+            c = _classify(n, shape)
+            if c is None:
+                return None
+            out.append(c)
+        if shape is None and any(sympy.expand(_prod(n.ranges) - _prod(nests[0].ranges)) for n in nests):
+            return None
+        # every buffer written in the segment is accessed at one element of its row/flat index
+        written: dict[str, Any] = {}
+        for c in out:
+            for kind, buf, index, _ in _accesses(c.nest):
+                canon = _canon(index, c.env)
+                if buf in written and sympy.expand(written[buf] - canon) != 0:
+                    return None
+                if kind != "load":
+                    prev = [(_canon(i, o.env)) for o in out[: out.index(c)] for k2, b2, i, _ in _accesses(o.nest)
+                            if b2 == buf]
+                    if any(sympy.expand(p - canon) != 0 for p in prev):
+                        return None
+                    written[buf] = canon
+        return shape, out
+
+    # -- buffers that stay in registers --
+    def _locals(self, nests: list[_Nest]) -> dict[str, tuple[_Nest, Stmt]]:
+        """Buffers written by one 'full'/'flat' nest of the segment and read only later in it, in
+        column context: their loads recompute the value instead."""
+        cands: dict[str, tuple[_Nest, Stmt]] = {}
+        for c in nests:
+            for st in c.nest.body:
+                if st.op == "store" and c.role in ("full", "flat") and st.attr("mode") is None:
+                    b = st.attr("buffer")
+                    if b in cands or self._escapes(b):
+                        cands[b] = None  # type: ignore[assignment]
+                    else:
+                        cands[b] = (c, st)
+        out = {b: v for b, v in cands.items() if v is not None}
+        for k, c in enumerate(nests):
+            for kind, buf, index, col in _accesses(c.nest):
+                if buf in out:
+                    prod_nest = out[buf][0]
+                    if kind != "load" and c is not prod_nest:
+                        out.pop(buf)
+                    elif kind == "load" and (not col or nests.index(prod_nest) >= k or c.role == "row"):
+                        out.pop(buf)
+        return out
+
+    def _escapes(self, name: str) -> bool:
+        b = self.buffers.get(name)
+        return b is None or b.kind != "intermediate" or b.view_of is not None or name in self.used_elsewhere or \
+            any(o.view_of == name for o in self.buffers.values())
+
+    # -- emission --
+    def run(self) -> CudaKernel:
+        segs = self.segments()
+        big = any(not (s.is_Integer and int(s) < 2**31) for b in self.buffers.values() for s in
+                  [_prod(b.size), *(parse_expr(x) for x in b.stride)]) or not self.static
+        self.idx = "long long" if big else "int"
+        if any(b.dtype == "float16" for b in self.buffers.values()):
+            self.lines.append("#include <cuda_fp16.h>")
+        if any(b.dtype == "bfloat16" for b in self.buffers.values()):
+            self.lines.append("#include <cuda_bf16.h>")
+        self.lines.append(_PRELUDE)
+        for k, (shape, nests) in enumerate(segs):
+            name = f"{self.kernel.name}_{k}"
+            if shape is None:
+                self._pointwise(name, nests)
+            else:
+                self._rows(name, shape, nests)
+        return CudaKernel(self.kernel.name, "\n".join(self.lines) + "\n", tuple(self.launches),
+                          tuple(self.order), self.size_vars)
+
+    def _params(self, written: set[str], extra: str = "") -> str:
+        ps = []
+        for n in self.order:
+            t = CTYPES[self.buffers[n].dtype] if self.buffers[n].dtype in CTYPES else None
+            if t is None:
+                raise CodegenError(f"buffer {n}: dtype {self.buffers[n].dtype} is not supported")
+            aliased = self.buffers[n].view_of is not None or any(o.view_of == n for o in self.buffers.values())
+            ps.append(f"{t}* {n}" if n in written or aliased else f"const {t}* __restrict__ {n}")
+        ps += [f"long long {s}" for s in self.size_vars]
+        return ", ".join(ps) + extra
+
+    def _written(self) -> set[str]:
+        return {st.attr("buffer") for n in self.kernel.nests for st in _walk(n.body)
+                if st.op in ("store", "store_reduction")}
+
+    def _num(self, e: Any) -> str:
+        return _cexpr(e, {})
+
+    def _pointwise(self, name: str, nests: list[_Nest]) -> None:
+        n_expr = _prod(nests[0].nest.ranges)
+        locals_ = self._locals(nests)
+        # contiguous accesses (index == flat index) of a single-nest segment are vectorized
+        vec_bufs: list[str] = []
+        if len(nests) == 1:
+            acc = _accesses(nests[0].nest)
+            cont = {b for _, b, i, _ in acc if sympy.expand(_canon(i, nests[0].env) - X) == 0}
+            bad = {b for _, b, i, _ in acc if sympy.expand(_canon(i, nests[0].env) - X) != 0}
+            vec_bufs = sorted((cont - bad) - set(locals_), key=self.order.index)
+            vec_bufs = [b for b in vec_bufs if not any(st.op == "store" and st.attr("mode") for st in
+                                                       _walk(nests[0].nest.body) if st.attr("buffer") == b)]
+            if any(_in_masked(nests[0].nest.body, b) for b in vec_bufs):
+                vec_bufs = []
+        vec = 1
+        if vec_bufs:
+            vec = max(1, min(8, 16 // min(_SIZES[self.buffers[b].dtype] for b in vec_bufs)))
+        written = self._written()
+        for v in ([vec, 1] if vec > 1 else [1]):
+            fname = name if v == vec else name + "_s"
+            self.lines.append(f'extern "C" __global__ void __launch_bounds__(256) {fname}({self._params(written)}) {{')
+            self.lines.append(f"  typedef {self.idx} idx_t;")
+            self.lines.append(f"  const idx_t n = {self._num(n_expr)};")
+            self.lines.append(f"  const idx_t base = ((idx_t)blockIdx.x * blockDim.x + threadIdx.x) * {v};")
+            self.lines.append("  if (base >= n) return;")
+            if v > 1:
+                self.lines.append(f"  if (base + {v} <= n) {{")
+                for b in vec_bufs:
+                    t = CTYPES[self.buffers[b].dtype]
+                    if any(st.op == "load" and st.attr("buffer") == b for st in _walk(nests[0].nest.body)):
+                        self.lines.append(f"    const tv_vec<{t}, {v}> vl_{b} = *reinterpret_cast<const tv_vec<{t}, {v}>*>({b} + base);")
+                    if b in written:
+                        self.lines.append(f"    tv_vec<{t}, {v}> vs_{b};")
+                self.lines.append(f"    #pragma unroll\n    for (int k = 0; k < {v}; k++) {{")
+                self.lines.append("      const idx_t X = base + k;")
+                for c in nests:
+                    self._nest_body(c, {"X": "X"}, "      ", locals_, vec=(set(vec_bufs), "k"))
+                self.lines.append("    }")
+                for b in vec_bufs:
+                    if b in written:
+                        t = CTYPES[self.buffers[b].dtype]
+                        self.lines.append(f"    *reinterpret_cast<tv_vec<{t}, {v}>*>({b} + base) = vs_{b};")
+                self.lines.append("    return;\n  }")
+            self.lines.append(f"  for (idx_t X = base; X < n && X < base + {v}; X++) {{")
+            for c in nests:
+                self._nest_body(c, {"X": "X"}, "    ", locals_)
+            self.lines.append("  }\n}\n")
+        align = vec * max((_SIZES[self.buffers[b].dtype] for b in vec_bufs), default=0)
+        self.launches.append(Launch(name, "pointwise", numel=str(n_expr), threads=256, vector=vec, align=align,
+                                    aligned=tuple(self.order.index(b) for b in vec_bufs)))
+
+    def _tiling(self, rows: Any, rlen: Any) -> tuple[int, int, int]:
+        """(threads per row, rows per block, splits) from the shapes."""
+        if not (rows.is_Integer and rlen.is_Integer):
+            return 256, 1, 1
+        r, l = int(rows), int(rlen)
+        if l <= 1024 and r >= self.sm_count * 4:
+            return 32, 4, 1          # a warp per row, four rows per block
+        threads = 1024 if l >= 8192 else max(64, min(1024, 1 << math.ceil(math.log2(max(1, l // 8)))))
+        splits = 1
+        if r < self.sm_count and l >= 65536:   # few long rows: split each row over several blocks
+            splits = max(1, min((self.sm_count * 4) // max(r, 1), l // (threads * 16)))
+        return threads, 1, splits
+
+    def _rows(self, name: str, shape: tuple[Any, Any], nests: list[_Nest]) -> None:
+        rows, rlen = shape
+        threads, rpb, splits = self._tiling(rows, rlen)
+        reds = [st for c in nests for st in c.nest.body if st.op == "reduction"]
+        if splits > 1 and not (len(nests) == 1 and len(reds) == 1 and reds[0].attr("kind") in _SPLITTABLE):
+            splits = 1
+        locals_ = self._locals(nests)
+        written = self._written()
+        warp = threads == 32
+        sync = "__syncwarp();" if warp else "__syncthreads();"
+        if splits > 1:
+            self._split(name, rows, rlen, threads, splits, nests[0], reds[0], written)
+            return
+        self.lines.append(f'extern "C" __global__ void __launch_bounds__({threads * rpb}) {name}({self._params(written)}) {{')
+        self.lines.append(f"  typedef {self.idx} idx_t;")
+        self.lines.append(f"  const idx_t R = {self._num(rows)}, L = {self._num(rlen)};")
+        self.lines.append(f"  const idx_t X = (idx_t)blockIdx.x * {rpb} + threadIdx.y;")
+        self.lines.append("  const int tid = threadIdx.x;")
+        self.lines.append("  if (X >= R) return;")
+        for c in nests:
+            if c.nest.name in {p[0].nest.name for p in locals_.values()} and all(
+                    st.attr("buffer") in locals_ for st in _walk(c.nest.body) if st.op in ("store", "store_reduction")):
+                continue  # every value it stores is recomputed where it is read
+            self.lines.append(f"  {{ // {c.nest.name} ({c.role})")
+            if c.role == "full":
+                self.lines.append(f"    for (idx_t C = tid; C < L; C += {threads}) {{")
+                self._nest_body(c, {"X": "X", "C": "C"}, "      ", locals_)
+                self.lines.append("    }")
+            elif c.role == "row":
+                self.lines.append("    if (tid == 0) {")
+                self._nest_body(c, {"X": "X"}, "      ", locals_)
+                self.lines.append("    }")
+            else:
+                self._reduce_nest(c, threads, "    ", locals_, warp)
+            self.lines.append(f"  }}\n  {sync}")
+        self.lines.append("}\n")
+        self.launches.append(Launch(name, "rows", rows=str(rows), rlen=str(rlen), threads=threads,
+                                    rows_per_block=rpb))
+
+    def _split(self, name: str, rows: Any, rlen: Any, threads: int, splits: int, c: _Nest, red: Stmt,
+               written: set[str]) -> None:
+        kind = red.attr("kind")
+        acc_t = _ctype(red.attr("dtype") or red.dtype)
+        fields = _RED[kind][0]
+        ftypes = [_field_type(kind, f, acc_t) for f in fields]
+        ws = "".join(f", {t}* __restrict__ ws{j}" for j, t in enumerate(ftypes))
+        # part 1: block (s, x) reduces slice s of row x into ws[x * S + s]
+        self.lines.append(f'extern "C" __global__ void __launch_bounds__({threads}) {name}({self._params(written, ws)}) {{')
+        self.lines.append(f"  typedef {self.idx} idx_t;")
+        self.lines.append(f"  const idx_t L = {self._num(rlen)};")
+        self.lines.append(f"  const idx_t X = blockIdx.y; const int tid = threadIdx.x;")
+        self.lines.append(f"  const idx_t chunk = (L + {splits} - 1) / {splits}, lo = blockIdx.x * chunk;")
+        self.lines.append(f"  const idx_t hi = lo + chunk < L ? lo + chunk : L;")
+        self._reduce_nest(c, threads, "  ", {}, False, loop=("lo + tid", "hi"), partial=True)
+        self.lines.append("  if (tid == 0) {")
+        for j, f in enumerate(fields):
+            self.lines.append(f"    ws{j}[X * {splits} + blockIdx.x] = acc_{red.name}_{f};")
+        self.lines.append("  }\n}\n")
+        # part 2: one warp per row combines the slices, then runs the rest of the nest
+        self.lines.append(f'extern "C" __global__ void __launch_bounds__(32) {name}_final({self._params(written, ws.replace("* __restrict__", "*"))}) {{')
+        self.lines.append(f"  typedef {self.idx} idx_t;")
+        self.lines.append("  const idx_t X = blockIdx.x; const int tid = threadIdx.x;")
+        self._reduce_nest(c, 32, "  ", {}, True, final=(splits, fields))
+        self.lines.append("}\n")
+        self.launches.append(Launch(name, "split", rows=str(rows), rlen=str(rlen), threads=threads, splits=splits,
+                                    workspace=tuple(ftypes)))
+
+    # -- statements --
+    def _nest_body(self, c: _Nest, coords: Mapping[str, str], ind: str, locals_: Mapping[str, Any],
+                   vec: tuple[set[str], str] | None = None, prefix: str = "", inline: bool = False) -> dict[str, str]:
+        names: dict[str, str] = {}
+        for v in (*c.row_vars, *c.col_vars):
+            self.lines.append(f"{ind}const idx_t {prefix}{v} = {_cexpr(c.env[v], coords)};")
+            names[v] = prefix + v
+        return self._stmts(c, c.nest.body, names, ind, locals_, vec, prefix, inline=inline)
+
+    def _stmts(self, c: _Nest, body: Sequence[Stmt], names: dict[str, str], ind: str, locals_: Mapping[str, Any],
+               vec: tuple[set[str], str] | None = None, prefix: str = "", include: set[int] | None = None,
+               guard: bool = False, vals: dict[str, str] | None = None, inline: bool = False) -> dict[str, str]:
+        vals = {} if vals is None else vals
+        out = self.lines
+        for st in body:
+            if include is not None and id(st) not in include:
+                continue
+            if inline and st.op in ("store", "store_reduction"):
+                continue
+            a = [vals.get(x, prefix + x) for x in st.args]
+            nm = prefix + (st.name or "")
+            t = _ctype(st.dtype)
+            op = st.op
+            if op == "load":
+                buf = st.attr("buffer")
+                if buf in locals_:
+                    pc, pst = locals_[buf]
+                    self.counter += 1
+                    p = f"l{self.counter}_"
+                    out.append(f"{ind}{t if t != 'auto' else 'auto'} {nm};")
+                    out.append(f"{ind}{{")
+                    sub = self._nest_body(pc, {"X": "X", "C": "C"}, ind + "  ", locals_, prefix=p, inline=True)
+                    out.append(f"{ind}  {nm} = {sub.get(pst.args[0], p + pst.args[0])};")
+                    out.append(f"{ind}}}")
+                    vals[st.name] = nm
+                    continue
+                if vec and buf in vec[0]:
+                    expr = f"vl_{buf}.v[{vec[1]}]"
+                else:
+                    expr = f"{buf}[{self._index(st.attr('index'), names)}]"
+                out.append(f"{ind}const {t} {nm} = static_cast<{t}>({expr});")
+            elif op in ("store", "store_reduction"):
+                buf = st.attr("buffer")
+                if buf in locals_:
+                    continue
+                bt = CTYPES[self.buffers[buf].dtype]
+                val = f"static_cast<{bt}>({a[0]})"
+                if vec and buf in vec[0]:
+                    out.append(f"{ind}vs_{buf}.v[{vec[1]}] = {val};")
+                elif st.attr("mode") == "atomic_add":
+                    out.append(f"{ind}atomicAdd(&{buf}[{self._index(st.attr('index'), names)}], {val});")
+                elif st.attr("mode"):
+                    raise CodegenError(f"store mode {st.attr('mode')!r} is not supported")
+                else:
+                    guard_ = "if (tid == 0) " if guard else ""
+                    out.append(f"{ind}{guard_}{buf}[{self._index(st.attr('index'), names)}] = {val};")
+            elif op == "constant":
+                out.append(f"{ind}const {t} {nm} = {_const(st.attr('value'), st.attr('dtype') or st.dtype)};")
+            elif op == "index_expr":
+                out.append(f"{ind}const {t} {nm} = static_cast<{t}>({self._index(st.attr('expr'), names)});")
+            elif op == "to_dtype":
+                dt = st.attr("dtype")
+                conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
+                        "float16": "__half2float(__float2half({0}))"}.get(dt, "static_cast<{t}>({0})")
+                out.append(f"{ind}const {t} {nm} = {conv.format(a[0], t=t)};")
+            elif op == "to_dtype_bitcast":
+                src = _ctype(st.attr("src_dtype"))
+                out.append(f"{ind}{t} {nm}; {{ {src} tmp_ = {a[0]}; memcpy(&{nm}, &tmp_, sizeof({nm})); }}")
+            elif op == "indirect_indexing":
+                size = self._index(st.attr("size"), names)
+                out.append(f"{ind}idx_t {nm} = (idx_t)({a[0]});")
+                if st.attr("wrap_neg", True):
+                    out.append(f"{ind}if ({nm} < 0) {nm} += {size};")
+                names[st.name] = nm
+                vals[st.name] = nm
+            elif op == "check_bounds":
+                continue
+            elif op == "masked":
+                other = _const(st.attr("other"), st.dtype)
+                out.append(f"{ind}{t} {nm} = {other};")
+                out.append(f"{ind}if ({a[0]}) {{")
+                res = self._stmts(c, st.body, dict(names), ind + "  ", locals_, None, prefix, None, guard, dict(vals),
+                                  inline)
+                out.append(f"{ind}  {nm} = {res['__yield']};")
+                out.append(f"{ind}}}")
+            elif op == "yield":
+                vals["__yield"] = a[0]
+            elif op == "load_seed":
+                off = a[0] if a else str(st.attr("offset"))
+                out.append(f"{ind}const long long {nm} = (long long){st.attr('buffer')}[{off}];")
+            elif op in ("rand", "randn"):
+                out.append(f"{ind}const {t} {nm} = tv_{op}({a[0]}, {a[1]});")
+            elif op == "randint64":
+                out.append(f"{ind}const {t} {nm} = tv_randint64({', '.join(a)});")
+            elif op == "reduction":
+                vals[st.name] = nm  # the accumulator: set by _reduce_nest
+            elif op == "getitem":
+                red = self._producer(c.nest.body, st.args[0])
+                if red is None or red.op != "reduction":
+                    raise CodegenError(f"getitem of {st.args[0]} is not supported")
+                f = _RED[red.attr("kind")][0][st.attr("index")]
+                out.append(f"{ind}const auto {nm} = acc_{prefix}{red.name}_{f};")
+            elif op in _UNARY or op.removeprefix("libdevice_") in _UNARY:
+                tmpl = _UNARY.get(op) or _UNARY[op.removeprefix("libdevice_")]
+                tt = t if t != "auto" else "float"
+                x = f"static_cast<{tt}>({a[0]})" if op not in ("logical_not", "isnan", "isinf", "signbit",
+                                                                "bitwise_not", "identity") else a[0]
+                out.append(f"{ind}const {t} {nm} = {tmpl.format(x, t=tt)};")
+            elif op in _BINARY or op.removeprefix("libdevice_") in _BINARY:
+                tmpl = _BINARY.get(op) or _BINARY[op.removeprefix("libdevice_")]
+                xs = [f"static_cast<{t}>({x})" for x in a] if op in _CAST_ARGS and t != "auto" else a
+                out.append(f"{ind}const {t} {nm} = {tmpl.format(*xs)};")
+            elif op == "where":
+                out.append(f"{ind}const {t} {nm} = ({a[0]} ? static_cast<{t}>({a[1]}) : static_cast<{t}>({a[2]}));")
+            elif op == "fma":
+                out.append(f"{ind}const {t} {nm} = fma({a[0]}, {a[1]}, {a[2]});")
+            else:
+                raise CodegenError(f"ops.{op} is not supported by the CUDA code generator")
+            if st.name and st.name not in vals:
+                vals[st.name] = nm
+        return vals
+
+    def _producer(self, body: Sequence[Stmt], name: str) -> Stmt | None:
+        return next((s for s in body if s.name == name), None)
+
+    def _index(self, text: str, names: Mapping[str, str]) -> str:
+        return _cexpr(parse_expr(text), names)
+
+    def _reduce_nest(self, c: _Nest, threads: int, ind: str, locals_: Mapping[str, Any], warp: bool,
+                     loop: tuple[str, str] | None = None, partial: bool = False,
+                     final: tuple[int, Sequence[str]] | None = None) -> None:
+        out = self.lines
+        reds = [st for st in c.nest.body if st.op == "reduction"]
+        post = _post_names(c.nest)
+        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post]
+        loop_set = _closure(c.nest.body, [a for r in reds for a in r.args], pre_stores)
+        after_roots = [st for st in c.nest.body if st.op != "reduction" and (
+            st.name in post or st.op == "store_reduction" or (st.op == "store" and st.args[0] in post))]
+        after_set = _closure(c.nest.body, [], after_roots, stop={id(r) for r in reds})
+        names: dict[str, str] = {}
+        for v in c.row_vars:
+            out.append(f"{ind}const idx_t {v} = {_cexpr(c.env[v], {'X': 'X'})};")
+            names[v] = v
+        infos = []
+        for red in reds:
+            kind = red.attr("kind")
+            if kind not in _RED:
+                raise CodegenError(f"reduction kind {kind!r} is not supported by the CUDA code generator")
+            acc_t = _ctype(red.attr("dtype") or red.dtype)
+            fields, inits, upd, comb = _RED[kind]
+            ftypes = [_field_type(kind, f, acc_t) for f in fields]
+            infos.append((red, kind, acc_t, fields, ftypes, upd, comb))
+            for f, ft, init in zip(fields, ftypes, inits):
+                out.append(f"{ind}{ft} acc_{red.name}_{f} = {init.format(t=acc_t)};")
+        if final is None:
+            lo, hi = loop or ("tid", "L")
+            out.append(f"{ind}for (idx_t C = {lo}; C < {hi}; C += {threads}) {{")
+            for v in c.col_vars:
+                out.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
+                names[v] = v
+            vals = self._stmts(c, c.nest.body, names, ind + "  ", locals_, include=loop_set)
+            for red, kind, acc_t, fields, ftypes, upd, comb in infos:
+                args = [vals.get(x, x) for x in red.args]
+                out.append(ind + "  " + upd.format(a=f"acc_{red.name}_", v=args[0], i="C", t=acc_t,
+                                                   **{f"v{j}": x for j, x in enumerate(args)}))
+            out.append(f"{ind}}}")
+        else:
+            splits, fields = final
+            for red, kind, acc_t, fields, ftypes, upd, comb in infos:
+                out.append(f"{ind}for (int s = tid; s < {splits}; s += 32) {{")
+                for j, (f, ft) in enumerate(zip(fields, ftypes)):
+                    out.append(f"{ind}  const {ft} o_{f} = ws{j}[X * {splits} + s];")
+                out.append(ind + "  " + comb.format(a=f"acc_{red.name}_", o="o_"))
+                out.append(f"{ind}}}")
+            threads, warp = 32, True
+        # combine across the threads of the row: warp butterfly, then across warps
+        for red, kind, acc_t, fields, ftypes, upd, comb in infos:
+            a = f"acc_{red.name}_"
+            out.append(f"{ind}for (int off = 16; off > 0; off >>= 1) {{")
+            for f, ft in zip(fields, ftypes):
+                out.append(f"{ind}  const {ft} o_{f} = tv_shfl({a}{f}, off);")
+            out.append(ind + "  " + comb.format(a=a, o="o_"))
+            out.append(f"{ind}}}")
+            if not warp and threads > 32:
+                nw = threads // 32
+                for f, ft in zip(fields, ftypes):
+                    out.append(f"{ind}__shared__ {ft} sh_{red.name}_{f}[32];")
+                out.append(f"{ind}if ((tid & 31) == 0) {{")
+                for f in fields:
+                    out.append(f"{ind}  sh_{red.name}_{f}[tid >> 5] = {a}{f};")
+                out.append(f"{ind}}}\n{ind}__syncthreads();")
+                for f, ft, init in zip(fields, ftypes, _RED[kind][1]):
+                    out.append(f"{ind}{a}{f} = sh_{red.name}_{f}[0];")
+                out.append(f"{ind}for (int w = 1; w < {nw}; w++) {{")
+                for f, ft in zip(fields, ftypes):
+                    out.append(f"{ind}  const {ft} o_{f} = sh_{red.name}_{f}[w];")
+                out.append(ind + "  " + comb.format(a=a, o="o_"))
+                out.append(f"{ind}}}")
+        if partial:
+            return
+        # the statements after the reduction, once per row (every thread computes, thread 0 stores)
+        vals: dict[str, str] = {}
+        for red, kind, *_ in infos:
+            fields = _RED[kind][0]
+            vals[red.name] = f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else fields[0]}"
+        self._stmts(c, c.nest.body, names, ind, locals_, include=after_set, guard=True, vals=vals)
+
+
+def _uses(st: Stmt) -> set[str]:
+    """SSA names a statement reads: its arguments, the values its masked body reads, and the
+    indirect indices (``ind<k>``) its index expressions use."""
+    out = set(st.args)
+    for key in ("index", "expr", "size"):
+        text = st.attr(key)
+        if isinstance(text, str):
+            out |= {sym.name for sym in parse_expr(text).free_symbols if sym.name.startswith("ind")}
+    for sub in st.body or ():
+        out |= _uses(sub)
+    return out
+
+
+def _closure(body: Sequence[Stmt], names: Sequence[str], roots: Sequence[Stmt], stop: set[int] = frozenset()) -> set[int]:
+    """ids of ``roots`` and of every statement they (or the ``names``) transitively read."""
+    by_name = {st.name: st for st in body if st.name}
+    todo, seen = list(roots) + [by_name[n] for n in names if n in by_name], set()
+    while todo:
+        st = todo.pop()
+        if id(st) in seen or id(st) in stop:
+            continue
+        seen.add(id(st))
+        todo += [by_name[n] for n in _uses(st) if n in by_name]
+    return seen
+
+
+def _walk(body: Sequence[Stmt]):  # type: ignore[no-untyped-def]
+    for st in body:
+        yield st
+        if st.body:
+            yield from _walk(st.body)
+
+
+def _in_masked(body: Sequence[Stmt], buf: str) -> bool:
+    return any(st.op == "masked" and any(s.attr("buffer") == buf for s in _walk(st.body)) for st in body)
+
+
+def generate(kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str],
+             used_elsewhere: frozenset[str] = frozenset(), sm_count: int = 132) -> CudaKernel:
+    """Generate the CUDA C module of one loop IR kernel.
+
+    ``buffers`` are the kernel's arguments in order (pointers), ``size_vars`` the size symbols
+    passed after them (``long long``); ``used_elsewhere`` names buffers other operations of the
+    program read or write (only buffers outside it may stay in registers); ``sm_count`` steers
+    the tiling. See the module docstring for an example.
+    """
+    return _Gen(kernel, buffers, size_vars, used_elsewhere, sm_count).run()

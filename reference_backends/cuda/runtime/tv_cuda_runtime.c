@@ -1,0 +1,602 @@
+/*
+ * torchvendor-cuda: the runtime table of torchvendor/runtime.h over the CUDA driver API, in C11.
+ * What a GPU vendor writes to bring its driver to PyTorch: every entry is a thin, checked call
+ * into the driver; docs/reference_cuda.md explains the design.
+ *
+ * Driver. libcuda.so.1 is opened with dlopen at the first torchvendor_get_runtime, and each
+ * entry point is looked up under the versioned name cuda.h gives it (cuMemAlloc is
+ * cuMemAlloc_v2). So the library builds with only cuda.h, loads on a machine without a driver,
+ * and there fails with a message saying so ($TORCHVENDOR_CUDA_DRIVER names another library).
+ *
+ * Contexts. Device i runs in its primary context (the one the CUDA runtime and PyTorch use),
+ * retained on first use. The current device is per host thread; every entry makes the context
+ * of the device it works on current before calling the driver.
+ *
+ * Streams and events wrap CUstream/CUevent with their device. A NULL tv_stream is the legacy
+ * default stream of the current device's context. Created streams are blocking streams, so the
+ * blocking copies (ordered after the default stream) are ordered after them too, as the ABI asks.
+ *
+ * Modules are PTX, cubin or fatbin images (cuModuleLoadDataEx; PTX is JIT-compiled with the JIT
+ * log in the error message). launch passes the packed argument buffer to cuLaunchKernel as
+ * CU_LAUNCH_PARAM_BUFFER_POINTER: the ABI's buffer layout (natural C alignment) is the kernel
+ * parameter layout. Device pointers are real GPU addresses, so pointer_offsets are not needed.
+ *
+ * Failures. A kernel fault is sticky for the whole context in CUDA (not only for its stream, as
+ * the ABI describes): every later call on the device returns TV_ERROR_LAUNCH_FAILED.
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "torchvendor/runtime.h"
+
+#define MAX_DEVICES 64
+#define LIVE 0x74766375U /* magic of a live handle, cleared when it is destroyed */
+
+/* ---------------------------------------------------------------- the driver, through dlopen */
+#define DRIVER(X)                                                                                  \
+  X(cuInit) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)               \
+  X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)       \
+  X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuCtxGetStreamPriorityRange) X(cuMemAlloc)              \
+  X(cuMemFree) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpy) X(cuMemcpyAsync) X(cuMemsetD8Async)  \
+  X(cuPointerGetAttribute) X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamQuery)       \
+  X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
+  X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuEventElapsedTime) X(cuModuleLoadDataEx)           \
+  X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)
+#define STR_(x) #x
+#define STR(x) STR_(x) /* expands cuda.h's renames: STR(cuMemAlloc) is "cuMemAlloc_v2" */
+#define DECLARE(f) __typeof__(f)* f;
+static struct { DRIVER(DECLARE) } drv; /* drv.cuMemAlloc(...) calls cuMemAlloc_v2 */
+
+static _Thread_local char t_msg[512];
+static _Thread_local int32_t t_dev;
+
+static tv_status fail(tv_status status, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t_msg, sizeof t_msg, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+static tv_status status_of(CUresult r) {
+  switch (r) {
+    case CUDA_SUCCESS: return TV_SUCCESS;
+    case CUDA_ERROR_INVALID_VALUE: return TV_ERROR_INVALID_VALUE;
+    case CUDA_ERROR_INVALID_DEVICE: case CUDA_ERROR_NO_DEVICE: return TV_ERROR_INVALID_DEVICE;
+    case CUDA_ERROR_OUT_OF_MEMORY: return TV_ERROR_OUT_OF_MEMORY;
+    case CUDA_ERROR_NOT_READY: return TV_ERROR_NOT_READY;
+    case CUDA_ERROR_NOT_FOUND: case CUDA_ERROR_FILE_NOT_FOUND: return TV_ERROR_NOT_FOUND;
+    case CUDA_ERROR_INVALID_IMAGE: case CUDA_ERROR_INVALID_PTX: case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION: case CUDA_ERROR_INVALID_SOURCE:
+    case CUDA_ERROR_JIT_COMPILER_NOT_FOUND: return TV_ERROR_INVALID_IMAGE;
+    case CUDA_ERROR_LAUNCH_FAILED: case CUDA_ERROR_ILLEGAL_ADDRESS: case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_MISALIGNED_ADDRESS: case CUDA_ERROR_ASSERT: case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR: case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE: return TV_ERROR_LAUNCH_FAILED;
+    case CUDA_ERROR_INVALID_HANDLE: case CUDA_ERROR_INVALID_CONTEXT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED: return TV_ERROR_INVALID_HANDLE;
+    case CUDA_ERROR_NOT_SUPPORTED: return TV_ERROR_NOT_SUPPORTED;
+    default: return TV_ERROR_UNKNOWN;
+  }
+}
+
+/* The status of a driver result; on failure the message names the entry and the driver error. */
+static tv_status check(CUresult r, const char* where) {
+  const char *name = "?", *text = "";
+  if (r == CUDA_SUCCESS) return TV_SUCCESS;
+  drv.cuGetErrorName(r, &name);
+  drv.cuGetErrorString(r, &text);
+  return fail(status_of(r), "%s: %s (%s)", where, name, text);
+}
+#define CU(call) check(drv.call, __func__)
+#define TRY(expr) do { tv_status st_ = (expr); if (st_) return st_; } while (0)
+
+static struct {
+  pthread_mutex_t mu; /* guards ctx[] and every module's function list */
+  int32_t ndev;
+  CUcontext ctx[MAX_DEVICES];
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+#define CHECK_DEV(d)                                                                            \
+  if ((d) < 0 || (d) >= g.ndev)                                                                 \
+  return fail(TV_ERROR_INVALID_DEVICE, "%s: device %d out of range [0, %d)", __func__, (int)(d), \
+              (int)g.ndev)
+#define CHECK_ARGS(ok) \
+  if (!(ok)) return fail(TV_ERROR_INVALID_VALUE, "%s: invalid argument (%s)", __func__, #ok)
+
+/* Make device dev's primary context current on this thread (retaining it on first use). */
+static tv_status use(int32_t dev) {
+  CHECK_DEV(dev);
+  CUcontext c;
+  pthread_mutex_lock(&g.mu);
+  CUresult r = CUDA_SUCCESS;
+  CUdevice d;
+  if (!g.ctx[dev] && !(r = drv.cuDeviceGet(&d, dev))) r = drv.cuDevicePrimaryCtxRetain(&g.ctx[dev], d);
+  c = g.ctx[dev];
+  pthread_mutex_unlock(&g.mu);
+  TRY(check(r, "retaining the primary context"));
+  return check(drv.cuCtxSetCurrent(c), "cuCtxSetCurrent");
+}
+
+/* ---------------------------------------------------------------- devices */
+static tv_status cu_device_count(int32_t* count) {
+  CHECK_ARGS(count);
+  *count = g.ndev;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_get_device_properties(int32_t dev, tv_device_properties* props) {
+  CHECK_DEV(dev);
+  CHECK_ARGS(props && props->struct_size >= sizeof *props);
+  CUdevice d;
+  size_t total = 0;
+  int major = 0, minor = 0, sms = 0;
+  TRY(CU(cuDeviceGet(&d, dev)));
+  *props = (tv_device_properties){.struct_size = props->struct_size};
+  TRY(CU(cuDeviceGetName(props->name, sizeof props->name, d)));
+  TRY(CU(cuDeviceTotalMem(&total, d)));
+  TRY(CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d)));
+  TRY(CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d)));
+  TRY(CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d)));
+  props->total_memory = total, props->capability_major = major, props->capability_minor = minor;
+  props->multiprocessor_count = sms;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_set_device(int32_t dev) {
+  CHECK_DEV(dev);
+  t_dev = dev;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_get_device(int32_t* dev) {
+  CHECK_ARGS(dev);
+  CHECK_DEV(t_dev); /* only with 0 devices */
+  *dev = t_dev;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_device_synchronize(int32_t dev) {
+  TRY(use(dev));
+  return CU(cuCtxSynchronize());
+}
+
+/* ---------------------------------------------------------------- memory */
+static tv_status cu_malloc(int32_t dev, size_t size, void** ptr) {
+  CHECK_ARGS(ptr);
+  TRY(use(dev));
+  if (!size) return *ptr = NULL, TV_SUCCESS;
+  CUdeviceptr p = 0;
+  CUresult r = drv.cuMemAlloc(&p, size);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    return fail(TV_ERROR_OUT_OF_MEMORY, "out of memory on device %d: requested %zu bytes",
+                (int)dev, size);
+  TRY(check(r, __func__));
+  *ptr = (void*)(uintptr_t)p;
+  return TV_SUCCESS;
+}
+
+/* The device that owns ptr, or -1 if the driver does not know it as device memory. */
+static int device_of(const void* ptr) {
+  int ordinal = -1, type = 0;
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+  if (drv.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) ||
+      type != CU_MEMORYTYPE_DEVICE ||
+      drv.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p))
+    return -1;
+  return ordinal;
+}
+
+static tv_status cu_free(int32_t dev, void* ptr) {
+  TRY(use(dev));
+  if (!ptr) return TV_SUCCESS;
+  if (device_of(ptr) != dev)
+    return fail(TV_ERROR_INVALID_VALUE, "%s: %p is not an allocation of device %d", __func__, ptr,
+                (int)dev);
+  return CU(cuMemFree((CUdeviceptr)(uintptr_t)ptr));
+}
+
+static tv_status cu_host_malloc(size_t size, void** ptr) {
+  CHECK_ARGS(ptr);
+  TRY(use(t_dev));
+  if (!size) return *ptr = NULL, TV_SUCCESS;
+  CUresult r = drv.cuMemHostAlloc(ptr, size, CU_MEMHOSTALLOC_PORTABLE);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    return fail(TV_ERROR_OUT_OF_MEMORY, "%s: cannot pin %zu bytes", __func__, size);
+  return check(r, __func__);
+}
+
+static tv_status cu_host_free(void* ptr) {
+  TRY(use(t_dev));
+  return ptr ? CU(cuMemFreeHost(ptr)) : TV_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- streams */
+struct tv_stream_st { uint32_t magic; int32_t dev; CUstream s; };
+struct tv_event_st { uint32_t magic, flags; int32_t dev; int recorded; CUevent e; };
+
+/* The CUstream and device of a tv_stream (NULL: the current device's default stream), with
+ * that device's context made current. */
+static tv_status resolve(tv_stream in, CUstream* out, int32_t* dev) {
+  *out = NULL, *dev = t_dev;
+  if (in && in->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "invalid stream %p", (void*)in);
+  if (in) *out = in->s, *dev = in->dev;
+  return use(*dev);
+}
+
+static tv_status cu_stream_create(int32_t dev, int32_t priority, tv_stream* stream) {
+  CHECK_ARGS(stream);
+  TRY(use(dev));
+  int least = 0, greatest = 0;
+  TRY(CU(cuCtxGetStreamPriorityRange(&least, &greatest)));
+  priority = priority > least ? least : priority < greatest ? greatest : priority;
+  tv_stream s = calloc(1, sizeof *s);
+  if (!s) return fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+  tv_status st = CU(cuStreamCreateWithPriority(&s->s, CU_STREAM_DEFAULT, priority));
+  if (st) return free(s), st;
+  s->magic = LIVE, s->dev = dev;
+  *stream = s;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_stream_destroy(tv_stream s) {
+  CHECK_ARGS(s);
+  if (s->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid stream", __func__);
+  TRY(use(s->dev));
+  s->magic = 0; /* the driver lets pending work finish */
+  tv_status st = CU(cuStreamDestroy(s->s));
+  free(s);
+  return st;
+}
+
+static tv_status cu_stream_query(tv_stream stream) {
+  CUstream s;
+  int32_t dev;
+  TRY(resolve(stream, &s, &dev));
+  CUresult r = drv.cuStreamQuery(s);
+  return r == CUDA_ERROR_NOT_READY ? TV_ERROR_NOT_READY : check(r, __func__);
+}
+
+static tv_status cu_stream_synchronize(tv_stream stream) {
+  CUstream s;
+  int32_t dev;
+  TRY(resolve(stream, &s, &dev));
+  return CU(cuStreamSynchronize(s));
+}
+
+static tv_status cu_stream_priority_range(int32_t* least, int32_t* greatest) {
+  CHECK_ARGS(least && greatest);
+  int lo = 0, hi = 0;
+  TRY(use(t_dev));
+  TRY(CU(cuCtxGetStreamPriorityRange(&lo, &hi)));
+  *least = lo, *greatest = hi;
+  return TV_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- copies */
+static tv_status transfer(void* dst, const void* src, int value, size_t n, int kind,
+                          int async, tv_stream stream) {
+  int set = kind == 0; /* memset */
+  const char* what = set ? "memset" : "memcpy";
+  if (!set && (kind < TV_MEMCPY_HOST_TO_DEVICE || kind > TV_MEMCPY_HOST_TO_HOST))
+    return fail(TV_ERROR_INVALID_VALUE, "memcpy: unknown kind %d", kind);
+  if (!n) return TV_SUCCESS;
+  int dd = set || kind == TV_MEMCPY_HOST_TO_DEVICE || kind == TV_MEMCPY_DEVICE_TO_DEVICE;
+  int sd = !set && (kind == TV_MEMCPY_DEVICE_TO_HOST || kind == TV_MEMCPY_DEVICE_TO_DEVICE);
+  int ddev = dd ? device_of(dst) : -1, sdev = sd ? device_of(src) : -1;
+  if (!dst || (!set && !src))
+    return fail(TV_ERROR_INVALID_VALUE, "%s: %s is NULL", what, dst ? "source" : "destination");
+  if ((dd && ddev < 0) || (sd && sdev < 0))
+    return fail(TV_ERROR_INVALID_VALUE, "%s: %s %p (+%zu bytes) is not device memory", what,
+                dd && ddev < 0 ? "destination" : "source", dd && ddev < 0 ? dst : src, n);
+  if (kind == TV_MEMCPY_HOST_TO_HOST && !async) return memcpy(dst, src, n), TV_SUCCESS;
+  CUstream s = NULL;
+  int32_t dev = ddev >= 0 ? ddev : sdev >= 0 ? sdev : t_dev;
+  if (async) TRY(resolve(stream, &s, &dev));
+  else TRY(use(dev));
+  CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
+  if (set) {
+    TRY(CU(cuMemsetD8Async(d, (unsigned char)value, n, s)));
+    return async ? TV_SUCCESS : CU(cuStreamSynchronize(NULL));
+  }
+  if (async) return CU(cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)src, n, s));
+  if (sdev >= 0 && sdev != dev) { /* order after the source device's default stream too */
+    TRY(use(sdev));
+    TRY(CU(cuCtxSynchronize()));
+    TRY(use(dev));
+  }
+  return CU(cuMemcpy(d, (CUdeviceptr)(uintptr_t)src, n));
+}
+
+static tv_status cu_memcpy(void* dst, const void* src, size_t n, tv_memcpy_kind kind) {
+  return transfer(dst, src, 0, n, kind, 0, NULL);
+}
+static tv_status cu_memcpy_async(void* dst, const void* src, size_t n, tv_memcpy_kind kind,
+                                 tv_stream stream) {
+  return transfer(dst, src, 0, n, kind, 1, stream);
+}
+static tv_status cu_memset(void* dst, int value, size_t n) {
+  return transfer(dst, NULL, value, n, 0, 0, NULL);
+}
+static tv_status cu_memset_async(void* dst, int value, size_t n, tv_stream stream) {
+  return transfer(dst, NULL, value, n, 0, 1, stream);
+}
+
+/* ---------------------------------------------------------------- events */
+#define CHECK_EVENT(e) \
+  if (!(e) || (e)->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid event", __func__)
+
+static tv_status cu_event_create(int32_t dev, uint32_t flags, tv_event* event) {
+  CHECK_ARGS(event && !(flags & ~(uint32_t)TV_EVENT_ENABLE_TIMING));
+  TRY(use(dev));
+  tv_event e = calloc(1, sizeof *e);
+  if (!e) return fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+  unsigned cu_flags = flags & TV_EVENT_ENABLE_TIMING ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
+  tv_status st = CU(cuEventCreate(&e->e, cu_flags));
+  if (st) return free(e), st;
+  e->magic = LIVE, e->flags = flags, e->dev = dev;
+  *event = e;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_event_destroy(tv_event e) {
+  CHECK_EVENT(e);
+  TRY(use(e->dev));
+  e->magic = 0; /* the driver releases it once its pending record completes */
+  tv_status st = CU(cuEventDestroy(e->e));
+  free(e);
+  return st;
+}
+
+static tv_status cu_event_record(tv_event e, tv_stream stream) {
+  CHECK_EVENT(e);
+  CUstream s;
+  int32_t dev;
+  TRY(resolve(stream, &s, &dev));
+  if (dev != e->dev)
+    return fail(TV_ERROR_INVALID_VALUE, "event_record: event of device %d, stream of device %d",
+                (int)e->dev, (int)dev);
+  TRY(CU(cuEventRecord(e->e, s)));
+  e->recorded = 1;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_event_query(tv_event e) {
+  CHECK_EVENT(e);
+  TRY(use(e->dev));
+  CUresult r = drv.cuEventQuery(e->e);
+  return r == CUDA_ERROR_NOT_READY ? TV_ERROR_NOT_READY : check(r, __func__);
+}
+
+static tv_status cu_event_synchronize(tv_event e) {
+  CHECK_EVENT(e);
+  TRY(use(e->dev));
+  return CU(cuEventSynchronize(e->e));
+}
+
+static tv_status cu_stream_wait_event(tv_stream stream, tv_event e) {
+  CHECK_EVENT(e);
+  CUstream s;
+  int32_t dev;
+  TRY(resolve(stream, &s, &dev));
+  return CU(cuStreamWaitEvent(s, e->e, 0));
+}
+
+static tv_status cu_event_elapsed_time(tv_event a, tv_event b, float* ms) {
+  CHECK_EVENT(a);
+  CHECK_EVENT(b);
+  CHECK_ARGS(ms);
+  if (!(a->flags & b->flags & TV_EVENT_ENABLE_TIMING))
+    return fail(TV_ERROR_INVALID_VALUE, "%s: both events need TV_EVENT_ENABLE_TIMING", __func__);
+  if (!a->recorded || !b->recorded)
+    return fail(TV_ERROR_INVALID_HANDLE, "%s: an event was never recorded", __func__);
+  TRY(use(a->dev));
+  CUresult r = drv.cuEventElapsedTime(ms, a->e, b->e);
+  if (r == CUDA_ERROR_NOT_READY)
+    return fail(TV_ERROR_NOT_READY, "%s: an event has not completed yet", __func__);
+  return check(r, __func__);
+}
+
+/* ---------------------------------------------------------------- modules and launches */
+struct tv_function_st { uint32_t magic; tv_module mod; CUfunction f; int shared_set;
+                        tv_function next; char name[]; };
+struct tv_module_st { uint32_t magic; int32_t dev; CUmodule m; tv_function fns; };
+
+static tv_status cu_module_load_data(int32_t dev, const void* image, size_t size,
+                                     tv_module* module) {
+  CHECK_ARGS(image && size && module);
+  TRY(use(dev));
+  /* PTX is text and must end with a NUL; cubin and fatbin images are ELF or fatbin blobs. */
+  char* copy = malloc(size + 1);
+  tv_module m = calloc(1, sizeof *m);
+  if (!copy || !m) return free(copy), free(m), fail(TV_ERROR_OUT_OF_MEMORY, "module_load: out of host memory");
+  memcpy(copy, image, size);
+  copy[size] = 0;
+  char log[2048] = "";
+  CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* vals[] = {log, (void*)(uintptr_t)sizeof log};
+  CUresult r = drv.cuModuleLoadDataEx(&m->m, copy, 2, opts, vals);
+  free(copy);
+  if (r) {
+    free(m);
+    const char* name = "?";
+    drv.cuGetErrorName(r, &name);
+    return fail(status_of(r), "module_load: %s%s%.400s", name, *log ? "; JIT log: " : "", log);
+  }
+  m->magic = LIVE, m->dev = dev;
+  *module = m;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_module_load_file(int32_t dev, const char* path, tv_module* module) {
+  CHECK_DEV(dev);
+  CHECK_ARGS(path && module);
+  FILE* f = fopen(path, "rb");
+  if (!f) return fail(TV_ERROR_NOT_FOUND, "%s: cannot read '%s'", __func__, path);
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* image = size > 0 ? malloc((size_t)size) : NULL;
+  size_t got = image ? fread(image, 1, (size_t)size, f) : 0;
+  fclose(f);
+  tv_status st = size <= 0 || got != (size_t)size
+                     ? fail(TV_ERROR_INVALID_IMAGE, "%s: '%s' is empty or unreadable", __func__, path)
+                     : cu_module_load_data(dev, image, (size_t)size, module);
+  free(image);
+  return st;
+}
+
+static tv_status cu_module_unload(tv_module m) {
+  CHECK_ARGS(m);
+  if (m->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
+  TRY(use(m->dev));
+  pthread_mutex_lock(&g.mu);
+  m->magic = 0;
+  for (tv_function f = m->fns, next; f; f = next) next = f->next, f->magic = 0, free(f);
+  pthread_mutex_unlock(&g.mu);
+  tv_status st = CU(cuModuleUnload(m->m)); /* the driver waits for pending launches */
+  free(m);
+  return st;
+}
+
+static tv_status cu_module_get_function(tv_module m, const char* name, tv_function* function) {
+  CHECK_ARGS(m && name && function);
+  if (m->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
+  TRY(use(m->dev));
+  tv_status st = TV_SUCCESS;
+  pthread_mutex_lock(&g.mu);
+  tv_function f = m->fns;
+  while (f && strcmp(f->name, name)) f = f->next; /* one handle per name */
+  CUfunction cf;
+  if (!f) {
+    CUresult r = drv.cuModuleGetFunction(&cf, m->m, name);
+    if (r == CUDA_ERROR_NOT_FOUND) st = fail(TV_ERROR_NOT_FOUND, "%s: no function '%s'", __func__, name);
+    else if (r) st = check(r, __func__);
+    else if (!(f = calloc(1, sizeof *f + strlen(name) + 1)))
+      st = fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+    else {
+      *f = (struct tv_function_st){.magic = LIVE, .mod = m, .f = cf, .next = m->fns};
+      strcpy(f->name, name);
+      m->fns = f;
+    }
+  }
+  if (!st) *function = f;
+  pthread_mutex_unlock(&g.mu);
+  return st;
+}
+
+static tv_status cu_launch(tv_function f, const tv_launch_config* cfg, const void* args,
+                           size_t args_size, tv_stream stream) {
+  CHECK_ARGS(f && cfg && (args || !args_size));
+  for (int i = 0; i < 3; i++) CHECK_ARGS(cfg->grid[i] >= 1 && cfg->block[i] >= 1);
+  if (f->magic != LIVE || f->mod->magic != LIVE)
+    return fail(TV_ERROR_INVALID_HANDLE, "launch: invalid function or unloaded module");
+  CUstream s;
+  int32_t dev;
+  TRY(resolve(stream, &s, &dev));
+  if (dev != f->mod->dev)
+    return fail(TV_ERROR_INVALID_VALUE, "launch: '%s' is from a device %d module, the stream on %d",
+                f->name, (int)f->mod->dev, (int)dev);
+  if (cfg->shared_memory_bytes > 48 * 1024 && f->shared_set < (int)cfg->shared_memory_bytes) {
+    TRY(CU(cuFuncSetAttribute(f->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                              (int)cfg->shared_memory_bytes)));
+    f->shared_set = (int)cfg->shared_memory_bytes;
+  }
+  size_t size = args_size;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void*)args, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
+  CUresult r = drv.cuLaunchKernel(f->f, cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0],
+                                  cfg->block[1], cfg->block[2], cfg->shared_memory_bytes, s, NULL,
+                                  args_size ? extra : NULL);
+  if (r) return check(r, f->name);
+  return TV_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- errors and entry point */
+static const char* cu_get_error_string(tv_status status) {
+  static const char* names[] = {
+      "TV_SUCCESS", "TV_ERROR_INVALID_VALUE", "TV_ERROR_INVALID_DEVICE", "TV_ERROR_OUT_OF_MEMORY",
+      "TV_ERROR_NOT_READY", "TV_ERROR_NOT_FOUND", "TV_ERROR_INVALID_IMAGE",
+      "TV_ERROR_LAUNCH_FAILED", "TV_ERROR_NOT_SUPPORTED", "TV_ERROR_INVALID_HANDLE"};
+  if (status >= 0 && status < (tv_status)(sizeof names / sizeof *names)) return names[status];
+  return status == TV_ERROR_UNKNOWN ? "TV_ERROR_UNKNOWN" : "unrecognized tv_status";
+}
+static const char* cu_last_error_message(void) { return t_msg; }
+
+static tv_status init_status;
+static char init_msg[512];
+
+static void init(void) {
+  const char* path = getenv("TORCHVENDOR_CUDA_DRIVER");
+  path = path && *path ? path : "libcuda.so.1";
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const char* missing = NULL;
+  if (!lib) {
+    init_status = TV_ERROR_NOT_SUPPORTED;
+    snprintf(init_msg, sizeof init_msg, "cannot load the NVIDIA driver library %s (%s): this "
+             "machine has no NVIDIA driver; install one, or set TORCHVENDOR_CUDA_DRIVER to the "
+             "path of libcuda.so.1", path, dlerror());
+    return;
+  }
+#define LOAD(f) if (!(drv.f = (__typeof__(f)*)dlsym(lib, STR(f))) && !missing) missing = STR(f);
+  DRIVER(LOAD)
+  if (missing) {
+    init_status = TV_ERROR_NOT_SUPPORTED;
+    snprintf(init_msg, sizeof init_msg, "the NVIDIA driver %s lacks %s: it is older than the "
+             "CUDA %d.%d headers this runtime was built with; update the driver", path, missing,
+             CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
+    return;
+  }
+  int n = 0;
+  CUresult r = drv.cuInit(0);
+  if (r == CUDA_SUCCESS) r = drv.cuDeviceGetCount(&n);
+  if (r == CUDA_ERROR_NO_DEVICE) r = CUDA_SUCCESS, n = 0; /* a driver and no GPU: zero devices */
+  if (r) {
+    const char* name = "?";
+    drv.cuGetErrorName(r, &name);
+    init_status = status_of(r);
+    snprintf(init_msg, sizeof init_msg, "cuInit failed: %s", name);
+    return;
+  }
+  g.ndev = n > MAX_DEVICES ? MAX_DEVICES : n;
+}
+
+static const tv_runtime table = {
+    .abi_major = TV_RUNTIME_ABI_MAJOR, .abi_minor = TV_RUNTIME_ABI_MINOR,
+    .struct_size = sizeof(tv_runtime), .name = "torchvendor-cuda 1.0",
+    .device_count = cu_device_count, .get_device_properties = cu_get_device_properties,
+    .set_device = cu_set_device, .get_device = cu_get_device,
+    .device_synchronize = cu_device_synchronize, .malloc = cu_malloc, .free = cu_free,
+    .host_malloc = cu_host_malloc, .host_free = cu_host_free, .memcpy = cu_memcpy,
+    .memcpy_async = cu_memcpy_async, .memset = cu_memset, .memset_async = cu_memset_async,
+    .stream_create = cu_stream_create, .stream_destroy = cu_stream_destroy,
+    .stream_query = cu_stream_query, .stream_synchronize = cu_stream_synchronize,
+    .stream_priority_range = cu_stream_priority_range, .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy, .event_record = cu_event_record,
+    .event_query = cu_event_query, .event_synchronize = cu_event_synchronize,
+    .stream_wait_event = cu_stream_wait_event, .event_elapsed_time = cu_event_elapsed_time,
+    .module_load_file = cu_module_load_file, .module_load_data = cu_module_load_data,
+    .module_unload = cu_module_unload, .module_get_function = cu_module_get_function,
+    .launch = cu_launch, .get_error_string = cu_get_error_string,
+    .last_error_message = cu_last_error_message,
+};
+
+TV_EXPORT tv_status torchvendor_get_runtime(uint32_t requested_major, const tv_runtime** runtime) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  CHECK_ARGS(runtime);
+  if (requested_major != TV_RUNTIME_ABI_MAJOR)
+    return fail(TV_ERROR_NOT_SUPPORTED, "torchvendor-cuda implements runtime ABI major %d, not %u",
+                TV_RUNTIME_ABI_MAJOR, requested_major);
+  pthread_once(&once, init);
+  if (init_status) /* the caller gets no table, hence no last_error_message: log it as well */
+    return fprintf(stderr, "torchvendor-cuda: %s\n", init_msg), fail(init_status, "%s", init_msg);
+  *runtime = &table;
+  return TV_SUCCESS;
+}

@@ -1,0 +1,104 @@
+"""The CUDA runtime library (reference_backends/cuda/runtime): builds without a GPU, fails cleanly
+without a driver, and (marked gpu) drives the real GPU as a PrivateUse1 device."""
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from torchvendor.reference_backends.cuda.runtime import build_runtime, cuda_include_dir
+
+needs_cuda_h = pytest.mark.skipif(cuda_include_dir() is None, reason="cuda.h (CUDA toolkit headers) not installed")
+TV_ERROR_NOT_SUPPORTED = 8
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+@needs_cuda_h
+def test_builds_and_is_cached(tmp_path):
+    from torchvendor.sdk import ArtifactCache
+
+    cache = ArtifactCache(tmp_path, namespace="t")
+    path = build_runtime(cache)
+    assert build_runtime(cache) == path and cache.stats["built"] == 1
+    assert ctypes.CDLL(path).torchvendor_get_runtime  # the one exported entry point
+
+
+@needs_cuda_h
+def test_wrong_abi_major_is_refused():
+    lib = ctypes.CDLL(build_runtime())
+    table = ctypes.c_void_p()
+    assert lib.torchvendor_get_runtime(ctypes.c_uint32(99), ctypes.byref(table)) == TV_ERROR_NOT_SUPPORTED
+    assert not table.value
+
+
+@needs_cuda_h
+def test_no_driver_fails_with_a_clear_message():
+    """No libcuda: the entry point returns an error and says why on stderr; nothing crashes."""
+    done = _run(f"""
+        import ctypes
+        lib = ctypes.CDLL({build_runtime()!r})
+        table = ctypes.c_void_p()
+        print("status", lib.torchvendor_get_runtime(1, ctypes.byref(table)), bool(table.value))
+        """, TORCHVENDOR_CUDA_DRIVER="/nonexistent/libcuda.so.1")
+    assert done.returncode == 0, done.stderr
+    assert f"status {TV_ERROR_NOT_SUPPORTED} False" in done.stdout
+    assert "no NVIDIA driver" in done.stderr and "/nonexistent/libcuda.so.1" in done.stderr
+
+
+@needs_cuda_h
+def test_register_device_without_driver_raises():
+    done = _run(f"""
+        from torchvendor.sdk import register_device, RuntimeLoadError
+        try:
+            register_device("gpu", runtime={build_runtime()!r})
+        except RuntimeLoadError as e:
+            print("refused:", e)
+        """, TORCHVENDOR_CUDA_DRIVER="/nonexistent/libcuda.so.1")
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout and "no NVIDIA driver" in done.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_private_use1_device():
+    """The real GPU as a PrivateUse1 device: memory, copies, eager ops through the CPU fallback,
+    streams and events, and a native kernel loaded from PTX and launched through the runtime."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    done = _run(f"""
+        import struct, torch
+        from torchvendor.sdk import register_device, load_module, get_function, launch
+        gpu = register_device("gpu", runtime={build_runtime()!r})
+        props = gpu.get_device_properties(0)
+        x = torch.arange(1 << 20, dtype=torch.float32, device="gpu")
+        assert torch.equal((x * 2).cpu(), torch.arange(1 << 20, dtype=torch.float32) * 2)
+        ptx = r'''
+        .version 8.0
+        .target sm_80
+        .address_size 64
+        .visible .entry scale(.param .u64 p, .param .f32 a, .param .u32 n) {{
+          .reg .u64 %rd<4>; .reg .f32 %f<3>; .reg .u32 %r<6>; .reg .pred %p;
+          ld.param.u64 %rd1, [p]; ld.param.f32 %f1, [a]; ld.param.u32 %r1, [n];
+          mov.u32 %r2, %ctaid.x; mov.u32 %r3, %ntid.x; mov.u32 %r4, %tid.x;
+          mad.lo.u32 %r5, %r2, %r3, %r4; setp.ge.u32 %p, %r5, %r1; @%p ret;
+          mul.wide.u32 %rd2, %r5, 4; add.u64 %rd3, %rd1, %rd2;
+          ld.global.f32 %f2, [%rd3]; mul.f32 %f2, %f2, %f1; st.global.f32 [%rd3], %f2; ret;
+        }}'''
+        mod = load_module(ptx.encode(), device=0)
+        fn = get_function(mod, "scale")
+        launch(fn, ((1 << 20) // 256,), (256,), struct.pack("<QfI", x.data_ptr(), 3.0, 1 << 20), pointer_offsets=(0,))
+        gpu.synchronize()
+        assert torch.equal(x.cpu(), torch.arange(1 << 20, dtype=torch.float32) * 3)
+        s = gpu.Stream() if hasattr(gpu, "Stream") else None
+        print("ok", props.name)
+        """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout
