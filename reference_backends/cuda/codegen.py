@@ -130,10 +130,10 @@ def _cexpr(e: Any, names: Mapping[str, str]) -> str:
     if isinstance(e, sympy.Pow) or name == "PowByNatural":
         if e.args[1].is_Integer and 0 <= int(e.args[1]) <= 8:
             return "(" + " * ".join([a[0]] * int(e.args[1])) + ")" if int(e.args[1]) else "1"
-        return f"tv_ipow({a[0]}, {a[1]})"
-    simple = {"FloorDiv": "tv_floordiv({0}, {1})", "CleanDiv": "({0} / {1})", "IntTrueDiv": "((double){0} / {1})",
-              "CeilDiv": "tv_ceildiv({0}, {1})", "ModularIndexing": "(({0} / {1}) % {2})",
-              "PythonMod": "tv_pymod({0}, {1})", "Mod": "tv_pymod({0}, {1})", "Identity": "({0})",
+        return f"tv_ipow((long long){a[0]}, (long long){a[1]})"
+    simple = {"FloorDiv": "tv_ifloordiv({0}, {1})", "CleanDiv": "({0} / {1})", "IntTrueDiv": "((double){0} / {1})",
+              "CeilDiv": "(-tv_ifloordiv(-({0}), {1}))", "ModularIndexing": "(({0} / {1}) % {2})",
+              "PythonMod": "tv_ipymod({0}, {1})", "Mod": "tv_ipymod({0}, {1})", "Identity": "({0})",
               "Where": "({0} ? {1} : {2})", "TruncToInt": "((long long)trunc({0}))",
               "FloorToInt": "((long long)floor({0}))", "CeilToInt": "((long long)ceil({0}))",
               "RoundToInt": "((long long)rint({0}))", "BitwiseFn_bitwise_and": "({0} & {1})",
@@ -297,10 +297,11 @@ _PRELUDE = r"""
 #define NAN __int_as_float(0x7fffffff)
 template <class T> __device__ __forceinline__ T tv_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <class T> __device__ __forceinline__ T tv_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
-template <class T> __device__ __forceinline__ T tv_maxi(T a, T b) { return a > b ? a : b; }
-template <class T> __device__ __forceinline__ T tv_mini(T a, T b) { return a < b ? a : b; }
+__device__ __forceinline__ long long tv_maxi(long long a, long long b) { return a > b ? a : b; }
+__device__ __forceinline__ long long tv_mini(long long a, long long b) { return a < b ? a : b; }
+__device__ __forceinline__ long long tv_ifloordiv(long long a, long long b) { long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ long long tv_ipymod(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 template <class T> __device__ __forceinline__ T tv_floordiv(T a, T b) { T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
-template <class T> __device__ __forceinline__ T tv_ceildiv(T a, T b) { return -tv_floordiv(-a, b); }
 template <class T> __device__ __forceinline__ T tv_pymod(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 __device__ __forceinline__ float tv_pymod(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 __device__ __forceinline__ double tv_pymod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
@@ -587,7 +588,9 @@ class _Gen:
                 self.lines.append(f"    #pragma unroll\n    for (int k = 0; k < {v}; k++) {{")
                 self.lines.append("      const idx_t X = base + k;")
                 for c in nests:
-                    self._nest_body(c, {"X": "X"}, "      ", locals_, vec=(set(vec_bufs), "k"))
+                    self.lines.append("      {")
+                    self._nest_body(c, {"X": "X"}, "        ", locals_, vec=(set(vec_bufs), "k"))
+                    self.lines.append("      }")
                 self.lines.append("    }")
                 for b in vec_bufs:
                     if b in written:
@@ -596,7 +599,9 @@ class _Gen:
                 self.lines.append("    return;\n  }")
             self.lines.append(f"  for (idx_t X = base; X < n && X < base + {v}; X++) {{")
             for c in nests:
-                self._nest_body(c, {"X": "X"}, "    ", locals_)
+                self.lines.append("    {")
+                self._nest_body(c, {"X": "X"}, "      ", locals_)
+                self.lines.append("    }")
             self.lines.append("  }\n}\n")
         align = vec * max((_SIZES[self.buffers[b].dtype] for b in vec_bufs), default=0)
         self.launches.append(Launch(name, "pointwise", numel=str(n_expr), threads=256, vector=vec, align=align,

@@ -1,0 +1,238 @@
+"""Compiling generated CUDA C with NVRTC and launching it: on torch's ``cuda`` device through the
+CUDA driver (``ctypes``, on torch's current stream), on a PrivateUse1 GPU device through
+``torchvendor.sdk.load_module/get_function/launch`` (the runtime table).
+
+>>> from torchvendor.reference_backends.cuda.launch import nvrtc_available
+>>> isinstance(nvrtc_available(), bool)
+True
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import math
+import os
+import struct
+import sys
+import threading
+from typing import Any, Sequence
+
+import torch
+
+from torchvendor.ir.loop_ir import parse_expr
+
+from .codegen import CudaKernel, Launch
+from .runtime import cuda_include_dir
+
+__all__ = ["nvrtc_compile", "nvrtc_available", "CompiledKernel", "NvrtcError"]
+
+
+class NvrtcError(RuntimeError):
+    """NVRTC is missing or rejected the source (the message carries its log)."""
+
+
+_lock = threading.Lock()
+_nvrtc: ctypes.CDLL | None = None
+
+
+def _load_nvrtc() -> ctypes.CDLL:
+    global _nvrtc
+    if _nvrtc is not None:
+        return _nvrtc
+    names = [os.environ.get("TORCHVENDOR_NVRTC", ""), "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
+    dirs = [os.path.join(p, "nvidia", sub, "lib") for p in sys.path for sub in ("cu13", "cuda_nvrtc")]
+    inc = cuda_include_dir()
+    if inc:
+        dirs += [os.path.join(os.path.dirname(inc), d) for d in ("lib64", "lib")]
+    for name in names:
+        for cand in [name] + [os.path.join(d, name) for d in dirs]:
+            if not name:
+                break
+            try:
+                _nvrtc = ctypes.CDLL(cand)
+                return _nvrtc
+            except OSError:
+                continue
+    for cand in sorted(glob.glob(os.path.join(d, "libnvrtc.so*")) for d in dirs):
+        for path in cand:
+            try:
+                _nvrtc = ctypes.CDLL(path)
+                return _nvrtc
+            except OSError:
+                continue
+    raise NvrtcError("NVRTC (libnvrtc.so) not found: install the CUDA toolkit or the nvidia-cuda-nvrtc wheel, "
+                     "or set TORCHVENDOR_NVRTC to the library's path")
+
+
+def nvrtc_available() -> bool:
+    """Whether NVRTC can be loaded on this machine.
+
+    >>> nvrtc_available() in (True, False)
+    True
+    """
+    try:
+        _load_nvrtc()
+        return True
+    except NvrtcError:
+        return False
+
+
+def nvrtc_compile(source: str, name: str, arch: str) -> bytes:
+    """Compile CUDA C ``source`` to a cubin for ``arch`` (``"sm_90"``) with NVRTC.
+
+    >>> cubin = nvrtc_compile('extern "C" __global__ void k() {}', "k.cu", "sm_90") if nvrtc_available() else b"\\x7fELF"
+    >>> cubin[:4]
+    b'\\x7fELF'
+    """
+    lib = _load_nvrtc()
+    prog = ctypes.c_void_p()
+
+    def check(rc: int, what: str) -> None:
+        if rc:
+            lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+            raise NvrtcError(f"{what}: {lib.nvrtcGetErrorString(rc).decode()}")
+
+    check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
+          "nvrtcCreateProgram")
+    try:
+        opts = [f"--gpu-architecture={arch}", "-std=c++17", "-default-device"]
+        inc = cuda_include_dir()
+        if inc:
+            opts.append(f"-I{inc}")
+        arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+        rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+        if rc:
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(prog, log)
+            raise NvrtcError(f"NVRTC could not compile {name} for {arch}:\n{log.value.decode(errors='replace')[-4000:]}")
+        size = ctypes.c_size_t()
+        check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
+        out = ctypes.create_string_buffer(size.value)
+        check(lib.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
+        return out.raw
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+# ---- the CUDA driver, for torch's cuda device --------------------------------------------------
+class _Driver:
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+
+    def check(self, rc: int, what: str) -> None:
+        if rc:
+            name = ctypes.c_char_p()
+            self.lib.cuGetErrorName(rc, ctypes.byref(name))
+            raise RuntimeError(f"{what} failed: {name.value.decode() if name.value else rc}")
+
+    def load(self, image: bytes) -> ctypes.c_void_p:
+        mod = ctypes.c_void_p()
+        self.check(self.lib.cuModuleLoadData(ctypes.byref(mod), image), "cuModuleLoadData")
+        return mod
+
+    def function(self, mod: ctypes.c_void_p, name: str) -> ctypes.c_void_p:
+        fn = ctypes.c_void_p()
+        self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()), f"cuModuleGetFunction({name})")
+        return fn
+
+    def launch(self, fn: ctypes.c_void_p, grid: Sequence[int], block: Sequence[int], args: bytes, stream: int) -> None:
+        buf = ctypes.create_string_buffer(args, len(args))
+        size = ctypes.c_size_t(len(args))
+        extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buf), 2, ctypes.addressof(size), 0)
+        self.check(self.lib.cuLaunchKernel(fn, *grid, *block, 0, stream, None, extra), "cuLaunchKernel")
+
+
+_driver: _Driver | None = None
+
+_WS_DTYPES = {"float": torch.float32, "double": torch.float64, "long long": torch.int64, "int": torch.int32,
+              "bool": torch.bool}
+
+
+class CompiledKernel:
+    """A compiled kernel: ``fn(*buffers, *sizes)`` launches its functions on the buffers' device,
+    on that device's current stream (torch's ``cuda``, or a PrivateUse1 GPU through the runtime)."""
+
+    def __init__(self, kernel: CudaKernel, image: bytes) -> None:
+        self.kernel, self.image = kernel, image
+        self.nbuf = len(kernel.buffers)
+        self._modules: dict[tuple[str, int], dict[str, Any]] = {}
+        self._plans: dict[tuple[int, ...], list[tuple[Launch, dict[str, int]]]] = {}
+
+    def _functions(self, device: torch.device) -> dict[str, Any]:
+        key = (device.type, device.index or 0)
+        fns = self._modules.get(key)
+        if fns is not None:
+            return fns
+        names = []
+        for l in self.kernel.launches:
+            names.append(l.name)
+            if l.kind == "pointwise" and l.vector > 1:
+                names.append(l.name + "_s")
+            if l.kind == "split":
+                names.append(l.name + "_final")
+        with _lock:
+            if device.type == "cuda":
+                global _driver
+                _driver = _driver or _Driver()
+                with torch.cuda.device(device):
+                    mod = _driver.load(self.image)
+                    fns = {n: _driver.function(mod, n) for n in names}
+            else:
+                from torchvendor.sdk import get_function, load_module
+
+                mod = load_module(self.image, device=device.index or 0)
+                fns = {n: get_function(mod, n) for n in names}
+            self._modules[key] = fns
+        return fns
+
+    def _plan(self, sizes: tuple[int, ...]) -> list[tuple[Launch, dict[str, int]]]:
+        plan = self._plans.get(sizes)
+        if plan is None:
+            env = dict(zip(self.kernel.size_vars, sizes))
+
+            def ev(text: str) -> int:
+                e = parse_expr(text)
+                return int(e.subs({s: env[s.name] for s in e.free_symbols})) if e.free_symbols else int(e)
+            plan = [(l, {"numel": ev(l.numel), "rows": ev(l.rows), "rlen": ev(l.rlen)}) for l in self.kernel.launches]
+            self._plans[sizes] = plan
+        return plan
+
+    def __call__(self, *args: Any) -> None:
+        tensors, sizes = args[: self.nbuf], tuple(int(s) for s in args[self.nbuf:])
+        device = tensors[0].device
+        fns = self._functions(device)
+        ptrs = [t.data_ptr() for t in tensors]
+        packed = struct.pack(f"<{self.nbuf}Q{len(sizes)}q", *ptrs, *sizes)
+        offsets = tuple(range(0, 8 * self.nbuf, 8))
+        if device.type == "cuda":
+            stream = torch.cuda.current_stream(device).cuda_stream
+
+            def go(name: str, grid: Sequence[int], block: Sequence[int], extra: bytes = b"") -> None:
+                _driver.launch(fns[name], grid, block, packed + extra, stream)  # type: ignore[union-attr]
+        else:
+            from torchvendor.sdk import launch
+
+            def go(name: str, grid: Sequence[int], block: Sequence[int], extra: bytes = b"") -> None:
+                launch(fns[name], grid, block, packed + extra,
+                       pointer_offsets=offsets + tuple(range(len(packed), len(packed) + len(extra), 8)))
+        for l, n in self._plan(sizes):
+            if l.kind == "pointwise":
+                if n["numel"] <= 0:
+                    continue
+                vec = l.vector > 1 and all(ptrs[i] % l.align == 0 for i in l.aligned)
+                v = l.vector if vec else 1
+                go(l.name if vec or l.vector == 1 else l.name + "_s", (math.ceil(n["numel"] / (256 * v)), 1, 1),
+                   (256, 1, 1))
+            elif l.kind == "rows":
+                if n["rows"] > 0:
+                    go(l.name, (math.ceil(n["rows"] / l.rows_per_block), 1, 1), (l.threads, l.rows_per_block, 1))
+            else:
+                if n["rows"] <= 0:
+                    continue
+                ws = [torch.empty(n["rows"] * l.splits, dtype=_WS_DTYPES[t], device=device) for t in l.workspace]
+                extra = struct.pack(f"<{len(ws)}Q", *[w.data_ptr() for w in ws])
+                go(l.name, (l.splits, n["rows"], 1), (l.threads, 1, 1), extra)
+                go(l.name + "_final", (n["rows"], 1, 1), (32, 1, 1), extra)
