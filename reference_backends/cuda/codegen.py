@@ -327,10 +327,12 @@ template <class T> __device__ __forceinline__ void tv_arg(T& v, long long& i, T 
   if (!better && !nan1 && !nan2 && v2 == v && i2 < i) better = true;
   if (better) { v = v2; i = i2; }
 }
+__device__ __forceinline__ float tv_div(float a, float b) { return __fdividef(a, b); }
+__device__ __forceinline__ double tv_div(double a, double b) { return a / b; }
 template <class T> __device__ __forceinline__ void tv_welford(T& m, T& m2, T& w, T om, T om2, T ow) {
   T n = w + ow;
   if (n == 0) return;
-  T d = om - m, f = ow / n;
+  T d = om - m, f = tv_div(ow, n);
   m = m + d * f; m2 = m2 + om2 + d * d * w * f; w = n;
 }
 template <class T> __device__ __forceinline__ void tv_osm(T& m, T& s, T om, T os) {
@@ -630,6 +632,9 @@ class _Gen:
         written = self._written()
         warp = threads == 32
         sync = "__syncwarp();" if warp else "__syncthreads();"
+        if len(nests) == 1 and len(reds) >= 1 and self._columnar(nests[0]):
+            self._column(name, rows, rlen, nests[0], written)
+            return
         if splits > 1:
             self._split(name, rows, rlen, threads, splits, nests[0], reds[0], written)
             return
@@ -645,7 +650,7 @@ class _Gen:
                 continue  # every value it stores is recomputed where it is read
             self.lines.append(f"  {{ // {c.nest.name} ({c.role})")
             if c.role == "full":
-                self.lines.append(f"    for (idx_t C = tid; C < L; C += {threads}) {{")
+                self.lines.append(f"    #pragma unroll 4\n    for (idx_t C = tid; C < L; C += {threads}) {{")
                 self._nest_body(c, {"X": "X", "C": "C"}, "      ", locals_)
                 self.lines.append("    }")
             elif c.role == "row":
@@ -658,6 +663,59 @@ class _Gen:
         self.lines.append("}\n")
         self.launches.append(Launch(name, "rows", rows=str(rows), rlen=str(rlen), threads=threads,
                                     rows_per_block=rpb))
+
+    def _columnar(self, c: _Nest) -> bool:
+        """Whether the rows are contiguous and the reduction strided (``x.sum(0)``): then a thread
+        per row, walking its row, reads coalesced across the warp."""
+        any_strided = False
+        for kind, buf, index, col in _accesses(c.nest):
+            e = _canon(index, c.env)
+            if kind != "load" or not col or C not in e.free_symbols:
+                continue
+            if not e.is_polynomial(X, C) or sympy.degree(e, X) > 1 or sympy.degree(e, C) > 1:
+                return False
+            cx, cc = e.coeff(X, 1), e.coeff(C, 1)
+            if cx != 1:
+                return False
+            any_strided = any_strided or cc != 1
+        return any_strided
+
+    def _column(self, name: str, rows: Any, rlen: Any, c: _Nest, written: set[str]) -> None:
+        reds = [st for st in c.nest.body if st.op == "reduction"]
+        splits = 1
+        if rows.is_Integer and rlen.is_Integer:
+            blocks = -(-int(rows) // 256)
+            splits = max(1, min(-(-self.sm_count * 4 // blocks), int(rlen) // 64, 256))
+        if splits > 1 and (len(reds) > 1 or reds[0].attr("kind") not in _SPLITTABLE):
+            splits = 1
+        head = [f"  typedef {self.idx} idx_t;", f"  const idx_t R = {self._num(rows)}, L = {self._num(rlen)};",
+                "  const idx_t X = (idx_t)blockIdx.x * 256 + threadIdx.x;", "  if (X >= R) return;"]
+        if splits == 1:
+            self.lines.append(f'extern "C" __global__ void __launch_bounds__(256) {name}({self._params(written)}) {{')
+            self.lines += head
+            self._reduce_nest(c, 1, "  ", {}, True, column=True)
+            self.lines.append("}\n")
+            self.launches.append(Launch(name, "column", rows=str(rows), rlen=str(rlen), threads=256))
+            return
+        kind = reds[0].attr("kind")
+        acc_t = _ctype(reds[0].attr("dtype") or reds[0].dtype)
+        fields = _RED[kind][0]
+        ftypes = [_field_type(kind, f, acc_t) for f in fields]
+        ws = "".join(f", {t}* ws{j}" for j, t in enumerate(ftypes))
+        self.lines.append(f'extern "C" __global__ void __launch_bounds__(256) {name}({self._params(written, ws)}) {{')
+        self.lines += head
+        self.lines.append(f"  const idx_t chunk = (L + {splits} - 1) / {splits}, lo = blockIdx.y * chunk;")
+        self.lines.append("  const idx_t hi = lo + chunk < L ? lo + chunk : L;")
+        self._reduce_nest(c, 1, "  ", {}, True, loop=("lo", "hi"), partial=True, column=True)
+        for j, f in enumerate(fields):
+            self.lines.append(f"  ws{j}[X * {splits} + blockIdx.y] = acc_{reds[0].name}_{f};")
+        self.lines.append("}\n")
+        self.lines.append(f'extern "C" __global__ void __launch_bounds__(256) {name}_final({self._params(written, ws)}) {{')
+        self.lines += head
+        self._reduce_nest(c, 1, "  ", {}, True, final=(splits, fields), column=True)
+        self.lines.append("}\n")
+        self.launches.append(Launch(name, "column", rows=str(rows), rlen=str(rlen), threads=256, splits=splits,
+                                    workspace=tuple(ftypes)))
 
     def _split(self, name: str, rows: Any, rlen: Any, threads: int, splits: int, c: _Nest, red: Stmt,
                written: set[str]) -> None:
@@ -817,7 +875,11 @@ class _Gen:
 
     def _reduce_nest(self, c: _Nest, threads: int, ind: str, locals_: Mapping[str, Any], warp: bool,
                      loop: tuple[str, str] | None = None, partial: bool = False,
-                     final: tuple[int, Sequence[str]] | None = None) -> None:
+                     final: tuple[int, Sequence[str]] | None = None, column: bool = False) -> None:
+        """Accumulate over the row (threads stride by ``threads``; ``column``: one thread walks
+        the whole row), combine across the row's threads, then run the statements after the
+        reduction. ``partial``: stop after combining (split first pass); ``final``: combine the
+        workspace slices instead of reading the row (split second pass)."""
         out = self.lines
         reds = [st for st in c.nest.body if st.op == "reduction"]
         post = _post_names(c.nest)
@@ -842,8 +904,9 @@ class _Gen:
             for f, ft, init in zip(fields, ftypes, inits):
                 out.append(f"{ind}{ft} acc_{red.name}_{f} = {init.format(t=acc_t)};")
         if final is None:
-            lo, hi = loop or ("tid", "L")
-            out.append(f"{ind}for (idx_t C = {lo}; C < {hi}; C += {threads}) {{")
+            lo, hi = loop or ("0" if column else "tid", "L")
+            step = 1 if column else threads
+            out.append(f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
             for v in c.col_vars:
                 out.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
                 names[v] = v
@@ -856,14 +919,14 @@ class _Gen:
         else:
             splits, fields = final
             for red, kind, acc_t, fields, ftypes, upd, comb in infos:
-                out.append(f"{ind}for (int s = tid; s < {splits}; s += 32) {{")
+                out.append(f"{ind}for (int s = {'0' if column else 'tid'}; s < {splits}; s += {1 if column else 32}) {{")
                 for j, (f, ft) in enumerate(zip(fields, ftypes)):
                     out.append(f"{ind}  const {ft} o_{f} = ws{j}[X * {splits} + s];")
                 out.append(ind + "  " + comb.format(a=f"acc_{red.name}_", o="o_"))
                 out.append(f"{ind}}}")
             threads, warp = 32, True
         # combine across the threads of the row: warp butterfly, then across warps
-        for red, kind, acc_t, fields, ftypes, upd, comb in infos:
+        for red, kind, acc_t, fields, ftypes, upd, comb in (() if column else infos):
             a = f"acc_{red.name}_"
             out.append(f"{ind}for (int off = 16; off > 0; off >>= 1) {{")
             for f, ft in zip(fields, ftypes):
@@ -892,7 +955,7 @@ class _Gen:
         for red, kind, *_ in infos:
             fields = _RED[kind][0]
             vals[red.name] = f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else fields[0]}"
-        self._stmts(c, c.nest.body, names, ind, locals_, include=after_set, guard=True, vals=vals)
+        self._stmts(c, c.nest.body, names, ind, locals_, include=after_set, guard=not column, vals=vals)
 
 
 def _uses(st: Stmt) -> set[str]:

@@ -171,7 +171,7 @@ class CompiledKernel:
             names.append(l.name)
             if l.kind == "pointwise" and l.vector > 1:
                 names.append(l.name + "_s")
-            if l.kind == "split":
+            if l.kind == "split" or (l.kind == "column" and l.splits > 1):
                 names.append(l.name + "_final")
         with _lock:
             if device.type == "cuda":
@@ -226,6 +226,17 @@ class CompiledKernel:
                 v = l.vector if vec else 1
                 go(l.name if vec or l.vector == 1 else l.name + "_s", (math.ceil(n["numel"] / (256 * v)), 1, 1),
                    (256, 1, 1))
+            elif l.kind == "column":
+                if n["rows"] <= 0:
+                    continue
+                blocks = math.ceil(n["rows"] / 256)
+                if l.splits == 1:
+                    go(l.name, (blocks, 1, 1), (256, 1, 1))
+                    continue
+                ws = [torch.empty(n["rows"] * l.splits, dtype=_WS_DTYPES[t], device=device) for t in l.workspace]
+                extra = struct.pack(f"<{len(ws)}Q", *[w.data_ptr() for w in ws])
+                go(l.name, (blocks, l.splits, 1), (256, 1, 1), extra)
+                go(l.name + "_final", (blocks, 1, 1), (256, 1, 1), extra)
             elif l.kind == "rows":
                 if n["rows"] > 0:
                     go(l.name, (math.ceil(n["rows"] / l.rows_per_block), 1, 1), (l.threads, l.rows_per_block, 1))
