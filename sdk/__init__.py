@@ -28,7 +28,7 @@ _API: dict[str, str] = {
                      "register_backend", "get_backend", "registered_backends", "op_key"), "backend"),
     **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
     **dict.fromkeys(("ArtifactCache",), "cache"),
-    **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner"), "loop_runner"),
+    **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel"), "loop_runner"),
 }
 
 __all__ = sorted(_API)

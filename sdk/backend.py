@@ -273,8 +273,18 @@ class Backend:
         device = _device_of(examples)
         key = _graph_key(sub, examples, kind, device)
         def lower() -> bytes:
-            with compat.outside_tracing_context():  # several partitions of one graph are lowered
-                return lower_graph(sub, examples, device=device, kind=kind).to_json().encode()
+            out = sub.graph.output_node()
+            single = not isinstance(out.args[0], (tuple, list))
+            if single:  # Inductor compiles graphs that return a tuple
+                out.args = ((out.args[0],),)
+                sub.recompile()
+            try:
+                with compat.outside_tracing_context():  # several partitions of one graph are lowered
+                    return lower_graph(sub, examples, device=device, kind=kind).to_json().encode()
+            finally:
+                if single:
+                    out.args = (out.args[0][0],)
+                    sub.recompile()
 
         text = self.cache.get_or_build_bytes(key, lower, ".loop.json")
         program = LoopProgram.from_json(text.decode())
