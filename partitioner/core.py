@@ -405,11 +405,54 @@ def partition(view: GraphView, support: Any, *, atomic_groups: Iterable[Collecti
         return _partition(view, rule, atomic_groups, ordering_edges, opts)
 
 
+class _Index:
+    """The graph as position arrays (step 1): what every later step reads.
+
+    ``preds``/``data_succ`` hold data edges only; ``all_preds``/``all_succ`` add the ordering
+    edges (``edges``). ``index`` maps a node to its position in ``nodes``."""
+
+    __slots__ = ("nodes", "index", "ops", "kinds", "is_op", "preds", "data_succ",
+                 "all_preds", "all_succ", "edges")
+
+    def __init__(self, nodes, index, ops, kinds, preds, data_succ, all_preds, all_succ, edges) -> None:
+        self.nodes, self.index, self.ops, self.kinds = nodes, index, ops, kinds
+        self.is_op = [k == "op" for k in kinds]
+        self.preds, self.data_succ, self.all_preds, self.all_succ, self.edges = (
+            preds, data_succ, all_preds, all_succ, edges)
+
+
+class _Units:
+    """The atomic units (step 3): ``unit_of`` is ``None`` when every node is its own unit."""
+
+    __slots__ = ("uf", "n_units", "unit_of", "usucc", "uindeg", "members", "sup")
+
+    def __init__(self, uf, n_units, unit_of, usucc, uindeg, members, sup) -> None:
+        self.uf, self.n_units, self.unit_of, self.usucc = uf, n_units, unit_of, usucc
+        self.uindeg, self.members, self.sup = uindeg, members, sup
+
+
 def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[Any]],
                ordering_edges: Iterable[tuple[Any, Any]], opts: PartitionOptions) -> PartitionResult:
+    """Steps 1-6 of the module docstring, one function each."""
     t_start = time.perf_counter()
+    g = _index_graph(view, ordering_edges, opts.detect_mutation)
+    reasons, n_unsupported, oracle_calls = _support(view, rule, g, opts)
+    n_nodes = len(g.nodes)
+    stats: dict[str, Any] = {"nodes": n_nodes, "edges": sum(map(len, g.preds)), "ordering_edges": len(g.edges),
+                             "oracle_calls": oracle_calls, "rounds": 0, "waves": 0,
+                             "fast_path": False, "unit_merges": 0, "scc_merges": 0}
+    atomic_groups = list(atomic_groups)
+    fast = (n_unsupported == 0 and (opts.merge_independent or not atomic_groups)
+            and not _has_interior_non_op(g))
+    units = _atomic_units(view, g, reasons, atomic_groups, opts, fast, stats)
+    groups, node_wave = _waves_and_min_size(view, g, units, reasons, opts, fast, stats)
+    result = _assemble(view, g, groups, reasons, opts, stats)
+    stats["seconds"] = time.perf_counter() - t_start
+    return result
 
-    # ---- 1. index ------------------------------------------------------------------------------
+
+def _index_graph(view: GraphView, ordering_edges: Iterable[tuple[Any, Any]], detect_mutation: bool) -> _Index:
+    """Step 1: positions, op keys, kinds, deduplicated data edges, and ordering edges."""
     nodes = list(view.nodes())
     n_nodes = len(nodes)
     index = {n: i for i, n in enumerate(nodes)}
@@ -429,14 +472,12 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
                 raise PartitionError(f"view.nodes() is not in topological order: {view.name(nodes[i])} "
                                      f"comes before its input {view.name(nodes[p])}")
             succ[p].append(i)
-    data_succ = succ  # data edges only; ordering edges go to the copies all_preds/all_succ
     edges = list(ordering_edges)
-    if opts.detect_mutation:
+    if detect_mutation:
         edges += _mutation_edges(nodes, ops, kinds, preds, succ, view_inputs, get_index)
     all_preds, all_succ = preds, succ
     if edges:
-        all_preds = list(preds)
-        all_succ = list(succ)
+        all_preds, all_succ = list(preds), list(succ)
         for a, b in edges:
             if a not in index or b not in index:
                 raise PartitionError(f"ordering edge ({a!r}, {b!r}) names a node not in the graph")
@@ -448,9 +489,13 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
                 continue
             all_preds[ib] = all_preds[ib] + [ia]  # new lists: preds/succ stay data-only
             all_succ[ia] = all_succ[ia] + [ib]
+    return _Index(nodes, index, ops, kinds, preds, succ, all_preds, all_succ, edges)
 
-    # ---- 2. support ----------------------------------------------------------------------------
-    is_op = [k == "op" for k in kinds]
+
+def _support(view: GraphView, rule: Any, g: _Index, opts: PartitionOptions) -> tuple[list[str | None], int, int]:
+    """Step 2: the reason each op node falls back (``None``: supported). Returns (reasons,
+    #unsupported op nodes, #oracle calls); raises with ``require_full``."""
+    ops, is_op, nodes = g.ops, g.is_op, g.nodes
     forced = opts.fallback_ops
     op_cache: dict[str, str | None] = {}
     oracle_calls = 0
@@ -465,13 +510,13 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
                                      f"{type(exc).__name__}: {exc}") from exc
     if rule.op_only:
         reasons: list[str | None] = [op_cache[o] if k else None for o, k in zip(ops, is_op)]
+        oracle_calls = len(op_cache)
     else:
-        reasons = [None] * n_nodes
+        reasons = [None] * len(nodes)
         evaluate = rule.evaluate
-        for i in range(n_nodes):
+        for i, op in enumerate(ops):
             if not is_op[i]:
                 continue
-            op = ops[i]
             if op in op_cache:
                 reasons[i] = op_cache[op]
                 continue
@@ -481,23 +526,27 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
             except Exception as exc:
                 raise PartitionError(f"the support oracle raised on node {view.name(nodes[i])} ({op}): "
                                      f"{type(exc).__name__}: {exc}") from exc
-    n_unsupported = n_nodes - reasons.count(None)  # non-op nodes have no reason
+    n_unsupported = len(nodes) - reasons.count(None)  # non-op nodes have no reason
     if opts.require_full and n_unsupported:
         raise UnsupportedOperatorsError(_summarise(ops, reasons, is_op), n_unsupported)
+    return reasons, n_unsupported, oracle_calls
 
-    stats: dict[str, Any] = {"nodes": n_nodes, "edges": sum(map(len, preds)), "ordering_edges": len(edges),
-                             "oracle_calls": oracle_calls + (len(op_cache) if rule.op_only else 0), "rounds": 0, "waves": 0,
-                             "fast_path": False, "unit_merges": 0, "scc_merges": 0}
 
-    # ---- 3. atomic units -------------------------------------------------------------------------
-    # Fast path (Torch-TensorRT#4530): every op node supported and no input/constant between two
-    # op nodes -> one partition holding every op node; units cannot change that.
-    atomic_groups = list(atomic_groups)
-    fast = (n_unsupported == 0 and (opts.merge_independent or not atomic_groups) and not any(
-        not is_op[i] and any(is_op[p] for p in all_preds[i]) and any(is_op[s] for s in all_succ[i])
-        for i in range(n_nodes)))
+def _has_interior_non_op(g: _Index) -> bool:
+    """An input/constant between two op nodes (the fast path, Torch-TensorRT#4530, needs none)."""
+    is_op, all_preds, all_succ = g.is_op, g.all_preds, g.all_succ
+    return any(not is_op[i] and any(is_op[p] for p in all_preds[i]) and any(is_op[s] for s in all_succ[i])
+               for i in range(len(is_op)))
+
+
+def _atomic_units(view: GraphView, g: _Index, reasons: list[str | None], atomic_groups: list[Collection[Any]],
+                  opts: PartitionOptions, fast: bool, stats: dict[str, Any]) -> _Units:
+    """Step 3: union atomic groups and getitem chains; contract them into units.
+
+    On the fast path (every op node supported, no interior input) one partition holds every op
+    node, so units cannot change the result and are not built."""
+    n_nodes, index, is_op, ops, preds = len(g.nodes), g.index, g.is_op, g.ops, g.preds
     uf: _UnionFind | None = None
-    getitem_ops = opts.getitem_ops if not fast else frozenset()
     for group in atomic_groups:
         members = []
         for node in group:
@@ -509,6 +558,7 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
             uf = uf or _UnionFind(n_nodes)
             for m in members[1:]:
                 stats["unit_merges"] += uf.union(members[0], m)
+    getitem_ops = opts.getitem_ops if not fast else frozenset()
     if getitem_ops and not getitem_ops.isdisjoint(ops):
         for i in range(n_nodes):
             if is_op[i] and ops[i] in getitem_ops and preds[i]:
@@ -516,43 +566,56 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
                 if is_op[producer]:
                     uf = uf or _UnionFind(n_nodes)
                     stats["unit_merges"] += uf.union(producer, i)
-
-    # unit_of[i] -> unit id; unit ids ordered by their first node
     if uf is None or fast:
-        n_units, unit_of, usucc, uindeg = n_nodes, None, all_succ, [len(p) for p in all_preds]
-        unit_sup = [is_op[i] and reasons[i] is None for i in range(n_nodes)]
-    else:
-        n_units, unit_of, usucc, uindeg, members = _quotient(uf, n_nodes, all_preds, all_succ)
-        unit_sup = _unit_support(view, nodes, ops, is_op, reasons, unit_of, members)
+        return _Units(None, n_nodes, None, g.all_succ, [len(p) for p in g.all_preds], {},
+                      [is_op[i] and reasons[i] is None for i in range(n_nodes)])
+    return _contract(view, g, uf, reasons)
 
-    # ---- 4./5. waves and minimum size ------------------------------------------------------------
-    non_compute, exempt, min_size = opts.non_compute_ops, opts.min_size_exempt_ops, opts.min_size
-    if opts.require_full:
-        min_size = 0
+
+def _contract(view: GraphView, g: _Index, uf: _UnionFind, reasons: list[str | None]) -> _Units:
+    """The unit graph of ``uf``'s classes, with each unit's support."""
+    n_units, unit_of, usucc, uindeg, members = _quotient(uf, len(g.nodes), g.all_preds, g.all_succ)
+    sup = _unit_support(view, g.nodes, g.ops, g.is_op, reasons, unit_of, members)
+    return _Units(uf, n_units, unit_of, usucc, uindeg, members, sup)
+
+
+def _merge_cycles(view: GraphView, g: _Index, units: _Units, reasons: list[str | None],
+                  stats: dict[str, Any]) -> _Units:
+    """Contracting the atomic units made a cycle: merge each strongly connected component of
+    the unit graph into one unit (once)."""
+    if units.unit_of is None or stats["scc_merges"]:
+        raise AssertionError("internal error: cycle in the graph or unit graph after SCC merge")
+    rep = [0] * units.n_units
+    for i in range(len(g.nodes) - 1, -1, -1):
+        rep[units.unit_of[i]] = i
+    stats["scc_merges"] = _tarjan_merge(units.n_units, units.usucc, units.uf, rep)
+    return _contract(view, g, units.uf, reasons)
+
+
+def _waves_and_min_size(view: GraphView, g: _Index, units: _Units, reasons: list[str | None],
+                        opts: PartitionOptions, fast: bool,
+                        stats: dict[str, Any]) -> tuple[dict[tuple[int, int], list[int]], list[int]]:
+    """Steps 4 and 5: waves, then drop groups below ``min_size`` and re-run until none is.
+    Returns (groups keyed by (wave, first node), wave of each node or -1)."""
+    ops = g.ops
+    non_compute, exempt = opts.non_compute_ops, opts.min_size_exempt_ops
+    min_size = 0 if opts.require_full else opts.min_size
     while True:
         stats["rounds"] += 1
         if fast:
             stats["fast_path"] = True
-            wave_of_unit = [0 if s else -1 for s in unit_sup]
-            n_waves = 1 if any(unit_sup) else 0
+            wave_of_unit = [0 if s else -1 for s in units.sup]
+            n_waves = 1 if any(units.sup) else 0
         else:
-            wave_of_unit, n_waves, processed = _waves(n_units, usucc, uindeg, unit_sup)
-            if processed != n_units:
-                # contracting the atomic units made a cycle: merge each strongly connected
-                # component of the unit graph into one unit (once), then run the waves again
-                if unit_of is None or stats["scc_merges"]:
-                    raise AssertionError("internal error: cycle in the graph or unit graph after SCC merge")
-                rep = [0] * n_units
-                for i in range(n_nodes - 1, -1, -1):
-                    rep[unit_of[i]] = i
-                stats["scc_merges"] = _tarjan_merge(n_units, usucc, uf, rep)
-                n_units, unit_of, usucc, uindeg, members = _quotient(uf, n_nodes, all_preds, all_succ)
-                unit_sup = _unit_support(view, nodes, ops, is_op, reasons, unit_of, members)
+            wave_of_unit, n_waves, processed = _waves(units.n_units, units.usucc, units.uindeg, units.sup)
+            if processed != units.n_units:
+                units = _merge_cycles(view, g, units, reasons, stats)
                 stats["rounds"] -= 1
                 continue
         stats["waves"] = n_waves
+        unit_of = units.unit_of
         node_wave = wave_of_unit if unit_of is None else [wave_of_unit[u] for u in unit_of]
-        groups = _split_groups(node_wave, all_preds, opts.merge_independent, unit_of)
+        groups = _split_groups(node_wave, g.all_preds, opts.merge_independent, unit_of)
         small = []
         if min_size > 1:
             for key, members in groups.items():
@@ -560,22 +623,27 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
                 if size < min_size and not (exempt and any(op_matches(ops[i], exempt) for i in members)):
                     small.append((members, size))
         if not small:
-            break
+            return groups, node_wave
         for members, size in small:
             why = f"in a partition of {size} compute node(s), below min_size={min_size}"
             for i in members:
                 reasons[i] = why
-                unit_sup[i if unit_of is None else unit_of[i]] = False
+                units.sup[i if unit_of is None else unit_of[i]] = False
         if stats["rounds"] >= opts.max_rounds:  # give up re-running: drop what is still small
             for members, _ in small:
                 for i in members:
                     node_wave[i] = -1
-            groups = {k: v for k, v in groups.items() if reasons[v[0]] is None}
             stats["min_size_capped"] = True
-            break
+            return {k: v for k, v in groups.items() if reasons[v[0]] is None}, node_wave
         fast = False
 
-    # ---- assemble -------------------------------------------------------------------------------
+
+def _assemble(view: GraphView, g: _Index, groups: dict[tuple[int, int], list[int]],
+              reasons: list[str | None], opts: PartitionOptions, stats: dict[str, Any]) -> PartitionResult:
+    """Step 6: :class:`Partition` objects (ids in group-key order), fallback nodes and reasons."""
+    nodes, ops, preds, data_succ, is_op = g.nodes, g.ops, g.preds, g.data_succ, g.is_op
+    non_compute = opts.non_compute_ops
+    n_nodes = len(nodes)
     result_parts: list[Partition] = []
     part_of = [-1] * n_nodes
     for pid, key in enumerate(sorted(groups)):
@@ -599,9 +667,8 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
     fallback = [nodes[i] for i in fallback_idx]
     reason_map = {nodes[i]: reasons[i] or "" for i in fallback_idx}
     assignment = {nodes[i]: part_of[i] for i in range(n_nodes) if part_of[i] >= 0}
-    stats["seconds"] = time.perf_counter() - t_start
     return PartitionResult(view, result_parts, fallback, reason_map, assignment, opts,
-                           [(a, b) for a, b in edges], stats, dict(zip(nodes, ops)), (nodes, preds))
+                           [(a, b) for a, b in g.edges], stats, dict(zip(nodes, ops)), (nodes, preds))
 
 
 def _unit_support(view, nodes, ops, is_op, reasons, unit_of, members) -> list[bool]:
