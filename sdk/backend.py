@@ -279,7 +279,10 @@ class Backend:
                 out.args = ((out.args[0],),)
                 sub.recompile()
             try:
-                with compat.outside_tracing_context():  # several partitions of one graph are lowered
+                # Several partitions of one graph are lowered, each outside the AOT tracing
+                # context; random ops stay ATen calls (Inductor's own random lowering needs its
+                # joint-graph passes, which run before partitioning).
+                with compat.outside_tracing_context(), compat.inductor_config_patch(fallback_random=True):
                     return lower_graph(sub, examples, device=device, kind=kind).to_json().encode()
             finally:
                 if single:

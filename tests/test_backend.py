@@ -341,3 +341,63 @@ def test_inductor_fallback_on_request():
     assert "inductor     aten.sin.default x1" in str(rep)
     with pytest.raises(BackendError, match="fallback='tvm'"):
         get_backend(PassThrough, fallback="tvm")
+
+
+# ---- the loop level ------------------------------------------------------------------------------------
+
+class LoopInterp(Backend):
+    name = "tv_test_loop"
+    level = Level.LOOP
+    seen: list = []
+
+    def compile(self, kernel):
+        from torchvendor.sdk import reference_kernel
+
+        type(self).seen.append(kernel)
+        return reference_kernel(kernel)
+
+
+register_backend(LoopInterp)
+
+
+def test_loop_level_training_dynamic_and_warm_cache(tmp_path):
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    ref = __import__("copy").deepcopy(m)
+    c = torch.compile(m, backend="tv_test_loop", options={"cache_dir": str(tmp_path)})
+    x = torch.randn(5, 8)
+    c(x).pow(2).sum().backward()
+    ref(x).pow(2).sum().backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    kinds = [g.kind for g in last_report().graphs]
+    assert kinds == ["forward", "backward"] and all(p.status == "compiled" for p in last_report().partitions)
+    assert {k.kernel.kind for k in LoopInterp.seen} == {"pointwise", "reduction"}
+    # The lowered programs were cached: a second compile of the same graphs hits the cache.
+    be = get_backend(LoopInterp, cache_dir=str(tmp_path))
+    built = be.cache.stats["built"]
+    compat.dynamo_reset()
+    torch.compile(m, backend="tv_test_loop", options={"cache_dir": str(tmp_path)})(x).sum().backward()
+    assert be.cache.stats["built"] == built and be.cache.stats["hit"] >= 2
+    f = torch.compile(_fresh(lambda x: torch.softmax(x * 2, -1).sum(0)), backend="tv_test_loop", dynamic=True)
+    for n in (3, 7):
+        x = torch.randn(n, 6)
+        torch.testing.assert_close(f(x), torch.softmax(x * 2, -1).sum(0))
+
+
+def test_loop_level_kernel_compile_error_names_the_kernel():
+    class Broken(Backend):
+        name = "tv_test_loop_broken"
+        level = Level.LOOP
+
+        def compile(self, kernel):
+            if kernel.kernel.kind == "reduction":
+                raise NotImplementedError("no reductions yet")
+            from torchvendor.sdk import reference_kernel
+
+            return reference_kernel(kernel)
+
+    register_backend(Broken)
+    f = torch.compile(_fresh(lambda x: x.sin().sum(-1)), backend="tv_test_loop_broken")
+    with pytest.warns(BackendFallbackWarning, match=r"kernel loop_kernel0 \(.*reduction.*\): NotImplementedError: "
+                                                    r"no reductions yet"):
+        torch.testing.assert_close(f(torch.ones(3, 256)), torch.ones(3, 256).sin().sum(-1))
