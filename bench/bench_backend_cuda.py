@@ -21,54 +21,20 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-import torchvendor.ir.loop_ir.interpreter as interp
 from torchvendor.ir import capture
 from torchvendor.reference_backends.cuda import CudaBackend
+from torchvendor.sdk import ProgramRunner, loop_kernels
 
 
-def _kernels(program: Any) -> list[Any]:
-    try:
-        from torchvendor.sdk import loop_kernels
-
-        return loop_kernels(program)
-    except (ImportError, AttributeError):
-        import types
-
-        from torchvendor.ir.loop_ir import Kernel
-        return [types.SimpleNamespace(kernel=op, buffers=tuple(program.buffer(n) for n in sorted(set(op.reads()) | set(op.writes()))),
-                                      size_vars=tuple(program.size_vars), program=program, device=program.device)
-                for op in program.ops if isinstance(op, Kernel)]
-
-
-def ours(fn: Callable[..., Any], inputs: list[torch.Tensor], backend: CudaBackend) -> tuple[Callable[[], None], list[Any], float]:
-    """(replay, outputs, compile seconds): the program's kernels compiled by torchvendor_cuda,
-    recorded once on preallocated buffers and replayed (externs would run through ATen)."""
+def ours(fn: Callable[..., Any], inputs: list[torch.Tensor], backend: CudaBackend) -> tuple[Callable[[], Any], list[Any], float]:
+    """(call, outputs, compile seconds): the loop program of ``fn`` with every kernel compiled by
+    torchvendor_cuda, run by the SDK's ProgramRunner (as torch.compile's LOOP level runs it)."""
     t0 = time.perf_counter()
     program = capture(fn, inputs, level="loop").inference
-    compiled = {k.kernel.name: (k, backend.compile(k)) for k in _kernels(program)}
+    runner = ProgramRunner(program, {lk.name: backend.compile(lk) for lk in loop_kernels(program)}, "cuda")
     seconds = time.perf_counter() - t0
-    calls: list[tuple[Any, list[Any]]] = []
-
-    def run_kernel(kernel: Any, buffers: Any, sizes: Any = None) -> None:
-        lk, f = compiled[kernel.name]
-        args = [buffers[b.name] for b in lk.buffers] + [int(sizes[s]) for s in lk.size_vars]
-        calls.append((f, args))
-        f(*args)
-
-    saved, interp.run_kernel = interp.run_kernel, run_kernel
-    try:
-        outs = interp.run_program(program, inputs)
-    finally:
-        interp.run_kernel = saved
-    from torchvendor.ir.loop_ir import Kernel
-
-    if any(not isinstance(op, Kernel) for op in program.ops):
-        raise SystemExit(f"{fn}: the program has extern kernels; this bench times kernel-only programs")
-
-    def replay() -> None:
-        for f, args in calls:
-            f(*args)
-    return replay, outs, seconds
+    outs = runner(*inputs)
+    return (lambda: runner(*inputs)), outs, seconds
 
 
 def median_ms(fn: Callable[[], Any]) -> float:

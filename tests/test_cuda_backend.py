@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-import types
 
 import pytest
 import torch
@@ -17,26 +16,11 @@ from ir_corpus import CORPUS
 from torchvendor.ir import capture
 from torchvendor.ir.loop_ir import Kernel
 from torchvendor.reference_backends.cuda.codegen import CodegenError, generate
+from torchvendor.sdk import loop_kernels
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (CUDA toolkit) not installed")
 gpu = pytest.mark.gpu
 FEW = ("softmax", "layer_norm", "pointwise_chain", "argmax", "var_mean", "dynamic_softmax")
-
-
-def loop_kernels(program):  # noqa: ANN001 - the SDK's LoopKernel when it exists, else the same fields
-    try:
-        from torchvendor.sdk import loop_kernels as lk
-
-        return lk(program)
-    except (ImportError, AttributeError, ModuleNotFoundError):
-        out = []
-        for op in program.ops:
-            if isinstance(op, Kernel):
-                names = sorted(set(op.reads()) | set(op.writes()))
-                out.append(types.SimpleNamespace(kernel=op, buffers=tuple(program.buffer(n) for n in names),
-                                                 size_vars=tuple(program.size_vars), program=program,
-                                                 device=program.device))
-        return out
 
 
 def _sources(cases) -> list[tuple[str, str]]:  # noqa: ANN001
@@ -106,38 +90,50 @@ def _to(v, device):  # noqa: ANN001, ANN202
     return v
 
 
-def run_on_gpu(program, inputs):  # noqa: ANN001, ANN201
-    """Run a loop program with every kernel compiled by the CUDA backend (externs through ATen)."""
-    from torchvendor.ir.loop_ir import interpreter
-    from torchvendor.reference_backends.cuda import CudaBackend
-
-    backend = CudaBackend()
-    compiled = {k.kernel.name: (k, backend.compile(k)) for k in loop_kernels(program)}
-
-    def run_kernel(kernel, buffers, sizes=None):  # noqa: ANN001, ANN202
-        lk, fn = compiled[kernel.name]
-        fn(*[buffers[b.name] for b in lk.buffers], *[int(sizes[s]) for s in lk.size_vars])
-
-    saved, interpreter.run_kernel = interpreter.run_kernel, run_kernel
-    try:
-        return interpreter.run_program(program, inputs)
-    finally:
-        interpreter.run_kernel = saved
-
-
 def check_case(case) -> str:  # noqa: ANN001
-    """Capture ``case`` at loop level on cuda, run it with the CUDA backend, compare with eager."""
+    """Capture ``case`` at loop level on cuda, run its program with every kernel compiled by the
+    CUDA backend (the SDK's ProgramRunner; externs through ATen), compare with eager."""
+    from torchvendor.ir.program import flatten_outputs
+    from torchvendor.reference_backends.cuda import CudaBackend
+    from torchvendor.sdk import ProgramRunner
+
     fn = _to(case.make(), "cuda")
     inputs = [_to(x, "cuda") for x in case.inputs()]
     with torch.no_grad():
-        prog = capture(fn, inputs, level="loop", dynamic=case.dynamic).inference
-        expected = fn(*inputs)
-        got = run_on_gpu(prog, inputs)
-    expected = list(expected.values()) if isinstance(expected, dict) else expected
-    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        cap = capture(fn, inputs, level="loop", dynamic=case.dynamic)
+        backend = CudaBackend()
+        runner = ProgramRunner(cap.inference, {lk.name: backend.compile(lk) for lk in loop_kernels(cap.inference)},
+                               "cuda")
+        cap._execute = lambda part, args: runner(*args)  # our LoopCapture runs the compiled program
+        got = flatten_outputs(cap.run(*inputs))
+        expected = flatten_outputs(fn(*inputs))
+    assert len(got) == len(expected), (len(got), len(expected))
     for e, g in zip(expected, got):
         if isinstance(e, torch.Tensor):
             torch.testing.assert_close(g, e, **case.tolerances)
+    return "ok"
+
+
+def check_compile() -> str:
+    """torch.compile(backend="torchvendor_cuda") end to end: inference and a training step."""
+    import torchvendor.reference_backends.cuda  # noqa: F401 - registers the backend
+    from torchvendor.sdk import last_report
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128),
+                                torch.nn.Linear(128, 10)).cuda()
+    x = torch.randn(32, 64, device="cuda")
+    f = torch.compile(model, backend="torchvendor_cuda", options={"strict": True})
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
+    loss = f(x).square().mean()
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().mean().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+    statuses = {p.status for g in last_report().graphs for p in g.partitions}
+    assert statuses == {"compiled"}, str(last_report())
     return "ok"
 
 
@@ -152,18 +148,26 @@ def test_corpus_numerics_on_gpu():
         pytest.skip("no CUDA GPU")
     done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=1200,
                           cwd=os.path.dirname(__file__))
-    results = dict(json.loads(line) .popitem() for line in done.stdout.splitlines() if line.startswith("{"))
+    results = dict(json.loads(line).popitem() for line in done.stdout.splitlines() if line.startswith("{"))
     bad = {k: v for k, v in results.items() if v != "ok"}
-    assert len(results) == len(NUMERIC_CASES) and not bad, (bad, done.stderr[-3000:])
+    assert len(results) == len(NUMERIC_CASES) + 1 and not bad, (bad, done.stderr[-3000:])
 
 
 if __name__ == "__main__":
     import logging
 
     logging.disable(logging.CRITICAL)
+    # Loop IR capture on cuda needs Inductor's cuda registration, which its first cuda compile
+    # makes (without it the captured wrapper reads `with pass:`; reported to the IR owner).
+    torch.compile(lambda x: x + 1)(torch.ones(2, device="cuda"))
     for case in NUMERIC_CASES:
         try:
             result = check_case(case)
         except Exception as e:  # noqa: BLE001 - reported per case
             result = f"{type(e).__name__}: {str(e)[-600:]}"
         print(json.dumps({case.name: result}), flush=True)
+    try:
+        result = check_compile()
+    except Exception as e:  # noqa: BLE001
+        result = f"{type(e).__name__}: {str(e)[-1500:]}"
+    print(json.dumps({"torch.compile(backend='torchvendor_cuda')": result}), flush=True)

@@ -441,6 +441,10 @@ class _Gen:
         self.counter = 0
         self.static = not size_vars
         self.idx = "long long"
+        self.persist = 0                       # K: each thread holds K columns of the row (0: loop)
+        self.cache: dict[tuple[str, str], str] = {}   # (buffer, element) -> register array
+        self.cache_decl: list[str] = []
+        self.row_vals: dict[tuple[str, str], str] | None = None  # in a row segment: stored per-row values
 
     # -- segments --
     def segments(self) -> list[tuple[tuple[Any, Any] | None, list[_Nest]]]:
@@ -638,6 +642,10 @@ class _Gen:
         if splits > 1:
             self._split(name, rows, rlen, threads, splits, nests[0], reds[0], written)
             return
+        self.persist = 0
+        if rlen.is_Integer and -(-int(rlen) // threads) <= 16:
+            self.persist = -(-int(rlen) // threads)
+        self.cache, self.cache_decl, self.row_vals = {}, [], {}
         self.lines.append(f'extern "C" __global__ void __launch_bounds__({threads * rpb}) {name}({self._params(written)}) {{')
         self.lines.append(f"  typedef {self.idx} idx_t;")
         self.lines.append(f"  const idx_t R = {self._num(rows)}, L = {self._num(rlen)};")
@@ -650,7 +658,7 @@ class _Gen:
                 continue  # every value it stores is recomputed where it is read
             self.lines.append(f"  {{ // {c.nest.name} ({c.role})")
             if c.role == "full":
-                self.lines.append(f"    #pragma unroll 4\n    for (idx_t C = tid; C < L; C += {threads}) {{")
+                self.lines.append(self._col_loop("    ", "tid", "L", threads))
                 self._nest_body(c, {"X": "X", "C": "C"}, "      ", locals_)
                 self.lines.append("    }")
             elif c.role == "row":
@@ -661,8 +669,36 @@ class _Gen:
                 self._reduce_nest(c, threads, "    ", locals_, warp)
             self.lines.append(f"  }}\n  {sync}")
         self.lines.append("}\n")
+        at = len(self.lines) - 1 - next(i for i, l in enumerate(reversed(self.lines)) if "if (X >= R) return;" in l)
+        self.lines[at + 1:at + 1] = self.cache_decl
+        self.persist, self.row_vals = 0, None
         self.launches.append(Launch(name, "rows", rows=str(rows), rlen=str(rlen), threads=threads,
                                     rows_per_block=rpb))
+
+    def _col_loop(self, ind: str, lo: str, hi: str, step: int) -> str:
+        """The loop of a row's threads over its columns: with ``persist`` a fully unrolled loop
+        over K columns per thread (so that cached loads stay in registers), else a strided loop."""
+        if self.persist:
+            return (f"{ind}#pragma unroll\n{ind}for (int k = 0; k < {self.persist}; k++) {{\n"
+                    f"{ind}  const idx_t C = {lo} + k * {step};\n{ind}  if (C >= {hi}) break;")
+        return f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{"
+
+    def _cached_load(self, c: _Nest, st: Stmt, t: str, nm: str, expr: str) -> str | None:
+        """In a persistent row segment, a load of a buffer the kernel never writes is read once per
+        (buffer, element) and kept in a register array for the later nests."""
+        buf = st.attr("buffer")
+        if not self.persist or buf in self._written():
+            return None
+        key = (buf, str(_canon(st.attr("index"), c.env)))
+        if "C" not in key[1]:
+            return None
+        arr = self.cache.get(key)
+        if arr is not None:
+            return f"const {t} {nm} = static_cast<{t}>({arr}[k]);"
+        arr = f"reg{len(self.cache)}"
+        self.cache[key] = arr
+        self.cache_decl.append(f"  {CTYPES[self.buffers[buf].dtype]} {arr}[{self.persist}];")
+        return f"const {t} {nm} = static_cast<{t}>({arr}[k] = {expr});"
 
     def _columnar(self, c: _Nest) -> bool:
         """Whether the rows are contiguous and the reduction strided (``x.sum(0)``): then a thread
@@ -756,7 +792,8 @@ class _Gen:
 
     def _stmts(self, c: _Nest, body: Sequence[Stmt], names: dict[str, str], ind: str, locals_: Mapping[str, Any],
                vec: tuple[set[str], str] | None = None, prefix: str = "", include: set[int] | None = None,
-               guard: bool = False, vals: dict[str, str] | None = None, inline: bool = False) -> dict[str, str]:
+               guard: bool = False, vals: dict[str, str] | None = None, inline: bool = False,
+               top: bool = True) -> dict[str, str]:
         vals = {} if vals is None else vals
         out = self.lines
         for st in body:
@@ -785,7 +822,11 @@ class _Gen:
                     expr = f"vl_{buf}.v[{vec[1]}]"
                 else:
                     expr = f"{buf}[{self._index(st.attr('index'), names)}]"
-                out.append(f"{ind}const {t} {nm} = static_cast<{t}>({expr});")
+                key = (buf, str(_canon(st.attr("index"), c.env)))
+                if self.row_vals is not None and key in self.row_vals:
+                    expr = self.row_vals[key]   # a value this row computed earlier in the kernel
+                cached = self._cached_load(c, st, t, nm, expr) if top and not guard else None
+                out.append(f"{ind}{cached or f'const {t} {nm} = static_cast<{t}>({expr});'}")
             elif op in ("store", "store_reduction"):
                 buf = st.attr("buffer")
                 if buf in locals_:
@@ -800,6 +841,13 @@ class _Gen:
                     raise CodegenError(f"store mode {st.attr('mode')!r} is not supported")
                 else:
                     guard_ = "if (tid == 0) " if guard else ""
+                    key = (buf, str(_canon(st.attr("index"), c.env)))
+                    if guard and top and self.row_vals is not None and "C" not in key[1]:
+                        rv = f"rv{len(self.row_vals)}"
+                        self.cache_decl.append(f"  {bt} {rv};")
+                        self.row_vals[key] = rv
+                        out.append(f"{ind}{rv} = {val};")
+                        val = rv
                     out.append(f"{ind}{guard_}{buf}[{self._index(st.attr('index'), names)}] = {val};")
             elif op == "constant":
                 out.append(f"{ind}const {t} {nm} = {_const(st.attr('value'), st.attr('dtype') or st.dtype)};")
@@ -827,7 +875,7 @@ class _Gen:
                 out.append(f"{ind}{t} {nm} = {other};")
                 out.append(f"{ind}if ({a[0]}) {{")
                 res = self._stmts(c, st.body, dict(names), ind + "  ", locals_, None, prefix, None, guard, dict(vals),
-                                  inline)
+                                  inline, top=False)
                 out.append(f"{ind}  {nm} = {res['__yield']};")
                 out.append(f"{ind}}}")
             elif op == "yield":
@@ -906,7 +954,8 @@ class _Gen:
         if final is None:
             lo, hi = loop or ("0" if column else "tid", "L")
             step = 1 if column else threads
-            out.append(f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
+            out.append(self._col_loop(ind, lo, hi, step) if not column and loop is None else
+                       f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
             for v in c.col_vars:
                 out.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
                 names[v] = v
