@@ -40,8 +40,8 @@ Example::
     >>> b = g.add_node("relu", [x], name="b"); c = g.add_node("add", [s, b], name="c")
     >>> _ = g.add_output([c])
     >>> result = partition(g, {"relu", "add"})
-    >>> [[g.name(n) for n in p.nodes] for p in result.partitions]
-    [['a', 'b'], ['c']]
+    >>> [[g.name(n) for n in p.nodes] for p in result.partitions]  # b joins c: its value stays inside
+    [['a'], ['b', 'c']]
     >>> [g.name(n) for n in result.fallback]
     ['s']
 """
@@ -50,11 +50,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
+from collections import Counter
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from ..ir.graph_view import GraphView
 
+from .boundary import refine_waves, value_bytes
 from .support import as_oracle, check, op_matches
 
 __all__ = ["PartitionOptions", "Partition", "PartitionResult", "PartitionError",
@@ -109,6 +111,9 @@ class PartitionOptions:
             ``False`` splits every partition into its weakly connected components.
         detect_mutation: add ordering edges around in-place operators (see :func:`mutation_edges`).
         max_rounds: cap on min-size re-runs; past it, small partitions are dropped without re-run.
+        boundary_aware: among the placements with the same (minimum) count, move units between
+            waves to lower the boundary bytes (:mod:`~torchvendor.partitioner.boundary`);
+            ``False`` keeps the plain earliest-wave assignment. Needs ``merge_independent``.
     """
 
     min_size: int = 1
@@ -120,6 +125,7 @@ class PartitionOptions:
     merge_independent: bool = True
     detect_mutation: bool = True
     max_rounds: int = 32
+    boundary_aware: bool = True
 
     def __post_init__(self) -> None:
         for name in ("fallback_ops", "getitem_ops", "non_compute_ops", "min_size_exempt_ops"):
@@ -445,7 +451,9 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
     fast = (n_unsupported == 0 and (opts.merge_independent or not atomic_groups)
             and not _has_interior_non_op(g))
     units = _atomic_units(view, g, reasons, atomic_groups, opts, fast, stats)
-    groups, node_wave = _waves_and_min_size(view, g, units, reasons, opts, fast, stats)
+    groups, units, unit_wave = _waves_and_min_size(view, g, units, reasons, opts, fast, stats)
+    if opts.boundary_aware and opts.merge_independent and stats["waves"] > 1 and "min_size_capped" not in stats:
+        groups = _refine_boundary(view, g, units, unit_wave, reasons, opts, stats)
     result = _assemble(view, g, groups, reasons, opts, stats)
     stats["seconds"] = time.perf_counter() - t_start
     return result
@@ -594,9 +602,9 @@ def _merge_cycles(view: GraphView, g: _Index, units: _Units, reasons: list[str |
 
 def _waves_and_min_size(view: GraphView, g: _Index, units: _Units, reasons: list[str | None],
                         opts: PartitionOptions, fast: bool,
-                        stats: dict[str, Any]) -> tuple[dict[tuple[int, int], list[int]], list[int]]:
+                        stats: dict[str, Any]) -> tuple[dict[tuple[int, int], list[int]], _Units, list[int]]:
     """Steps 4 and 5: waves, then drop groups below ``min_size`` and re-run until none is.
-    Returns (groups keyed by (wave, first node), wave of each node or -1)."""
+    Returns (groups keyed by (wave, first node), the final units, wave of each unit or -1)."""
     ops = g.ops
     non_compute, exempt = opts.non_compute_ops, opts.min_size_exempt_ops
     min_size = 0 if opts.require_full else opts.min_size
@@ -623,7 +631,7 @@ def _waves_and_min_size(view: GraphView, g: _Index, units: _Units, reasons: list
                 if size < min_size and not (exempt and any(op_matches(ops[i], exempt) for i in members)):
                     small.append((members, size))
         if not small:
-            return groups, node_wave
+            return groups, units, wave_of_unit
         for members, size in small:
             why = f"in a partition of {size} compute node(s), below min_size={min_size}"
             for i in members:
@@ -634,8 +642,69 @@ def _waves_and_min_size(view: GraphView, g: _Index, units: _Units, reasons: list
                 for i in members:
                     node_wave[i] = -1
             stats["min_size_capped"] = True
-            return {k: v for k, v in groups.items() if reasons[v[0]] is None}, node_wave
+            return {k: v for k, v in groups.items() if reasons[v[0]] is None}, units, wave_of_unit
         fast = False
+
+
+def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[int], reasons: list[str | None],
+                     opts: PartitionOptions, stats: dict[str, Any]) -> dict[tuple[int, int], list[int]]:
+    """Step 5b: move units between waves to lower the boundary bytes, keeping the count
+    (:mod:`~torchvendor.partitioner.boundary`); the groups of the new waves."""
+    nodes, ops, meta = g.nodes, g.ops, view.meta
+    unit_of, n_units, usucc = units.unit_of, units.n_units, units.usucc
+    if unit_of is None:
+        upreds: Sequence[Sequence[int]] = g.all_preds
+    else:
+        upreds = [[] for _ in range(n_units)]
+        for u in range(n_units):
+            for s in usucc[u]:
+                upreds[s].append(u)
+
+    def size_of(i: int) -> int:
+        return value_bytes(meta(nodes[i])) or 1
+
+    min_size = 0 if opts.require_full else opts.min_size
+    movable = _wave_books(g, units, unit_wave, stats["waves"], min_size, opts)
+    stats["boundary_moves"] = refine_waves(unit_wave, stats["waves"], usucc, upreds, unit_of, units.members,
+                                           g.preds, g.data_succ, size_of, movable)
+    node_wave = unit_wave if unit_of is None else [unit_wave[u] for u in unit_of]
+    return _split_groups(node_wave, g.all_preds, True, unit_of)
+
+
+def _wave_books(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_size: int,
+                opts: PartitionOptions) -> Any:
+    """``movable(u, old, new)`` for :func:`refine_waves`: a unit may leave a wave only if the
+    wave keeps a node and, under ``min_size``, enough compute nodes (no unit holding a
+    ``min_size_exempt_ops`` node moves then)."""
+    ops, non_compute, exempt, members = g.ops, opts.non_compute_ops, opts.min_size_exempt_ops, units.members
+    unit_of = units.unit_of
+    node_wave = unit_wave if unit_of is None else [unit_wave[u] for u in unit_of]
+    n_nodes = [0] * (n_waves + 1)  # slot -1: fallback
+    for w, c in Counter(node_wave).items():
+        n_nodes[w] = c
+    n_compute = n_nodes
+    if min_size > 1:
+        n_compute = [0] * (n_waves + 1)
+        for w, c in Counter(w for w, op in zip(node_wave, ops) if op not in non_compute).items():
+            n_compute[w] = c
+
+    def movable(u: int, old: int, new: int) -> bool:
+        group = members.get(u, (u,))
+        k = len(group)
+        c = sum(1 for i in group if ops[i] not in non_compute)
+        if min_size > 1 and (n_compute[old] - c < min_size or
+                             (exempt and any(op_matches(ops[i], exempt) for i in group))):
+            return False
+        if n_nodes[old] - k < 1:
+            return False
+        n_nodes[old] -= k
+        n_nodes[new] += k
+        if n_compute is not n_nodes:
+            n_compute[old] -= c
+            n_compute[new] += c
+        return True
+
+    return movable
 
 
 def _assemble(view: GraphView, g: _Index, groups: dict[tuple[int, int], list[int]],

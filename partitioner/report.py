@@ -37,6 +37,13 @@ class PartitionReport:
     unsupported: dict[str, dict[str, Any]]
     options: dict[str, Any]
     stats: dict[str, Any] = field(default_factory=dict)
+    #: distinct values that cross a partition boundary (read by another partition or written out)
+    num_boundary_values: int = 0
+    #: bytes moved across boundaries: every partition input once per reading partition plus
+    #: every partition output once (sizes from ``view.meta``; values of unknown size count 0)
+    boundary_bytes: int = 0
+    #: boundary crossings whose value size is unknown (symbolic or missing metadata)
+    num_boundary_unsized: int = 0
 
     @classmethod
     def from_result(cls, result: Any) -> "PartitionReport":
@@ -55,6 +62,7 @@ class PartitionReport:
             entry["count"] += 1
             why = result.reasons.get(node, "")
             entry["reasons"][why] = entry["reasons"].get(why, 0) + 1
+        crossed, nbytes, unsized = _boundary(result)
         num_partitioned = sum(len(p.nodes) for p in result.partitions)
         opts = {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in asdict(result.options).items()}
         stats = dict(result.stats)
@@ -64,7 +72,8 @@ class PartitionReport:
                    num_boundary_inputs=sum(len(r["inputs"]) for r in rows),
                    num_boundary_outputs=sum(len(r["outputs"]) for r in rows),
                    partitions=rows, unsupported=dict(sorted(unsupported.items(), key=lambda kv: (-kv[1]["count"], kv[0]))),
-                   options=opts, stats=stats)
+                   options=opts, stats=stats, num_boundary_values=crossed, boundary_bytes=nbytes,
+                   num_boundary_unsized=unsized)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (stable key order)."""
@@ -88,7 +97,9 @@ class PartitionReport:
                 rest = self.partitions[max_rows:]
                 lines.append(f"  ... {len(rest)} more partition(s), {sum(r['nodes'] for r in rest)} node(s)")
             lines.append(f"  boundary: {self.num_boundary_inputs} input value(s), "
-                         f"{self.num_boundary_outputs} output value(s)")
+                         f"{self.num_boundary_outputs} output value(s), {self.num_boundary_values} distinct, "
+                         f"{self.boundary_bytes:,} bytes" + (f" (+{self.num_boundary_unsized} of unknown size)"
+                                                           if self.num_boundary_unsized else ""))
         if self.unsupported:
             lines.append("fallback by operator:")
             for op, info in self.unsupported.items():
@@ -102,3 +113,22 @@ class PartitionReport:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def _boundary(result: Any) -> tuple[int, int, int]:
+    """(distinct crossing values, bytes, crossings of unknown size) of a partition result."""
+    from .boundary import value_bytes
+
+    meta = result.view.meta
+    sizes: dict[Any, int | None] = {}
+    nbytes = unsized = 0
+    for p in result.partitions:
+        for v in (*p.inputs, *p.outputs):
+            if v not in sizes:
+                sizes[v] = value_bytes(meta(v))
+            b = sizes[v]
+            if b is None:
+                unsized += 1
+            else:
+                nbytes += b
+    return len(sizes), nbytes, unsized

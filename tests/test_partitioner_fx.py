@@ -225,7 +225,10 @@ def test_81531_horizontal_fusion_fx():
 
     gm = make_fx(f)(torch.randn(3))
     new_gm, result = outlined_matches(gm, unsupported_ops({"aten.sin"}), (torch.randn(3),))
-    assert [len(p) for p in result.partitions] == [2, 1]
+    assert [len(p) for p in result.partitions] == [1, 2]  # exp joins the add: fewer boundary bytes
+    _, plain = outlined_matches(gm, unsupported_ops({"aten.sin"}), (torch.randn(3),), boundary_aware=False)
+    assert [len(p) for p in plain.partitions] == [2, 1]  # the plain waves merge relu and exp
+    assert result.report().boundary_bytes < plain.report().boundary_bytes
 
 
 def test_min_size_and_require_full_fx():

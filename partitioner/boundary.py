@@ -1,0 +1,325 @@
+"""Boundary-aware placement: among partitionings with the minimum count, move fewer bytes.
+
+The wave scan (:mod:`~torchvendor.partitioner.core`) puts every supported unit in the
+*earliest* wave it can join. Any other wave assignment that satisfies the same difference
+constraints gives the same partitions count, convex and contractible at once:
+
+- ``wave(v) >= wave(u)`` for a data or ordering edge ``u -> v`` between supported units;
+- ``wave(v) >= wave(u) + 1`` when ``u`` reaches ``v`` through unsupported units only.
+
+:func:`refine_waves` walks the units in reverse and then in forward topological order; each
+supported unit with room between its neighbours (``lo < hi``) is moved to the wave in
+``[lo, hi]`` that minimises the boundary bytes of the values it touches. Every move is exact
+(it recomputes the cost of each affected value) and never increases the total, so the result
+never moves more bytes than the plain wave assignment. The bounds of a unit depend only on its
+neighbours and, through chains of unsupported units, on summaries (``A``: the latest supported
+wave reaching an unsupported unit; ``B``: the earliest supported wave it reaches) that a sweep
+keeps exact: in a reverse sweep, ``B`` is computed as the sweep goes and ``A`` from the state
+before it (the predecessors of the current unit have not moved yet), and symmetrically.
+
+Cost of a value ``x`` produced in partition ``P`` (``-1``: not in a partition) whose consumers
+lie in the set of partitions ``C`` (``-1`` for a consumer outside every partition, the graph
+output included)::
+
+    bytes(x) * (|C - {P, -1}| + [P != -1 and C - {P} non-empty])
+
+i.e. one read per other partition that consumes it, plus one write when it leaves its own
+partition: the sum over partitions of their inputs' and outputs' bytes.
+
+>>> value_bytes({"dtype": "float32", "shape": (2, 3)}), value_bytes({}), value_bytes({"shape": ("s0",)})
+(24, None, None)
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+__all__ = ["value_bytes", "refine_waves", "boundary_cost"]
+
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+             "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1,
+             "float8_e5m2": 1, "uint16": 2, "uint32": 4, "uint64": 8, "double": 8, "float": 4, "half": 2,
+             "long": 8, "int": 4}
+
+
+def value_bytes(meta: Mapping[str, Any]) -> int | None:
+    """Bytes of a value from a GraphView ``meta`` (``dtype`` and ``shape``), ``None`` if unknown
+    (no dtype or shape, or a symbolic size).
+
+    >>> value_bytes({"dtype": "bfloat16", "shape": (4, 8)}), value_bytes({"dtype": "int64", "shape": ()})
+    (64, 8)
+    """
+    dtype, shape = meta.get("dtype"), meta.get("shape")
+    if dtype is None or shape is None:
+        return None
+    item = _ITEMSIZE.get(str(dtype).removeprefix("torch."))
+    if item is None:
+        return None
+    total = item
+    for d in shape:
+        if type(d) is not int:
+            try:
+                d = int(d)  # a concrete SymInt; a symbolic one raises
+            except Exception:
+                return None
+        total *= d
+    return total
+
+
+def boundary_cost(size: int, producer: int, consumer_parts: Any) -> int:
+    """The boundary bytes of one value (see the module docstring); ``consumer_parts`` iterates
+    the partition of each consumer (``-1``: outside every partition).
+
+    >>> boundary_cost(10, 0, [0, 1, 1, -1]), boundary_cost(10, -1, [0, 1, -1]), boundary_cost(10, 2, [2])
+    (20, 20, 0)
+    """
+    others = set(consumer_parts)
+    others.discard(producer)
+    if not others:
+        return 0
+    reads = len(others) - (-1 in others)
+    return size * (reads + (producer != -1))
+
+
+class _Placement:
+    """Mutable state of :func:`refine_waves`: unit waves, lazily built per-value consumer-wave
+    counts, and lazily computed value sizes."""
+
+    def __init__(self, uwave, unit_of, preds, succ, size_of) -> None:
+        self.uwave, self.unit_of, self.preds, self.succ = uwave, unit_of, preds, succ
+        self.size_of = size_of
+        self.sizes: dict[int, int] = {}
+        self.counts: dict[int, dict[int, int]] = {}
+
+    def wave(self, i: int) -> int:
+        return self.uwave[i if self.unit_of is None else self.unit_of[i]]
+
+    def count(self, x: int) -> dict[int, int]:
+        c = self.counts.get(x)
+        if c is None:
+            c = {}
+            wave = self.wave
+            for k in self.succ[x]:
+                w = wave(k)
+                c[w] = c.get(w, 0) + 1
+            self.counts[x] = c
+        return c
+
+    def size(self, x: int) -> int:
+        s = self.sizes.get(x)
+        if s is None:
+            s = self.sizes[x] = self.size_of(x)
+        return s
+
+
+def _cost_at(st: _Placement, touched: dict[int, int], inside: set[int] | None, member: int | None,
+             old: int, new: int) -> int:
+    """Boundary bytes of the values ``touched`` (value -> #edges into the unit) when the unit
+    (members ``inside``, or the single node ``member``) sits at wave ``new`` instead of ``old``."""
+    total = 0
+    for x, k in touched.items():
+        c = st.count(x)
+        producer = new if (x == member if inside is None else x in inside) else st.wave(x)
+        keys = set()
+        for w, n in c.items():
+            if w == old and n <= k:
+                continue
+            keys.add(w)
+        if k:
+            keys.add(new)
+        keys.discard(producer)
+        if keys:
+            total += st.size(x) * (len(keys) - (-1 in keys) + (producer != -1))
+    return total
+
+
+def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]], upreds: Sequence[Sequence[int]],
+                 unit_of: Sequence[int] | None, members: Mapping[int, Sequence[int]],
+                 preds: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], size_of: Callable[[int], int],
+                 movable: Callable[[int, int, int], bool] | None = None, sweeps: int = 2) -> int:
+    """Move supported units (``uwave[u] >= 0``) between waves, in place, to lower the boundary
+    bytes; returns the number of moves. ``usucc``/``upreds``: the unit graph (ordering edges
+    included); ``preds``/``succ``: node data edges (the values); ``size_of(node)``: bytes of a
+    node's value; ``movable(unit, old, new)``: whether the unit may move (called once per
+    chosen move; it may keep its own books, e.g. for ``min_size``).
+
+    >>> # x -> a -> s(unsupported) -> c ; x -> b -> c : b joins c's wave (b's value stays inside)
+    >>> succ = [[1, 3], [2], [4], [4], []]; preds = [[], [0], [1], [0], [2, 3]]
+    >>> w = [-1, 0, -1, 0, 1]
+    >>> refine_waves(w, 2, succ, preds, None, {}, preds, succ, lambda i: 1), w
+    (1, [-1, 0, -1, 1, 1])
+    """
+    st = _Placement(uwave, unit_of, preds, succ, size_of)
+    order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
+    moves = 0
+    for sweep in range(sweeps):
+        backward = sweep % 2 == 0
+        moves += _sweep(st, order, n_waves, usucc, upreds, members, backward, movable)
+    return moves
+
+
+def _topo_order(usucc: Sequence[Sequence[int]], upreds: Sequence[Sequence[int]]) -> list[int]:
+    """A topological order of the unit graph (unit ids follow first nodes, which is not one)."""
+    indeg = [len(p) for p in upreds]
+    ready = [u for u in range(len(indeg) - 1, -1, -1) if not indeg[u]]
+    order = []
+    while ready:
+        u = ready.pop()
+        order.append(u)
+        for s in usucc[u]:
+            indeg[s] -= 1
+            if not indeg[s]:
+                ready.append(s)
+    return order
+
+
+def _summaries(uwave: Sequence[int], order: Sequence[int], edges: Sequence[Sequence[int]], forward: bool,
+               n_waves: int) -> list[int]:
+    """``A`` (forward: latest supported wave reaching each unsupported unit through unsupported
+    units, -1 if none) or ``B`` (backward: earliest reached, ``n_waves`` if none)."""
+    out = [0] * len(uwave)
+    if forward:
+        for u in order:
+            if uwave[u] < 0:
+                a = -1
+                for p in edges[u]:
+                    v = uwave[p] if uwave[p] >= 0 else out[p]
+                    if v > a:
+                        a = v
+                out[u] = a
+    else:
+        for u in reversed(order):
+            if uwave[u] < 0:
+                b = n_waves
+                for s in edges[u]:
+                    v = uwave[s] if uwave[s] >= 0 else out[s]
+                    if v < b:
+                        b = v
+                out[u] = b
+    return out
+
+
+def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, members, backward: bool,
+           movable) -> int:
+    """One sweep (see the module docstring); returns the number of moves."""
+    uwave = st.uwave
+    n = len(uwave)
+    if backward:  # A from the state before the sweep; B as we go
+        a_of = _summaries(uwave, order, upreds, True, n_waves)
+        b_of = [n_waves] * n
+        walk = reversed(order)
+    else:
+        b_of = _summaries(uwave, order, usucc, False, n_waves)
+        a_of = [-1] * n
+        walk = iter(order)
+    moves = 0
+    for u in walk:
+        w0 = uwave[u]
+        if w0 < 0:
+            if backward:
+                b = n_waves
+                for s in usucc[u]:
+                    v = uwave[s] if uwave[s] >= 0 else b_of[s]
+                    if v < b:
+                        b = v
+                b_of[u] = b
+            else:
+                a = -1
+                for p in upreds[u]:
+                    v = uwave[p] if uwave[p] >= 0 else a_of[p]
+                    if v > a:
+                        a = v
+                a_of[u] = a
+            continue
+        lo = 0
+        for p in upreds[u]:
+            v = uwave[p] if uwave[p] >= 0 else a_of[p] + 1
+            if v > lo:
+                lo = v
+        hi = n_waves - 1
+        for s in usucc[u]:
+            v = uwave[s] if uwave[s] >= 0 else b_of[s] - 1
+            if v < hi:
+                hi = v
+        if lo >= hi or (u not in members and _interior(st, u, w0)):
+            continue
+        best = _best_wave(st, u, members.get(u), w0, lo, hi, backward)
+        if best != w0 and (movable is None or movable(u, w0, best)):
+            _move(st, u, members.get(u), w0, best)
+            moves += 1
+    return moves
+
+
+def _interior(st: _Placement, u: int, w0: int) -> bool:
+    """A single-node unit whose inputs are all produced in its wave and whose value is read
+    only there: any move creates crossings (sizes are >= 1), so it is not tried."""
+    uwave, unit_of = st.uwave, st.unit_of
+    if unit_of is None:
+        for p in st.preds[u]:
+            if uwave[p] != w0:
+                return False
+        for k in st.succ[u]:
+            if uwave[k] != w0:
+                return False
+        return True
+    for p in st.preds[u]:
+        if uwave[unit_of[p]] != w0:
+            return False
+    for k in st.succ[u]:
+        if uwave[unit_of[k]] != w0:
+            return False
+    return True
+
+
+def _touched(st: _Placement, u: int, group: Sequence[int] | None) -> tuple[dict[int, int], set[int] | None]:
+    """Values whose cost depends on unit ``u``'s wave: its members' values (0 edges into the
+    unit counted for them unless consumed inside) and their inputs (#edges into the unit)."""
+    preds = st.preds
+    if group is None:
+        touched = {u: 0}
+        for p in preds[u]:
+            touched[p] = touched.get(p, 0) + 1
+        return touched, None
+    inside = set(group)
+    touched = dict.fromkeys(group, 0)
+    for m in group:
+        for p in preds[m]:
+            touched[p] = touched.get(p, 0) + 1
+    return touched, inside
+
+
+def _best_wave(st: _Placement, u: int, group, w0: int, lo: int, hi: int, backward: bool) -> int:
+    """The cheapest wave in ``[lo, hi]`` for unit ``u``. The cost changes only at waves some
+    touched value is produced or consumed in, so only those (and ``lo``, ``hi``) are tried."""
+    touched, inside = _touched(st, u, group)
+    member = u if inside is None else None
+    candidates = {lo, hi}
+    wave, count = st.wave, st.count
+    for x in touched:
+        w = wave(x)
+        if lo <= w <= hi:
+            candidates.add(w)
+        for w in count(x):
+            if lo <= w <= hi:
+                candidates.add(w)
+    candidates.discard(w0)
+    best, best_cost = w0, _cost_at(st, touched, inside, member, w0, w0)
+    # a reverse sweep breaks ties towards later waves, so a chain can follow its consumer one
+    # unit at a time; a forward sweep moves only on a strict gain
+    for w in sorted(candidates):
+        cost = _cost_at(st, touched, inside, member, w0, w)
+        if cost < best_cost or (backward and cost == best_cost and w > best):
+            best, best_cost = w, cost
+    return best
+
+
+def _move(st: _Placement, u: int, group, old: int, new: int) -> None:
+    st.uwave[u] = new
+    counts = st.counts
+    for m in (group or (u,)):
+        for p in st.preds[m]:
+            c = counts.get(p)
+            if c is not None:
+                c[old] -= 1
+                if not c[old]:
+                    del c[old]
+                c[new] = c.get(new, 0) + 1
