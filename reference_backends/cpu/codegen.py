@@ -1,0 +1,599 @@
+"""Loop IR kernel -> C++ source: one exported function per kernel.
+
+The generated function has the simulated accelerator's kernel signature
+(``int32_t kernel(const tv_sim_launch*, void* args)``, ``sim_kernel.h``), so the same shared
+library runs on the host (called through ctypes) and on the simulated device (launched through
+the runtime table). ``args`` holds one pointer per buffer (``LoopKernel.buffers`` order), then
+one int64 per size symbol. The function returns 0, or 3 when an indirect index was out of bounds.
+
+Each loop nest becomes nested ``for`` loops over its ranges; the outermost loop is parallel
+(OpenMP) when the nest is big, the innermost is left to the compiler's vectorizer. A reduction
+nest keeps one accumulator per reduction inside the outer loops: statements that feed the
+reduction run inside the reduction loops, statements that use its result after them. SSA values
+become typed C++ locals; 16-bit floats are loaded to ``float`` and rounded back on store.
+
+Example::
+
+    >>> import torch
+    >>> from torchvendor.ir import capture
+    >>> from torchvendor.sdk import loop_kernels
+    >>> (lk,) = loop_kernels(capture(lambda x: x.relu() * 2, [torch.randn(16)], level="loop").inference)
+    >>> src = generate(lk)
+    >>> "extern \\"C\\" int32_t loop_kernel0(const void* launch, void* args)" in src
+    True
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import sympy
+
+from torchvendor.ir.loop_ir import LoopNest, Stmt, parse_expr
+from torchvendor.sdk import LoopKernel
+
+__all__ = ["generate", "CodegenError", "PRELUDE"]
+
+
+class CodegenError(NotImplementedError):
+    """The kernel uses something this code generator does not handle (named in the message)."""
+
+
+#: element type in memory / type of SSA values
+STORAGE = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
+           "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
+           "bool": "bool"}
+VALUE = {**STORAGE, "float16": "float", "bfloat16": "float"}
+FLOATS = {"float32", "float64", "float16", "bfloat16"}
+
+PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <algorithm>
+template <class T> static inline T tv_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <class T> static inline T tv_min(T a, T b) { return (a != a || a < b) ? a : b; }
+static inline int64_t tv_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t tv_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline double tv_floordiv(double a, double b) { return std::floor(a / b); }
+static inline float tv_floordiv(float a, float b) { return std::floor(a / b); }
+template <class T> static inline T tv_remainder(T a, T b) { T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline int64_t tv_remainder(int64_t a, int64_t b) { return tv_floormod(a, b); }
+static inline int32_t tv_remainder(int32_t a, int32_t b) { return (int32_t)tv_floormod(a, b); }
+static inline int64_t tv_ipow(int64_t b, int64_t e) { int64_t r = 1; while (e-- > 0) r *= b; return r; }
+static inline float tv_h2f(uint16_t h) {
+  uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+  if (e == 0) { if (m == 0) u = s; else { int k = -1; do { k++; m <<= 1; } while (!(m & 0x400)); u = s | ((uint32_t)(112 - k) << 23) | ((m & 0x3ff) << 13); } }
+  else if (e == 31) u = s | 0x7f800000u | (m << 13); else u = s | ((e + 112) << 23) | (m << 13);
+  float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t tv_f2h(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4); uint32_t s = (u >> 16) & 0x8000; int32_t e = (int32_t)((u >> 23) & 0xff) - 112; uint32_t m = u & 0x7fffff;
+  if (((u >> 23) & 0xff) == 0xff) return (uint16_t)(s | 0x7c00 | (m ? 0x200 : 0));
+  if (e >= 31) return (uint16_t)(s | 0x7c00);
+  if (e <= 0) { if (e < -10) return (uint16_t)s; m |= 0x800000; uint32_t sh = (uint32_t)(14 - e); uint32_t r = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+    if (rem > half || (rem == half && (r & 1))) r++; return (uint16_t)(s | r); }
+  uint32_t r = ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fff; if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++; return (uint16_t)(s | r); }
+static inline float tv_b2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t tv_f2b(float f) { uint32_t u; std::memcpy(&u, &f, 4); if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);
+  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }
+template <class T> static inline T tv_sign(T x) { return (x != x) ? x : (T)((x > 0) - (x < 0)); }
+static inline double tv_erfinv(double y) {
+  if (y <= -1) return y == -1 ? -INFINITY : NAN; if (y >= 1) return y == 1 ? INFINITY : NAN;
+  double w = -std::log((1.0 - y) * (1.0 + y)), x;
+  if (w < 6.25) { w -= 3.125; x = -3.6444120640178196996e-21; x = -1.685059138182016589e-19 + x * w; x = 1.2858480715256400167e-18 + x * w;
+    x = 1.115787767802518096e-17 + x * w; x = -1.333171662854620906e-16 + x * w; x = 2.0972767875968561637e-17 + x * w; x = 6.6376381343583238325e-15 + x * w;
+    x = -4.0545662729752068639e-14 + x * w; x = -8.1519341976054721522e-14 + x * w; x = 2.6335093153082322977e-12 + x * w; x = -1.2975133253453532498e-11 + x * w;
+    x = -5.4154120542946279317e-11 + x * w; x = 1.051212273321532285e-09 + x * w; x = -4.1126339803469836976e-09 + x * w; x = -2.9070369957882005086e-08 + x * w;
+    x = 4.2347877827932403518e-07 + x * w; x = -1.3654692000834678645e-06 + x * w; x = -1.3882523362786468719e-05 + x * w; x = 0.0001867342080340571352 + x * w;
+    x = -0.00074070253416626697512 + x * w; x = -0.0060336708714301490533 + x * w; x = 0.24015818242558961693 + x * w; x = 1.6536545626831027356 + x * w; }
+  else if (w < 16.0) { w = std::sqrt(w) - 3.25; x = 2.2137376921775787049e-09; x = 9.0756561938885390979e-08 + x * w; x = -2.7517406297064545428e-07 + x * w;
+    x = 1.8239629214389227755e-08 + x * w; x = 1.5027403968909827627e-06 + x * w; x = -4.013867526981545969e-06 + x * w; x = 2.9234449089955446044e-06 + x * w;
+    x = 1.2475304481671778723e-05 + x * w; x = -4.7318229009055733981e-05 + x * w; x = 6.8284851459573175448e-05 + x * w; x = 2.4031110387097893999e-05 + x * w;
+    x = -0.0003550375203628474796 + x * w; x = 0.00095328937973738049703 + x * w; x = -0.0016882755560235047313 + x * w; x = 0.0024914420961078508066 + x * w;
+    x = -0.0037512085075692412107 + x * w; x = 0.005370914553590063617 + x * w; x = 1.0052589676941592334 + x * w; x = 3.0838856104922207635 + x * w; }
+  else { w = std::sqrt(w) - 5.0; x = -2.7109920616438573243e-11; x = -2.5556418169965252055e-10 + x * w; x = 1.5076572693500548083e-09 + x * w;
+    x = -3.7894654401267369937e-09 + x * w; x = 7.6157012080783393804e-09 + x * w; x = -1.4960026627149240478e-08 + x * w; x = 2.9147953450901080826e-08 + x * w;
+    x = -6.7711997758452339498e-08 + x * w; x = 2.2900482228026654717e-07 + x * w; x = -9.9298272942317002539e-07 + x * w; x = 4.5260625972231537039e-06 + x * w;
+    x = -1.9681778105531670567e-05 + x * w; x = 7.5995277030017761139e-05 + x * w; x = -0.00021503011930044477347 + x * w; x = -0.00013871931833623122026 + x * w;
+    x = 1.0103004648645343977 + x * w; x = 4.8499064014085844221 + x * w; }
+  return x * y; }
+template <class To, class From> static inline To tv_bitcast(From v) { static_assert(sizeof(To) == sizeof(From), "bitcast size"); To t; std::memcpy(&t, &v, sizeof(To)); return t; }
+"""
+
+
+# ---- index expressions -----------------------------------------------------------------------------
+
+def _args(e: Any) -> list[str]:
+    return [cexpr(a) for a in e.args]
+
+
+_BINARY = {"StrictLessThan": "<", "LessThan": "<=", "StrictGreaterThan": ">", "GreaterThan": ">=",
+           "Equality": "==", "Unequality": "!=", "BitwiseFn_bitwise_and": "&", "BitwiseFn_bitwise_or": "|",
+           "LShift": "<<", "RShift": ">>"}
+
+
+def cexpr(e: Any) -> str:
+    """A sympy index expression as a C++ int64 expression.
+
+    >>> cexpr(parse_expr("FloorDiv(i0, 4) + 8*s0"))
+    '(tv_floordiv(i0, 4L) + 8L*s0)'
+    """
+    if e.is_Integer:
+        return f"{int(e)}L"
+    if e.is_Symbol:
+        return e.name
+    if e.is_Rational or e.is_Float:
+        return repr(float(e))
+    if e is sympy.true or e is sympy.false:
+        return "true" if e is sympy.true else "false"
+    name = type(e).__name__
+    a = _args(e)
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(a) + ")"
+    if isinstance(e, sympy.Mul):
+        return "*".join(a)
+    if isinstance(e, sympy.Pow) or name == "PowByNatural":
+        if e.args[1].is_Integer and int(e.args[1]) >= 0:
+            return "(" + "*".join([a[0]] * int(e.args[1])) + ")" if int(e.args[1]) else "1L"
+        return f"tv_ipow({a[0]}, {a[1]})"
+    if name in ("FloorDiv",):
+        return f"tv_floordiv({a[0]}, {a[1]})"
+    if name == "CleanDiv":
+        return f"({a[0]} / {a[1]})"
+    if name == "CeilDiv":
+        return f"(-tv_floordiv(-({a[0]}), {a[1]}))"
+    if name == "ModularIndexing":
+        return f"tv_floormod(tv_floordiv({a[0]}, {a[1]}), {a[2]})"
+    if name in ("PythonMod", "Mod"):
+        return f"tv_floormod({a[0]}, {a[1]})"
+    if name in ("Min", "Max"):
+        out = a[0]
+        for x in a[1:]:
+            out = f"std::{name.lower()}<int64_t>({out}, {x})"
+        return out
+    if name == "Identity":
+        return a[0]
+    if name == "Where":
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    if name == "IntTrueDiv":
+        return f"((double)({a[0]}) / (double)({a[1]}))"
+    if name in ("TruncToInt", "FloorToInt", "CeilToInt", "RoundToInt"):
+        fn = {"TruncToInt": "std::trunc", "FloorToInt": "std::floor", "CeilToInt": "std::ceil",
+              "RoundToInt": "std::nearbyint"}[name]
+        return f"(int64_t){fn}({a[0]})"
+    if name in _BINARY:
+        return f"({a[0]} {_BINARY[name]} {a[1]})"
+    if name in ("And", "Or"):
+        return "(" + (" && " if name == "And" else " || ").join(a) + ")"
+    if name == "Not":
+        return f"(!{a[0]})"
+    raise CodegenError(f"index function {name} is not supported by the C++ code generator")
+
+
+def _index(text: str) -> str:
+    return cexpr(parse_expr(text))
+
+
+# ---- compute ops -------------------------------------------------------------------------------------
+
+_UNARY_STD = {"exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "sin", "cos", "tan", "asin", "acos",
+              "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma", "floor", "ceil",
+              "trunc", "abs", "cbrt", "tgamma"}
+_BINARY_STD = {"atan2", "hypot", "copysign", "fmod", "nextafter"}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+          "ge": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "and_": "&", "or_": "|", "xor": "^",
+          "logical_and": "&&", "logical_or": "||", "bitwise_left_shift": "<<", "bitwise_right_shift": ">>",
+          "lshift": "<<", "rshift": ">>"}
+
+
+def _literal(value: Any, dtype: str) -> str:
+    ctype = VALUE.get(dtype, "double")
+    if isinstance(value, bool) or dtype == "bool":
+        return "true" if value else "false"
+    if isinstance(value, float) or dtype in FLOATS:
+        v = float(value)
+        if math.isnan(v):
+            return f"(({ctype})NAN)"
+        if math.isinf(v):
+            return f"(({ctype})({'-' if v < 0 else ''}INFINITY))"
+        return f"(({ctype}){v!r})"
+    return f"(({ctype}){int(value)}LL)"
+
+
+def _operands(st: Stmt) -> list[str]:
+    """SSA arguments and constant operands (attrs ``arg<i>``, ``nargs`` in all) in position order."""
+    nargs = st.attr("nargs")
+    if nargs is None:
+        return list(st.args)
+    values, out = iter(st.args), []
+    attrs = dict(st.attrs)
+    for k in range(int(nargs)):
+        key = f"arg{k}"
+        if key not in attrs:
+            out.append(next(values))
+        elif isinstance(attrs[key], bool):
+            out.append("true" if attrs[key] else "false")
+        elif isinstance(attrs[key], int):
+            out.append(f"{attrs[key]}L")
+        elif isinstance(attrs[key], float):
+            out.append(_literal(attrs[key], "float64"))
+        else:
+            raise CodegenError(f"ops.{st.op}: operand {key}={attrs[key]!r} is not a number")
+    return out
+
+
+def _compute(op: str, a: list[str], st: Stmt, dtypes: dict[str, str]) -> str:
+    name = op.removeprefix("libdevice_")
+    dtype = st.dtype or "float32"
+    ct = VALUE.get(dtype, "float")
+    if name in _INFIX:
+        return f"({a[0]} {_INFIX[name]} {a[1]})"
+    if name in ("truediv", "div"):
+        return f"(({ct}){a[0]} / ({ct}){a[1]})"
+    if name == "int_truediv":
+        return f"((double){a[0]} / (double){a[1]})"
+    if name == "floordiv":
+        return f"tv_floordiv(({ct}){a[0]}, ({ct}){a[1]})"
+    if name == "truncdiv":
+        return f"({a[0]} / {a[1]})" if dtype not in FLOATS else f"std::trunc({a[0]} / {a[1]})"
+    if name == "mod":
+        return f"({a[0]} % {a[1]})" if dtype not in FLOATS else f"std::fmod({a[0]}, {a[1]})"
+    if name == "remainder":
+        return f"tv_remainder(({ct}){a[0]}, ({ct}){a[1]})"
+    if name == "pow":
+        return f"std::pow(({ct}){a[0]}, ({ct}){a[1]})" if dtype in FLOATS else f"tv_ipow({a[0]}, {a[1]})"
+    if name in ("maximum", "minimum"):
+        return f"tv_{name[:3]}<{ct}>({a[0]}, {a[1]})"
+    if name == "where":
+        return f"({a[0]} ? ({ct}){a[1]} : ({ct}){a[2]})"
+    if name in ("logical_not",):
+        return f"(!{a[0]})"
+    if name == "logical_xor":
+        return f"((bool){a[0]} != (bool){a[1]})"
+    if name == "bitwise_not":
+        return f"(~{a[0]})" if dtype != "bool" else f"(!{a[0]})"
+    if name == "neg":
+        return f"(-{a[0]})"
+    if name == "identity":
+        return a[0]
+    if name == "relu":
+        return f"tv_max<{ct}>({a[0]}, ({ct})0)"
+    if name == "sigmoid":
+        return f"(({ct})1 / (({ct})1 + std::exp(-{a[0]})))"
+    if name == "reciprocal":
+        return f"(({ct})1 / {a[0]})"
+    if name == "square":
+        return f"({a[0]} * {a[0]})"
+    if name == "rsqrt":
+        return f"(({ct})1 / std::sqrt({a[0]}))"
+    if name == "sign":
+        return f"tv_sign<{ct}>({a[0]})"
+    if name == "round":
+        return f"std::nearbyint({a[0]})"
+    if name in ("isinf", "isnan", "signbit"):
+        return f"std::{name}({a[0]})"
+    if name == "erfinv":
+        return f"(({ct})tv_erfinv((double){a[0]}))"
+    if name == "fma":
+        return f"std::fma({a[0]}, {a[1]}, {a[2]})"
+    if name in _UNARY_STD:
+        if name == "abs" and dtype not in FLOATS:
+            return f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
+        return f"std::{name}({a[0]})"
+    if name in _BINARY_STD:
+        return f"std::{name}(({ct}){a[0]}, ({ct}){a[1]})"
+    raise CodegenError(f"ops.{op} is not supported by the C++ code generator")
+
+
+# ---- statements --------------------------------------------------------------------------------------
+
+class _Writer:
+    def __init__(self, lk: LoopKernel) -> None:
+        self.lk = lk
+        self.lines: list[str] = []
+        self.depth = 1
+        self.dtypes: dict[str, str] = {}  # SSA name -> dtype
+        self.buffers = {b.name: b for b in lk.buffers}
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def open(self, line: str) -> None:
+        self.emit(line + " {")
+        self.depth += 1
+
+    def close(self) -> None:
+        self.depth -= 1
+        self.emit("}")
+
+    def value_type(self, name: str) -> str:
+        return VALUE[self.dtypes.get(name, "float32")]
+
+    def load(self, buffer: str, index: str) -> tuple[str, str]:
+        dtype = self.buffers[buffer].dtype
+        ref = f"{buffer}[{_index(index)}]"
+        if dtype == "float16":
+            return f"tv_h2f({ref})", dtype
+        if dtype == "bfloat16":
+            return f"tv_b2f({ref})", dtype
+        return ref, dtype
+
+    def stored(self, buffer: str, value: str) -> str:
+        dtype = self.buffers[buffer].dtype
+        if dtype == "float16":
+            return f"tv_f2h((float)({value}))"
+        if dtype == "bfloat16":
+            return f"tv_f2b((float)({value}))"
+        return f"({STORAGE[dtype]})({value})"
+
+    def stmt(self, st: Stmt) -> None:
+        op, a = st.op, list(st.args)
+        if op == "load":
+            expr, dtype = self.load(st.attr("buffer"), st.attr("index"))
+            self.define(st.name, dtype, expr)
+        elif op in ("store", "store_reduction"):
+            buffer = st.attr("buffer")
+            target = f"{buffer}[{_index(st.attr('index'))}]"
+            if st.attr("mode") == "atomic_add":
+                if self.buffers[buffer].dtype in ("float16", "bfloat16"):
+                    raise CodegenError("atomic_add into a 16-bit float buffer is not supported")
+                self.emit("#pragma omp atomic")
+                self.emit(f"{target} += {self.stored(buffer, a[0])};")
+            else:
+                self.emit(f"{target} = {self.stored(buffer, a[0])};")
+        elif op == "constant":
+            dtype = st.attr("dtype") or st.dtype or "float32"
+            self.define(st.name, dtype, _literal(st.attr("value"), dtype))
+        elif op == "index_expr":
+            dtype = st.attr("dtype") or st.dtype or "int64"
+            self.define(st.name, dtype, f"({VALUE[dtype]})({_index(st.attr('expr'))})")
+        elif op == "to_dtype":
+            dtype = st.attr("dtype")
+            src = a[0]
+            if dtype == "bool":
+                expr = f"({src} != 0)"
+            elif dtype == "float16":
+                expr = f"tv_h2f(tv_f2h((float)({src})))"
+            elif dtype == "bfloat16":
+                expr = f"tv_b2f(tv_f2b((float)({src})))"
+            else:
+                expr = f"({VALUE[dtype]})({src})"
+            self.define(st.name, dtype, expr)
+        elif op == "to_dtype_bitcast":
+            dtype, src_dtype = st.attr("dtype"), st.attr("src_dtype")
+            if {dtype, src_dtype} & {"float16", "bfloat16"}:
+                raise CodegenError("bitcasts of 16-bit floats are not supported")
+            self.define(st.name, dtype, f"tv_bitcast<{VALUE[dtype]}, {VALUE[src_dtype]}>({a[0]})")
+        elif op == "getitem":
+            src, k = a[0], int(st.attr("index"))
+            self.define(st.name, self.dtypes[f"{src}_{k}"], f"{src}_{k}")
+        elif op == "indirect_indexing":
+            size = _index(st.attr("size"))
+            self.emit(f"int64_t {st.name} = (int64_t)({a[0]});")
+            if st.attr("wrap_neg", True):
+                self.emit(f"if ({st.name} < 0) {st.name} += {size};")
+            if st.attr("check", True):
+                self.emit(f"if ({st.name} < 0 || {st.name} >= {size}) {{ tv_status = 3; {st.name} = 0; }}")
+        elif op == "check_bounds":
+            expr, size = _index(st.attr("expr")), _index(st.attr("size"))
+            self.emit(f"if (({expr}) < 0 || ({expr}) >= {size}) tv_status = 3;")
+        elif op == "masked":
+            self.masked(st)
+        elif op in ("load_seed", "rand", "randn", "randint64"):
+            raise CodegenError(f"random op {op} (the SDK keeps random ops as ATen calls; this kernel has one)")
+        elif op == "reduction":
+            raise AssertionError("reductions are emitted by the nest")
+        else:
+            a = _operands(st)
+            self.define(st.name, st.dtype or self._promote(a), _compute(op, a, st, self.dtypes))
+
+    def _promote(self, args: Sequence[str]) -> str:
+        kinds = [self.dtypes.get(x, "float32") for x in args]
+        return next((k for k in kinds if k in FLOATS), kinds[0] if kinds else "float32")
+
+    def define(self, name: str | None, dtype: str, expr: str) -> None:
+        if name is None:
+            raise CodegenError(f"statement defines no value: {expr}")
+        self.dtypes[name] = dtype
+        self.emit(f"{VALUE[dtype]} {name} = {expr};")
+
+    def masked(self, st: Stmt) -> None:
+        dtype = st.dtype or "float32"
+        other = st.attr("other")
+        self.define(st.name, dtype, _literal(other, dtype) if other is not None else f"({VALUE[dtype]})0")
+        self.open(f"if ({st.args[0]})")
+        for inner in st.body:
+            if inner.op == "yield":
+                self.emit(f"{st.name} = ({VALUE[dtype]})({inner.args[0]});")
+            else:
+                self.stmt(inner)
+        self.close()
+
+
+# ---- reductions ----------------------------------------------------------------------------------------
+
+_INIT = {"sum": "0", "prod": "1", "xor_sum": "0", "any": "false"}
+
+
+def _reduction_open(w: _Writer, st: Stmt) -> None:
+    kind, dtype = st.attr("kind"), st.attr("dtype") or st.dtype or "float32"
+    ct, n = VALUE[dtype], st.name
+    if kind in _INIT:
+        w.emit(f"{ct} {n}_acc = ({ct}){_INIT[kind]};")
+    elif kind in ("max", "min", "argmax", "argmin"):
+        big = f"std::numeric_limits<{ct}>::infinity()" if dtype in FLOATS else \
+            f"std::numeric_limits<{ct}>::{'lowest' if 'max' in kind else 'max'}()"
+        w.emit(f"{ct} {n}_acc = {'-' if 'max' in kind and dtype in FLOATS else ''}{big};")
+        if kind.startswith("arg"):
+            w.emit(f"int64_t {n}_idx = 0; bool {n}_nan = false;")
+    elif kind in ("welford_reduce", "welford_combine"):
+        w.emit(f"{ct} {n}_mean = 0, {n}_m2 = 0, {n}_w = 0;")
+    elif kind == "online_softmax_reduce":
+        w.emit(f"{ct} {n}_max = -std::numeric_limits<{ct}>::infinity(), {n}_sum = 0;")
+    else:
+        raise CodegenError(f"reduction kind {kind!r} is not supported by the C++ code generator")
+
+
+def _reduction_update(w: _Writer, st: Stmt, ridx: str) -> None:
+    kind, n, v = st.attr("kind"), st.name, st.args[0]
+    dtype = st.attr("dtype") or st.dtype or "float32"
+    ct = VALUE[dtype]
+    if kind == "sum":
+        w.emit(f"{n}_acc += ({ct}){v};")
+    elif kind == "prod":
+        w.emit(f"{n}_acc *= ({ct}){v};")
+    elif kind == "xor_sum":
+        w.emit(f"{n}_acc ^= ({ct}){v};")
+    elif kind == "any":
+        w.emit(f"{n}_acc = {n}_acc || ({v} != 0);")
+    elif kind in ("max", "min"):
+        w.emit(f"{n}_acc = tv_{kind}<{ct}>({n}_acc, ({ct}){v});")
+    elif kind in ("argmax", "argmin"):
+        cmp = ">" if kind == "argmax" else "<"
+        w.emit(f"if (!{n}_nan && (({ct}){v} != ({ct}){v} || ({ct}){v} {cmp} {n}_acc)) "
+               f"{{ {n}_acc = ({ct}){v}; {n}_idx = {ridx}; {n}_nan = {n}_acc != {n}_acc; }}")
+    elif kind == "welford_reduce":
+        w.emit(f"{{ {n}_w += 1; {ct} d = ({ct}){v} - {n}_mean; {n}_mean += d / {n}_w; "
+               f"{n}_m2 += d * (({ct}){v} - {n}_mean); }}")
+    elif kind == "welford_combine":
+        mean, m2, weight = st.args
+        w.emit(f"if ({weight} != 0) {{ {ct} nw = {n}_w + {weight}; {ct} d = {mean} - {n}_mean; "
+               f"{n}_mean += d * {weight} / nw; {n}_m2 += {m2} + d * d * {n}_w * {weight} / nw; {n}_w = nw; }}")
+    elif kind == "online_softmax_reduce":
+        w.emit(f"{{ {ct} nm = tv_max<{ct}>({n}_max, ({ct}){v}); if (nm != -std::numeric_limits<{ct}>::infinity()) "
+               f"{{ {n}_sum = {n}_sum * std::exp({n}_max - nm) + std::exp(({ct}){v} - nm); }} {n}_max = nm; }}")
+
+
+def _reduction_close(w: _Writer, st: Stmt) -> None:
+    kind, n = st.attr("kind"), st.name
+    dtype = st.attr("dtype") or st.dtype or "float32"
+    if kind in ("welford_reduce", "welford_combine"):
+        for k, part in enumerate(("mean", "m2", "w")):
+            w.define(f"{n}_{k}", dtype, f"{n}_{part}")
+    elif kind == "online_softmax_reduce":
+        w.define(f"{n}_0", dtype, f"{n}_max")
+        w.define(f"{n}_1", dtype, f"{n}_sum")
+    elif kind in ("argmax", "argmin"):
+        w.define(n, "int64", f"{n}_idx")
+    else:
+        w.define(n, dtype, f"{n}_acc")
+
+
+# ---- nests and kernels -----------------------------------------------------------------------------------
+
+def _uses(st: Stmt) -> set[str]:
+    used = set(st.args)
+    for inner in st.body or ():
+        used |= _uses(inner)
+    return used
+
+
+def _symbols(st: Stmt) -> set[str]:
+    names: set[str] = set()
+    for key in ("index", "expr"):
+        text = st.attr(key)
+        if isinstance(text, str):
+            names |= {x.name for x in parse_expr(text).free_symbols}
+    for inner in st.body or ():
+        names |= _symbols(inner)
+    return names
+
+
+def _numel(ranges: Sequence[str]) -> int | None:
+    total = 1
+    for r in ranges:
+        if not r.isdigit():
+            return None
+        total *= int(r)
+    return total
+
+
+_PARALLEL_WORK = 1 << 15
+
+
+def _loops(w: _Writer, variables: Sequence[str], ranges: Sequence[str], parallel: bool, simd: bool) -> int:
+    for k, (var, size) in enumerate(zip(variables, ranges)):
+        if k == 0 and parallel:
+            w.emit("#pragma omp parallel for")
+        elif k == len(variables) - 1 and simd:
+            w.emit("#pragma omp simd")
+        w.open(f"for (int64_t {var} = 0; {var} < {_index(size)}; ++{var})")
+    return len(variables)
+
+
+def _nest(w: _Writer, nest: LoopNest) -> None:
+    w.emit(f"// {nest.name}")
+    work = _numel((*nest.ranges, *nest.reduction_ranges))
+    parallel = bool(nest.ranges) and (work is None or work >= _PARALLEL_WORK) and \
+        (_numel(nest.ranges[:1]) or 2) > 1
+    if not nest.reduction_ranges:
+        simple = all(s.op not in ("masked", "indirect_indexing", "check_bounds") and s.attr("mode") != "atomic_add"
+                     for s in nest.body)
+        opened = _loops(w, nest.iter_vars, nest.ranges, parallel, simple)
+        for st in nest.body:
+            w.stmt(st)
+        for _ in range(opened):
+            w.close()
+        return
+    # Split the body: what neither reads an r variable nor a reduction runs before the r loops,
+    # what feeds the reductions inside them, what uses a reduction's result after them.
+    rvars, rdep, after = set(nest.reduce_vars), set(), set()
+    pre, inner, post, reductions = [], [], [], []
+    for st in nest.body:
+        if st.op == "reduction":
+            reductions.append(st)
+            after.add(st.name)
+        elif st.op == "store_reduction" or _uses(st) & after:
+            post.append(st)
+            if st.name:
+                after.add(st.name)
+        elif _symbols(st) & rvars or _uses(st) & rdep:
+            inner.append(st)
+            if st.name:
+                rdep.add(st.name)
+            if st.op == "indirect_indexing":  # its index symbol varies with r too
+                rvars.add(st.name)
+        else:
+            pre.append(st)
+    opened = _loops(w, nest.iter_vars, nest.ranges, parallel, False)
+    for st in pre:
+        w.stmt(st)
+    for st in reductions:
+        _reduction_open(w, st)
+    ridx = "0L"
+    for var, size in zip(nest.reduce_vars, nest.reduction_ranges):
+        ridx = f"({ridx} * {_index(size)} + {var})"
+    r_opened = _loops(w, nest.reduce_vars, nest.reduction_ranges, False, False)
+    for st in nest.body:
+        if st.op == "reduction":
+            _reduction_update(w, st, ridx)
+        elif any(st is x for x in inner):
+            w.stmt(st)
+    for _ in range(r_opened):
+        w.close()
+    for st in reductions:
+        _reduction_close(w, st)
+    for st in post:
+        w.stmt(st)
+    for _ in range(opened):
+        w.close()
+
+
+def generate(lk: LoopKernel) -> str:
+    """The C++ translation unit of one kernel (see the module docstring)."""
+    w = _Writer(lk)
+    name = lk.kernel.name
+    w.lines.append(f'extern "C" int32_t {name}(const void* launch, void* args) {{')
+    w.emit("(void)launch;")
+    w.emit("char* tv_args = (char*)args;")
+    w.emit("int32_t tv_status = 0;")
+    for k, b in enumerate(lk.buffers):
+        w.emit(f"{STORAGE[b.dtype]}* __restrict__ {b.name} = *({STORAGE[b.dtype]}**)(tv_args + {8 * k});")
+    for k, s in enumerate(lk.size_vars):
+        w.emit(f"const int64_t {s} = *(int64_t*)(tv_args + {8 * (len(lk.buffers) + k)});")
+    for nest in lk.kernel.nests:
+        _nest(w, nest)
+    w.emit("return tv_status;")
+    w.lines.append("}")
+    return f"// {name}: generated by torchvendor_cpu from the loop IR\n{PRELUDE}\n" + "\n".join(w.lines) + "\n"

@@ -1,0 +1,121 @@
+"""The host C++ compiler, and running a compiled kernel on the host or on a torchvendor device.
+
+``compiler_flags()`` probes once which optimisation flags the system compiler accepts (OpenMP,
+``-march=native``; never ``-ffast-math``, which changes NaN and Inf results). ``build(source,
+path)`` compiles a shared library. :class:`HostKernel` calls an exported kernel through ctypes
+with a packed argument block; :class:`DeviceKernel` loads the same library through the
+device's runtime table (``module_load_file``) and launches it on the device's current stream.
+
+Example::
+
+    >>> flags = compiler_flags()
+    >>> "-O3" in flags and "-shared" in flags
+    True
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+from typing import Any, Sequence
+
+import torch
+
+from torchvendor.sdk import get_function, launch, load_module
+
+__all__ = ["compiler", "compiler_flags", "build", "HostKernel", "DeviceKernel", "ToolchainError"]
+
+_WANTED = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp")
+
+
+class ToolchainError(RuntimeError):
+    """No usable C++ compiler, or the compiler rejected the generated code (the message has its output)."""
+
+
+def compiler() -> str:
+    """The C++ compiler: ``$CXX``, else ``g++``, else ``c++``, else ``clang++``."""
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    raise ToolchainError("torchvendor_cpu needs a C++ compiler: install g++ (or set CXX)")
+
+
+@functools.cache
+def compiler_flags() -> tuple[str, ...]:
+    """The flags this machine's compiler accepts, probed once by compiling a small OpenMP loop."""
+    flags = ["-shared", "-fPIC", "-std=c++17"]
+    probe = '#include <cmath>\nextern "C" float f(float* x, int n) { float s = 0;\n#pragma omp parallel for\n' \
+            'for (int i = 0; i < n; ++i) x[i] = std::exp(x[i]); return s; }\n'
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "probe.cpp")
+        with open(src, "w") as f:
+            f.write(probe)
+        for flag in _WANTED:
+            run = subprocess.run([compiler(), *flags, flag, src, "-o", os.path.join(tmp, "probe.so")],
+                                 capture_output=True, text=True)
+            if run.returncode == 0:
+                flags.append(flag)
+    return tuple(flags)
+
+
+def toolchain_id() -> str:
+    """The compiler's version line and flags: part of the artifact cache key."""
+    version = subprocess.run([compiler(), "--version"], capture_output=True, text=True).stdout.splitlines()
+    return f"{version[0] if version else compiler()} {' '.join(compiler_flags())}"
+
+
+def build(source: str, path: str) -> None:
+    """Compile ``source`` into the shared library ``path``; a compiler error raises with its output."""
+    src = path + ".cpp"
+    with open(src, "w") as f:
+        f.write(source)
+    try:
+        run = subprocess.run([compiler(), *compiler_flags(), src, "-o", path], capture_output=True, text=True)
+    finally:
+        os.unlink(src)
+    if run.returncode != 0:
+        raise ToolchainError(f"{compiler()} rejected the generated kernel:\n{run.stderr[-4000:]}")
+
+
+def _pack(tensors: Sequence[torch.Tensor], sizes: Sequence[int]) -> bytes:
+    return struct.pack(f"<{len(tensors)}Q{len(sizes)}q", *(t.data_ptr() for t in tensors), *sizes)
+
+
+class HostKernel:
+    """An exported kernel of a shared library, called on the host: ``kernel(*tensors, *sizes)``."""
+
+    def __init__(self, library: str, name: str, n_buffers: int) -> None:
+        self.lib = ctypes.CDLL(library)
+        self.fn = getattr(self.lib, name)
+        self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self.fn.restype = ctypes.c_int32
+        self.name, self.n = name, n_buffers
+
+    def __call__(self, *args: Any) -> None:
+        block = _pack(args[:self.n], args[self.n:])
+        status = self.fn(None, block)
+        if status:
+            raise IndexError(f"kernel {self.name}: an index was out of bounds (status {status})")
+
+
+class DeviceKernel:
+    """The same kernel loaded through a torchvendor device's runtime table (one module per device
+    index) and launched on the current stream of the tensors' device."""
+
+    def __init__(self, library: str, name: str, n_buffers: int, device_type: str) -> None:
+        self.library, self.name, self.n = library, name, n_buffers
+        self.module = getattr(torch, device_type)
+        self.functions: dict[int, int] = {}
+        self.offsets = tuple(8 * k for k in range(n_buffers))
+
+    def __call__(self, *args: Any) -> None:
+        index = args[0].device.index or 0
+        fn = self.functions.get(index)
+        if fn is None:
+            fn = self.functions[index] = get_function(load_module(self.library, index), self.name)
+        launch(fn, (1,), (1,), _pack(args[:self.n], args[self.n:]), pointer_offsets=self.offsets,
+               stream=self.module.current_stream(index))
