@@ -57,6 +57,11 @@ class CudaBackend(Backend):
         elsewhere = {n for op in kernel.program.ops if op is not kernel.kernel
                      for n in (*op.reads(), *op.writes())}
         elsewhere |= {getattr(o, "name", o) for o in kernel.program.outputs if o is not None}
+        views = {b.name: b.view_of for b in kernel.program.buffers if b.view_of}
+        for name in list(elsewhere):   # a view used elsewhere makes its base used elsewhere
+            while name in views:
+                name = views[name]
+                elsewhere.add(name)
         code = generate(kernel.kernel, kernel.buffers, kernel.size_vars, frozenset(elsewhere & mine), sms)
 
         def build(path: str) -> None:

@@ -445,6 +445,7 @@ class _Gen:
         self.cache: dict[tuple[str, str], str] = {}   # (buffer, element) -> register array
         self.cache_decl: list[str] = []
         self.row_vals: dict[tuple[str, str], str] | None = None  # in a row segment: stored per-row values
+        self.red_seen: dict[tuple, str] = {}
 
     # -- segments --
     def segments(self) -> list[tuple[tuple[Any, Any] | None, list[_Nest]]]:
@@ -504,7 +505,8 @@ class _Gen:
                         cands[b] = None  # type: ignore[assignment]
                     else:
                         cands[b] = (c, st)
-        out = {b: v for b, v in cands.items() if v is not None}
+        loaded = {buf for c in nests for kind, buf, _, _ in _accesses(c.nest) if kind == "load"}
+        out = {b: v for b, v in cands.items() if v is not None and b in loaded}
         for k, c in enumerate(nests):
             for kind, buf, index, col in _accesses(c.nest):
                 if buf in out:
@@ -643,9 +645,9 @@ class _Gen:
             self._split(name, rows, rlen, threads, splits, nests[0], reds[0], written)
             return
         self.persist = 0
-        if rlen.is_Integer and -(-int(rlen) // threads) <= 16:
+        if rlen.is_Integer and -(-int(rlen) // threads) <= 8 and len(nests) > 1:
             self.persist = -(-int(rlen) // threads)
-        self.cache, self.cache_decl, self.row_vals = {}, [], {}
+        self.cache, self.cache_decl, self.row_vals, self.red_seen = {}, [], {}, {}
         self.lines.append(f'extern "C" __global__ void __launch_bounds__({threads * rpb}) {name}({self._params(written)}) {{')
         self.lines.append(f"  typedef {self.idx} idx_t;")
         self.lines.append(f"  const idx_t R = {self._num(rows)}, L = {self._num(rlen)};")
@@ -700,6 +702,16 @@ class _Gen:
         self.cache_decl.append(f"  {CTYPES[self.buffers[buf].dtype]} {arr}[{self.persist}];")
         return f"const {t} {nm} = static_cast<{t}>({arr}[k] = {expr});"
 
+    def _same_reduction(self, c: _Nest, red: Stmt) -> tuple | None:
+        """A key for a reduction of a plain load inside a row segment (None elsewhere): two
+        reductions with one key compute the same value (Inductor emits one welford per output)."""
+        if self.row_vals is None or len(red.args) != 1:
+            return None
+        src = next((st for st in c.nest.body if st.name == red.args[0]), None)
+        if src is None or src.op != "load":
+            return None
+        return (red.attr("kind"), red.attr("dtype"), src.attr("buffer"), str(_canon(src.attr("index"), c.env)))
+
     def _columnar(self, c: _Nest) -> bool:
         """Whether the rows are contiguous and the reduction strided (``x.sum(0)``): then a thread
         per row, walking its row, reads coalesced across the warp."""
@@ -721,7 +733,7 @@ class _Gen:
         splits = 1
         if rows.is_Integer and rlen.is_Integer:
             blocks = -(-int(rows) // 256)
-            splits = max(1, min(-(-self.sm_count * 4 // blocks), int(rlen) // 64, 256))
+            splits = max(1, min(-(-self.sm_count * 8 // blocks), int(rlen) // 32, 256))
         if splits > 1 and (len(reds) > 1 or reds[0].attr("kind") not in _SPLITTABLE):
             splits = 1
         head = [f"  typedef {self.idx} idx_t;", f"  const idx_t R = {self._num(rows)}, L = {self._num(rlen)};",
@@ -744,7 +756,7 @@ class _Gen:
         self.lines.append("  const idx_t hi = lo + chunk < L ? lo + chunk : L;")
         self._reduce_nest(c, 1, "  ", {}, True, loop=("lo", "hi"), partial=True, column=True)
         for j, f in enumerate(fields):
-            self.lines.append(f"  ws{j}[X * {splits} + blockIdx.y] = acc_{reds[0].name}_{f};")
+            self.lines.append(f"  ws{j}[blockIdx.y * R + X] = acc_{reds[0].name}_{f};")
         self.lines.append("}\n")
         self.lines.append(f'extern "C" __global__ void __launch_bounds__(256) {name}_final({self._params(written, ws)}) {{')
         self.lines += head
@@ -940,7 +952,7 @@ class _Gen:
         for v in c.row_vars:
             out.append(f"{ind}const idx_t {v} = {_cexpr(c.env[v], {'X': 'X'})};")
             names[v] = v
-        infos = []
+        infos, dups = [], []
         for red in reds:
             kind = red.attr("kind")
             if kind not in _RED:
@@ -948,9 +960,18 @@ class _Gen:
             acc_t = _ctype(red.attr("dtype") or red.dtype)
             fields, inits, upd, comb = _RED[kind]
             ftypes = [_field_type(kind, f, acc_t) for f in fields]
+            same = self._same_reduction(c, red)
+            if same in self.red_seen:   # the same reduction of the same values, earlier in this row
+                dups.append((red.name, self.red_seen[same], fields, ftypes))
+                continue
             infos.append((red, kind, acc_t, fields, ftypes, upd, comb))
             for f, ft, init in zip(fields, ftypes, inits):
-                out.append(f"{ind}{ft} acc_{red.name}_{f} = {init.format(t=acc_t)};")
+                if same is not None:      # visible to later nests of the segment
+                    self.red_seen[same] = red.name
+                    self.cache_decl.append(f"  {ft} acc_{red.name}_{f};")
+                    out.append(f"{ind}acc_{red.name}_{f} = {init.format(t=acc_t)};")
+                else:
+                    out.append(f"{ind}{ft} acc_{red.name}_{f} = {init.format(t=acc_t)};")
         if final is None:
             lo, hi = loop or ("0" if column else "tid", "L")
             step = 1 if column else threads
@@ -970,7 +991,7 @@ class _Gen:
             for red, kind, acc_t, fields, ftypes, upd, comb in infos:
                 out.append(f"{ind}for (int s = {'0' if column else 'tid'}; s < {splits}; s += {1 if column else 32}) {{")
                 for j, (f, ft) in enumerate(zip(fields, ftypes)):
-                    out.append(f"{ind}  const {ft} o_{f} = ws{j}[X * {splits} + s];")
+                    out.append(f"{ind}  const {ft} o_{f} = ws{j}[{'s * R + X' if column else f'X * {splits} + s'}];")
                 out.append(ind + "  " + comb.format(a=f"acc_{red.name}_", o="o_"))
                 out.append(f"{ind}}}")
             threads, warp = 32, True
@@ -997,6 +1018,9 @@ class _Gen:
                     out.append(f"{ind}  const {ft} o_{f} = sh_{red.name}_{f}[w];")
                 out.append(ind + "  " + comb.format(a=a, o="o_"))
                 out.append(f"{ind}}}")
+        for name, orig, fields, ftypes in dups:
+            for f, ft in zip(fields, ftypes):
+                out.append(f"{ind}const {ft} acc_{name}_{f} = acc_{orig}_{f};")
         if partial:
             return
         # the statements after the reduction, once per row (every thread computes, thread 0 stores)

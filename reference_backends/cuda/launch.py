@@ -159,7 +159,7 @@ class CompiledKernel:
         self.kernel, self.image = kernel, image
         self.nbuf = len(kernel.buffers)
         self._modules: dict[tuple[str, int], dict[str, Any]] = {}
-        self._plans: dict[tuple[int, ...], list[tuple[Launch, dict[str, int]]]] = {}
+        self._plans: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
 
     def _functions(self, device: torch.device) -> dict[str, Any]:
         key = (device.type, device.index or 0)
@@ -188,17 +188,33 @@ class CompiledKernel:
             self._modules[key] = fns
         return fns
 
-    def _plan(self, sizes: tuple[int, ...]) -> list[tuple[Launch, dict[str, int]]]:
-        plan = self._plans.get(sizes)
-        if plan is None:
-            env = dict(zip(self.kernel.size_vars, sizes))
+    def _steps(self, sizes: tuple[int, ...]) -> list[tuple[Any, ...]]:
+        """Per size binding: (kind, name, grid, block, ...) of every launch, computed once."""
+        steps = self._plans.get(sizes)  # type: ignore[assignment]
+        if steps is not None:
+            return steps  # type: ignore[return-value]
+        env = dict(zip(self.kernel.size_vars, sizes))
 
-            def ev(text: str) -> int:
-                e = parse_expr(text)
-                return int(e.subs({s: env[s.name] for s in e.free_symbols})) if e.free_symbols else int(e)
-            plan = [(l, {"numel": ev(l.numel), "rows": ev(l.rows), "rlen": ev(l.rlen)}) for l in self.kernel.launches]
-            self._plans[sizes] = plan
-        return plan
+        def ev(text: str) -> int:
+            e = parse_expr(text)
+            return int(e.subs({s: env[s.name] for s in e.free_symbols})) if e.free_symbols else int(e)
+        steps = []
+        for l in self.kernel.launches:
+            n, rows = ev(l.numel), ev(l.rows)
+            if l.kind == "pointwise" and n > 0:
+                vec = (l.name, (math.ceil(n / (256 * l.vector)), 1, 1))
+                scalar = (l.name + "_s" if l.vector > 1 else l.name, (math.ceil(n / 256), 1, 1))
+                steps.append(("pointwise", l, vec, scalar))
+            elif l.kind == "rows" and rows > 0:
+                steps.append(("one", l.name, (math.ceil(rows / l.rows_per_block), 1, 1), (l.threads, l.rows_per_block, 1)))
+            elif l.kind == "column" and rows > 0 and l.splits == 1:
+                steps.append(("one", l.name, (math.ceil(rows / 256), 1, 1), (256, 1, 1)))
+            elif rows > 0:  # split in two launches over a workspace
+                first = (l.splits, rows, 1) if l.kind == "split" else (math.ceil(rows / 256), l.splits, 1)
+                final = ((rows, 1, 1), (32, 1, 1)) if l.kind == "split" else ((math.ceil(rows / 256), 1, 1), (256, 1, 1))
+                steps.append(("two", l, rows * l.splits, first, (l.threads if l.kind == "split" else 256, 1, 1), final))
+        self._plans[sizes] = steps  # type: ignore[assignment]
+        return steps
 
     def __call__(self, *args: Any) -> None:
         tensors, sizes = args[: self.nbuf], tuple(int(s) for s in args[self.nbuf:])
@@ -206,7 +222,6 @@ class CompiledKernel:
         fns = self._functions(device)
         ptrs = [t.data_ptr() for t in tensors]
         packed = struct.pack(f"<{self.nbuf}Q{len(sizes)}q", *ptrs, *sizes)
-        offsets = tuple(range(0, 8 * self.nbuf, 8))
         if device.type == "cuda":
             stream = torch.cuda.current_stream(device).cuda_stream
 
@@ -215,35 +230,21 @@ class CompiledKernel:
         else:
             from torchvendor.sdk import launch
 
+            offsets = tuple(range(0, 8 * self.nbuf, 8))
+
             def go(name: str, grid: Sequence[int], block: Sequence[int], extra: bytes = b"") -> None:
                 launch(fns[name], grid, block, packed + extra,
                        pointer_offsets=offsets + tuple(range(len(packed), len(packed) + len(extra), 8)))
-        for l, n in self._plan(sizes):
-            if l.kind == "pointwise":
-                if n["numel"] <= 0:
-                    continue
-                vec = l.vector > 1 and all(ptrs[i] % l.align == 0 for i in l.aligned)
-                v = l.vector if vec else 1
-                go(l.name if vec or l.vector == 1 else l.name + "_s", (math.ceil(n["numel"] / (256 * v)), 1, 1),
-                   (256, 1, 1))
-            elif l.kind == "column":
-                if n["rows"] <= 0:
-                    continue
-                blocks = math.ceil(n["rows"] / 256)
-                if l.splits == 1:
-                    go(l.name, (blocks, 1, 1), (256, 1, 1))
-                    continue
-                ws = [torch.empty(n["rows"] * l.splits, dtype=_WS_DTYPES[t], device=device) for t in l.workspace]
-                extra = struct.pack(f"<{len(ws)}Q", *[w.data_ptr() for w in ws])
-                go(l.name, (blocks, l.splits, 1), (256, 1, 1), extra)
-                go(l.name + "_final", (blocks, 1, 1), (256, 1, 1), extra)
-            elif l.kind == "rows":
-                if n["rows"] > 0:
-                    go(l.name, (math.ceil(n["rows"] / l.rows_per_block), 1, 1), (l.threads, l.rows_per_block, 1))
+        for step in self._steps(sizes):
+            if step[0] == "one":
+                go(step[1], step[2], step[3])
+            elif step[0] == "pointwise":
+                l = step[1]
+                name, grid = step[2] if l.vector > 1 and all(ptrs[i] % l.align == 0 for i in l.aligned) else step[3]
+                go(name, grid, (256, 1, 1))
             else:
-                if n["rows"] <= 0:
-                    continue
-                ws = [torch.empty(n["rows"] * l.splits, dtype=_WS_DTYPES[t], device=device) for t in l.workspace]
+                _, l, n, first, block, final = step
+                ws = [torch.empty(n, dtype=_WS_DTYPES[t], device=device) for t in l.workspace]
                 extra = struct.pack(f"<{len(ws)}Q", *[w.data_ptr() for w in ws])
-                go(l.name, (l.splits, n["rows"], 1), (l.threads, 1, 1), extra)
-                go(l.name + "_final", (n["rows"], 1, 1), (32, 1, 1), extra)
+                go(l.name, first, block, extra)
+                go(l.name + "_final", *final, extra)
