@@ -31,7 +31,7 @@ Example (codegen needs no GPU)::
     >>> k = generate(Kernel("k0", (LoopNest("op0", ("1024",), (), body),)), (x, y), ())
     >>> [(l.name, l.kind, l.vector) for l in k.launches]
     [('k0_0', 'pointwise', 4)]
-    >>> "float4" in k.source or "__align__(16)" in k.source
+    >>> "tv_vec<float, 4>" in k.source          # 16-byte vector loads and stores
     True
 """
 from __future__ import annotations
@@ -75,11 +75,13 @@ def _ctype(dtype: str | None) -> str:
 class Launch:
     """One ``__global__`` function of the module and how to launch it.
 
-    ``kind``: ``pointwise`` (``numel`` elements, ``vector`` per thread), ``rows`` (``rows`` x
-    ``rlen``, ``threads`` per row, ``rows_per_block`` rows per block), or ``split`` (first launch
-    of a long reduction: ``splits`` blocks per row, then ``name + '_final'``). Sizes are
-    expressions of the size variables; ``aligned`` lists argument indices that must be aligned
-    to ``16 * vector / 4`` bytes... precisely ``align`` bytes, for the vector function.
+    ``kind``: ``pointwise`` (``numel`` elements, ``vector`` per thread; ``aligned`` lists the
+    arguments that must be ``align``-byte aligned for the vector function, else ``name + '_s'``
+    runs), ``rows`` (``rows`` x ``rlen``, ``threads`` per row, ``rows_per_block`` rows per
+    block), ``split`` (a long reduction: ``splits`` blocks per row into a workspace, then
+    ``name + '_final'``), or ``column`` (a thread per row over a strided reduction, split in
+    ``splits`` slices when the rows alone do not fill the GPU). Sizes are expressions of the
+    size variables.
     """
 
     name: str
