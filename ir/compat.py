@@ -561,3 +561,39 @@ def outside_tracing_context() -> _Any:
     from torch._guards import tracing
 
     return tracing(None)
+
+
+# ---- the conformance suite: PyTorch's OpInfo database and test machinery -----------------------------
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402,F401  (no public alias)
+
+
+def neg_view(t: torch.Tensor) -> torch.Tensor:
+    """``torch._neg_view``: a view with the negative bit set (to rebuild a neg-view sample)."""
+    return torch._neg_view(t)
+
+
+def opinfo_db() -> list[_Any]:
+    """PyTorch's OpInfo database (``common_methods_invocations.op_db``; needs ``expecttest``).
+
+    >>> len(opinfo_db()) > 500
+    True
+    """
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError(f"PyTorch's OpInfo database needs the package {e.name!r}: "
+                                  f"pip install {e.name}") from e
+    return op_db
+
+
+def dynamo_backend_names() -> list[str]:
+    """Every ``torch.compile`` backend name Dynamo knows, debug and experimental ones included
+    (``relu_compile_error_TESTING_ONLY`` and friends are the suite's negative controls).
+
+    >>> "inductor" in dynamo_backend_names()
+    True
+    """
+    import torch._dynamo
+
+    return list(torch._dynamo.list_backends(exclude_tags=()))

@@ -4,6 +4,7 @@ Example::
 
     $ torchvendor demo                         # the device demo on the reference runtime
     $ torchvendor diagnose --name acme --runtime ./libacme_tv.so
+    $ torchvendor conformance --backend torchvendor_cpu --device acme --profile minimal --report out/
 """
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``torchvendor`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["conformance"]:  # its own parser (and its own ``diff`` subcommand)
+        from .conformance.cli import main as conformance_main
+
+        return conformance_main(argv[1:])
     parser = argparse.ArgumentParser(prog="torchvendor", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("conformance", help="run the conformance suite (see: torchvendor conformance --help)")
     demo_p = sub.add_parser("demo", help="register a device (default: the reference simulator) and exercise it")
     demo_p.add_argument("--name", default="acme")
     demo_p.add_argument("--runtime", default=None)

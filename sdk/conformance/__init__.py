@@ -1,0 +1,1 @@
+"""The conformance suite: does a device, a compile backend, or both, behave like PyTorch?"""

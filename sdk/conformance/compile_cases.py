@@ -1,0 +1,247 @@
+"""Compile features and models, for a ``torch.compile`` backend.
+
+Features: graph breaks, guards and recompiles, dynamic shapes, input mutation, aliasing outputs,
+``no_grad`` and ``inference_mode``, autocast, backward, one backend object per option set, and
+the backend's artifact cache. Models: the zoo (``torchvendor.sdk.zoo``), inference and a
+training step against eager, with speedup and compile time as metrics.
+
+    >>> from torchvendor.sdk.conformance.core import Target
+    >>> [c.id for c in feature_cases(Target(), "minimal")]
+    []
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+import types
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from torchvendor.ir import compat
+
+from .core import Case, Target
+
+__all__ = ["feature_cases", "model_cases"]
+
+_FRESH = itertools.count()
+
+
+def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
+    code = fn.__code__.replace(co_name=f"conformance_feature_{next(_FRESH)}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
+def _compile(target: Target, fn: Any, **kw: Any) -> Any:
+    options = dict(target.options)
+    return torch.compile(fn, backend=target.backend_name(), options=options or None, **kw)
+
+
+def _close(a: Any, b: Any) -> None:
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def _graph_break(t: Target) -> None:
+    def f(x):
+        y = torch.sin(x) * 2
+        print("", end="")  # a graph break
+        return y.cos() + 1
+    x = torch.randn(8, device=t.device)
+    _close(_compile(t, _fresh(f))(x), f(x))
+
+
+def _recompile(t: Target) -> None:
+    counters = compat.dynamo_counters()
+    f = _compile(t, _fresh(lambda x: torch.relu(x) * 2 + 1))
+    before = counters["stats"]["unique_graphs"]
+    for dtype in (torch.float32, torch.float64, torch.float32):
+        x = torch.randn(16, device=t.device, dtype=dtype)
+        _close(f(x), torch.relu(x) * 2 + 1)
+    graphs = counters["stats"]["unique_graphs"] - before
+    assert graphs == 2, f"{graphs} graphs compiled for float32, float64, float32 (expected 2: a dtype guard)"
+
+
+def _dynamic(t: Target) -> None:
+    f = _compile(t, _fresh(lambda x: torch.softmax(x * 2, -1).sum(0)), dynamic=True)
+    for n in (3, 5, 9):
+        x = torch.randn(n, 7, device=t.device)
+        _close(f(x), torch.softmax(x * 2, -1).sum(0))
+
+
+def _mutation(t: Target) -> None:
+    def f(x, y):
+        x.add_(y)
+        return x * 2
+    x, y = torch.randn(10, device=t.device), torch.randn(10, device=t.device)
+    x2 = x.clone()
+    out = _compile(t, _fresh(f))(x, y)
+    ref = f(x2, y)
+    _close(out, ref)
+    _close(x, x2)
+
+
+def _aliasing(t: Target) -> None:
+    def f(x):
+        return x.t(), x[1:] * 2
+    x = torch.randn(4, 3, device=t.device)
+    view, scaled = _compile(t, _fresh(f))(x)
+    _close(view, x.t())
+    _close(scaled, x[1:] * 2)
+    view.mul_(0)  # the output aliases the input, as in eager
+    assert bool((x == 0).all()), "the compiled output x.t() does not alias x (eager returns a view)"
+
+
+def _no_grad_modes(t: Target) -> None:
+    f = _compile(t, _fresh(lambda x, w: (x @ w).relu()))
+    x, w = torch.randn(4, 5, device=t.device), torch.randn(5, 3, device=t.device, requires_grad=True)
+    with torch.no_grad():
+        y = f(x, w)
+    assert not y.requires_grad
+    with torch.inference_mode():
+        z = f(x, w)
+    _close(y, (x @ w).relu().detach())
+    _close(z, y)
+
+
+def _autocast(t: Target) -> Any:
+    if t.device != "cpu":
+        module = getattr(torch, t.device)
+        if torch.bfloat16 not in getattr(module, "get_amp_supported_dtype", lambda: [])():
+            return {"skip": f"{t.device} declares no bfloat16 autocast"}
+    a, b = torch.randn(8, 16, device=t.device), torch.randn(16, 4, device=t.device)
+    f = _compile(t, _fresh(lambda a, b: (a @ b).relu()))
+    with torch.autocast(t.device, dtype=torch.bfloat16):
+        y, ref = f(a, b), (a @ b).relu()
+    assert y.dtype == ref.dtype == torch.bfloat16, f"autocast gave {y.dtype}, eager {ref.dtype}"
+    torch.testing.assert_close(y.float(), ref.float(), rtol=1.6e-2, atol=1e-2)
+    return None
+
+
+def _backward(t: Target) -> None:
+    def f(x, w, b):
+        return torch.nn.functional.gelu(x @ w + b).pow(2).mean()
+    args = [torch.randn(6, 5, device=t.device), torch.randn(5, 4, device=t.device), torch.randn(4, device=t.device)]
+    mine = [a.clone().requires_grad_() for a in args]
+    ref = [a.clone().requires_grad_() for a in args]
+    _compile(t, _fresh(f))(*mine).backward()
+    f(*ref).backward()
+    for a, b in zip(mine, ref):
+        _close(a.grad, b.grad)
+
+
+def _one_object_per_options(t: Target) -> None:
+    counters = compat.dynamo_counters()
+    before = counters["stats"]["unique_graphs"]
+    for _ in range(2):
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh()).to(t.device)
+        _compile(t, m)(torch.randn(2, 4, device=t.device))
+    graphs = counters["stats"]["unique_graphs"] - before
+    assert graphs == 1, f"two instances of one model compiled {graphs} graphs (expected 1: no backend recompiles)"
+
+
+def _cache(t: Target) -> Any:
+    from torchvendor.sdk import get_backend, registered_backends
+
+    name = t.backend_name()
+    if name not in registered_backends():
+        return {"skip": f"{name} is not a torchvendor backend (no artifact cache to check)"}
+    backend = get_backend(name, **dict(t.options))
+    f = _fresh(lambda x: (x.sin() * 3).sum(-1))
+    x = torch.randn(4, 9, device=t.device)
+    _compile(t, f)(x)
+    compat.dynamo_reset()
+    hits = backend.cache.stats["hit"]
+    _close(_compile(t, f)(x), (x.sin() * 3).sum(-1))
+    if backend.cache.stats["built"] + hits == 0:
+        return {"skip": f"{name} caches no artifacts"}
+    assert backend.cache.stats["hit"] > hits, "a second compile of the same graph did not hit the artifact cache"
+    return None
+
+
+_FEATURES: dict[str, Callable[[Target], Any]] = {
+    "graph_break": _graph_break, "guards_recompile": _recompile, "dynamic_shapes": _dynamic, "mutation": _mutation,
+    "aliasing": _aliasing, "no_grad_inference_mode": _no_grad_modes, "autocast": _autocast, "backward": _backward,
+    "one_object_per_options": _one_object_per_options, "artifact_cache": _cache,
+}
+
+
+def feature_cases(target: Target, profile: str) -> list[Case]:
+    """Compile-feature cases (none without a backend)."""
+    if not target.backend or profile == "device":
+        return []
+    return [Case(f"compile/{name}", "compile", fn) for name, fn in _FEATURES.items()]
+
+
+def _timed(fn: Callable[[], Any], repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _model_case(name: str, train: bool) -> Callable[[Target], Any]:
+    def run(t: Target) -> Any:
+        from torchvendor.sdk import last_report, zoo
+
+        compat.dynamo_reset()
+        model, inputs = zoo.build(name)
+        model = model.to(t.device)
+        inputs = tuple(x.to(t.device) if isinstance(x, torch.Tensor) else x for x in inputs)
+        ref = copy.deepcopy(model)
+        compiled = _compile(t, model)
+        model.eval(), ref.eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.no_grad():
+                start = time.perf_counter()
+                out = compiled(*inputs)
+                compile_s = time.perf_counter() - start
+                for a, b in zip(_leaves(out), _leaves(ref(*inputs))):
+                    torch.testing.assert_close(a.cpu(), b.cpu(), rtol=1e-4, atol=1e-4)
+                eager_s = _timed(lambda: ref(*inputs))
+                compiled_s = _timed(lambda: compiled(*inputs))
+            metrics = {"compile_s": compile_s, "eager_ms": eager_s * 1e3, "compiled_ms": compiled_s * 1e3,
+                       "speedup": eager_s / compiled_s if compiled_s else 0.0}
+            if train:
+                model.train(), ref.train()
+                zoo.loss(compiled(*inputs)).backward()
+                zoo.loss(ref(*inputs)).backward()
+                for (pn, p), q in zip(model.named_parameters(), ref.parameters()):
+                    if q.grad is None:
+                        continue
+                    err = (p.grad.cpu() - q.grad.cpu()).norm() / q.grad.cpu().norm().clamp_min(1.0)
+                    assert err < 1e-3, f"{pn}: gradient relative error {err:.2e}"
+        report = last_report()
+        fallback = report.unsupported() if report is not None else {}
+        return {"metrics": metrics, "fallback": fallback, "reason": "some ops did not run in the backend"}
+    return run
+
+
+def _leaves(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        return [y for v in out.values() for y in _leaves(v)]
+    if isinstance(out, (list, tuple)):
+        return [y for v in out for y in _leaves(v)]
+    return []
+
+
+def model_cases(target: Target, profile: str) -> list[Case]:
+    """Zoo models: inference (and a training step in the training profiles)."""
+    from torchvendor.sdk import zoo
+
+    if not target.backend or profile == "device":
+        return []
+    names = ["mlp"] if profile == "minimal" else zoo.names("fast") if profile != "full" else zoo.names()
+    out = []
+    for name in names:
+        out.append(Case(f"models/{name}/inference", "models", _model_case(name, False), {"model": name}, timeout=600))
+        if profile in ("training", "full"):
+            out.append(Case(f"models/{name}/training", "models", _model_case(name, True), {"model": name},
+                            timeout=600))
+    return out

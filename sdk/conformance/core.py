@@ -1,0 +1,273 @@
+"""The conformance suite's model: targets, cases, results, areas, profiles and the vendor manifest.
+
+A :class:`Target` names what is tested: a device (any registered device, or one brought up from
+the vendor's runtime library), a compile backend, or both. Each *area* is a function that
+lists the :class:`Case` s it has for a target; a *profile* picks areas and variants. Running a
+case gives a :class:`Result`: ``pass``, ``fallback`` (right answer, but some of it ran through
+a CPU fallback instead of the vendor's code), ``fail``, ``skip`` (the target does not claim it)
+or ``xfail`` (the manifest expects the failure, with a reason).
+
+Example::
+
+    >>> t = Target(device="cpu", backend=None)
+    >>> [c.id for c in cases_for(t, "minimal") if c.area == "compile"]
+    []
+    >>> sorted(PROFILES)
+    ['device', 'full', 'inference', 'minimal', 'training']
+"""
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import time
+import tomllib
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["Target", "Case", "Result", "Manifest", "ManifestError", "ConformanceError", "PROFILES", "AREAS",
+           "cases_for", "run_case", "load_manifest"]
+
+STATUSES = ("pass", "fallback", "fail", "skip", "xfail")
+
+
+class ConformanceError(ValueError):
+    """A bad request: an unknown backend, device or profile, a runtime that does not load."""
+
+
+class ManifestError(ConformanceError):
+    """A malformed manifest; the message names the file, the line and the field."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the suite tests. ``device``: a device type ("cpu", "acme", ...); ``runtime``: the
+    vendor runtime library to register the device from (None: already registered, or the
+    simulator for a new torchvendor device); ``backend``: a ``torch.compile`` backend name or
+    ``module:Class`` of a ``torchvendor.sdk.Backend`` subclass; ``options``: its options."""
+
+    device: str = "cpu"
+    backend: str | None = None
+    runtime: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def setup(self) -> None:
+        """Register the device and load the backend in this process (idempotent)."""
+        import torch
+
+        if self.device not in ("cpu", "cuda", "meta"):
+            from torchvendor.sdk import register_device
+
+            try:
+                register_device(self.device, runtime=self.runtime)
+            except Exception as e:
+                raise ConformanceError(f"cannot bring up device {self.device!r}"
+                                       f"{f' from {self.runtime}' if self.runtime else ''}: {e}") from e
+        elif self.device == "cuda" and not torch.cuda.is_available():
+            raise ConformanceError("device 'cuda' was asked for but torch.cuda.is_available() is False")
+        if self.backend:
+            self.backend_name()
+
+    def backend_name(self) -> str:
+        """The ``torch.compile`` name of the backend, importing and registering it if needed."""
+        spec = self.backend or ""
+        if ":" in spec:
+            module, _, cls_name = spec.partition(":")
+            try:
+                cls = getattr(importlib.import_module(module), cls_name)
+            except (ImportError, AttributeError) as e:
+                raise ConformanceError(f"cannot load backend {spec!r}: {e}") from e
+            from torchvendor.sdk import register_backend
+
+            register_backend(cls)
+            return cls.name
+        if spec.startswith("torchvendor_"):
+            importlib.import_module(f"torchvendor.reference_backends.{spec.removeprefix('torchvendor_')}")
+        known = _dynamo_backends()
+        if spec not in known:
+            raise ConformanceError(f"unknown compile backend {spec!r}; known: {sorted(known)} (or pass "
+                                   f"module:Class of a torchvendor Backend)")
+        return spec
+
+    def describe(self) -> dict[str, Any]:
+        return {"device": self.device, "backend": self.backend, "runtime": self.runtime,
+                "options": dict(self.options)}
+
+
+def _dynamo_backends() -> list[str]:
+    from torchvendor.ir import compat
+
+    return compat.dynamo_backend_names()
+
+
+@dataclass
+class Case:
+    """One check. ``run(target)`` returns None (pass), a dict ``{"fallback": {op: n}}`` when the
+    right answer came partly from a CPU fallback, or raises (fail). ``tags`` carry the op,
+    dtype and variant for reports and manifests."""
+
+    id: str
+    area: str
+    run: Callable[[Target], Any] = field(repr=False)
+    tags: dict[str, str] = field(default_factory=dict)
+    timeout: float = 120.0
+
+
+@dataclass
+class Result:
+    id: str
+    area: str
+    status: str
+    reason: str = ""
+    seconds: float = 0.0
+    fallback: dict[str, int] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Manifest:
+    """A vendor's claims: areas and op patterns it claims, dtypes, expected failures (id glob ->
+    reason). Unclaimed cases are skipped, so a report shows regressions, not noise."""
+
+    areas: tuple[str, ...] = ()
+    ops: tuple[str, ...] = ("*",)
+    dtypes: tuple[str, ...] = ("float32",)
+    xfail: dict[str, str] = field(default_factory=dict)
+    path: str = ""
+
+    def claims(self, case: Case) -> str | None:
+        """None if the manifest claims the case, else why it is skipped."""
+        if self.areas and case.area not in self.areas:
+            return f"area {case.area!r} is not claimed by the manifest"
+        op = case.tags.get("op")
+        if op and not any(fnmatch.fnmatchcase(op, p) for p in self.ops):
+            return f"op {op!r} is not claimed by the manifest"
+        dtype = case.tags.get("dtype")
+        if dtype and dtype not in self.dtypes:
+            return f"dtype {dtype} is not claimed by the manifest"
+        return None
+
+    def expected_failure(self, case_id: str) -> str | None:
+        for pattern, reason in self.xfail.items():
+            if fnmatch.fnmatchcase(case_id, pattern):
+                return reason
+        return None
+
+
+_MANIFEST_FIELDS = {"areas": list, "ops": list, "dtypes": list, "xfail": dict}
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read a TOML manifest::
+
+        areas = ["device", "ops", "compile"]
+        ops = ["aten.*", "add", "nn.functional.*"]
+        dtypes = ["float32", "bfloat16"]
+        [xfail]
+        "ops/nn.functional.conv2d/*" = "no grouped convolution yet"
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "m.toml")
+    >>> _ = open(p, "w").write('dtypes = "float32"\\n')
+    >>> load_manifest(p)
+    Traceback (most recent call last):
+    ...
+    torchvendor.sdk.conformance.core.ManifestError: ...m.toml, line 1, field 'dtypes': expected a list, got str
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ManifestError(f"cannot read manifest {path}: {e}") from e
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ManifestError(f"{path}: not valid TOML: {e}") from e
+
+    def line_of(key: str) -> int:
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip().startswith((key, f"[{key}]")):
+                return n
+        return 0
+
+    for key, value in data.items():
+        if key not in _MANIFEST_FIELDS:
+            raise ManifestError(f"{path}, line {line_of(key)}, field {key!r}: unknown field; known: "
+                                f"{sorted(_MANIFEST_FIELDS)}")
+        if not isinstance(value, _MANIFEST_FIELDS[key]):
+            raise ManifestError(f"{path}, line {line_of(key)}, field {key!r}: expected a "
+                                f"{_MANIFEST_FIELDS[key].__name__}, got {type(value).__name__}")
+    unknown_areas = sorted(set(data.get("areas", [])) - set(AREAS))
+    if unknown_areas:
+        raise ManifestError(f"{path}, line {line_of('areas')}, field 'areas': unknown area(s) {unknown_areas}; "
+                            f"known: {sorted(AREAS)}")
+    return Manifest(areas=tuple(data.get("areas", ())), ops=tuple(data.get("ops", ("*",))),
+                    dtypes=tuple(data.get("dtypes", ("float32",))),
+                    xfail={str(k): str(v) for k, v in data.get("xfail", {}).items()}, path=str(path))
+
+
+# ---- areas and profiles ------------------------------------------------------------------------------
+
+#: area name -> module:function listing its cases for (target, profile)
+AREAS: dict[str, str] = {
+    "runtime": "runtime_cases:cases",
+    "device": "device_cases:cases",
+    "ops": "op_cases:cases",
+    "compile": "compile_cases:feature_cases",
+    "models": "compile_cases:model_cases",
+}
+
+#: profile -> areas it runs (each area reads the profile to pick its variants)
+PROFILES: dict[str, tuple[str, ...]] = {
+    "minimal": ("runtime", "device", "ops", "compile", "models"),
+    "device": ("runtime", "device", "ops"),
+    "inference": ("ops", "compile", "models"),
+    "training": ("ops", "compile", "models"),
+    "full": ("runtime", "device", "ops", "compile", "models"),
+}
+
+
+def cases_for(target: Target, profile: str, manifest: Manifest | None = None) -> list[Case]:
+    """Every case of ``profile`` that applies to ``target``, in a stable order."""
+    if profile not in PROFILES:
+        raise ConformanceError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
+    out: list[Case] = []
+    for area in PROFILES[profile]:
+        if manifest is not None and manifest.areas and area not in manifest.areas:
+            continue
+        module, _, fn = AREAS[area].partition(":")
+        out += getattr(importlib.import_module(f"{__package__}.{module}"), fn)(target, profile)
+    return out
+
+
+def run_case(case: Case, target: Target, manifest: Manifest | None = None) -> Result:
+    """Run one case in this process (the target must be set up)."""
+    skip = manifest.claims(case) if manifest is not None else None
+    if skip:
+        return Result(case.id, case.area, "skip", skip, tags=case.tags)
+    start = time.perf_counter()
+    status, reason, fallback, metrics = "pass", "", {}, {}
+    try:
+        out = case.run(target)
+        if isinstance(out, dict):
+            fallback = {k: int(v) for k, v in out.get("fallback", {}).items() if v}
+            metrics = dict(out.get("metrics", {}))
+            if out.get("skip"):
+                status, reason = "skip", str(out["skip"])
+            elif fallback:
+                status, reason = "fallback", out.get("reason", "ran (partly) through a CPU fallback")
+    except Exception as e:  # noqa: BLE001 - a failing case is data
+        status = "fail"
+        reason = f"{type(e).__name__}: {e}".strip()[:2000]
+        if not str(e):
+            reason += "\n" + traceback.format_exc(limit=4)[-1500:]
+    expected = manifest.expected_failure(case.id) if manifest is not None else None
+    if expected is not None:
+        status, reason = ("xfail", f"expected: {expected}") if status == "fail" else \
+            ("fail", f"expected to fail ({expected}) but passed: remove it from the manifest")
+    return Result(case.id, case.area, status, reason, time.perf_counter() - start, fallback, case.tags, metrics)

@@ -1,0 +1,701 @@
+"""The OpInfo corpus runner of the conformance suite (and helpers the device tests share).
+
+``run_opinfo_corpus(device, dtype)`` runs every OpInfo of PyTorch's ``op_db`` that supports
+``dtype`` on CPU, on ``device``, and compares each sample with CPU eager.  It is written so
+that the conformance suite can reuse it unchanged: it needs only a device string, returns
+plain data (``OpResult`` per OpInfo full name) and never calls pytest.
+
+How a sample is run
+  * Samples are generated on CPU (``op.sample_inputs("cpu", dtype)``), so generation never
+    depends on the device under test and the CPU reference uses exactly the same values.
+  * Every tensor in ``input``/``args``/``kwargs`` (tensor lists included) is copied to the
+    device as the same view of a device copy of its whole storage (size, stride, storage
+    offset, conj/neg bits), so views, partial views and aliasing between tensors are kept.
+    Arguments an op requires on the CPU (``KEEP_ARGS_ON_CPU``, e.g. tensor_split's indices)
+    stay there.
+    ``device=`` arguments naming the generation device ("cpu") are pointed at the device
+    under test (so factory functions and ``*_like(device=...)`` samples create device
+    tensors; the cross-device ``like(device="cpu")`` samples therefore also target the
+    device - a known, documented loss).
+  * ``op.op`` runs on the CPU sample and on the device sample.  Device results are copied
+    back, both go through ``sample.output_process_fn_grad`` (OpInfo uses it to make e.g. SVD
+    signs comparable) and are compared with ``torch.testing.assert_close`` at its default
+    per-dtype tolerances (or the ``toleranceOverride`` OpInfo attaches to
+    ``TestCommon.test_compare_cpu``), ``equal_nan=True``.  Inputs are compared afterwards
+    too, so an in-place op that silently writes into a copy, or a mutated argument that is
+    not written back, is caught.  (OpInfos whose ``test_compare_cpu`` OpInfo expects to fail,
+    because CUDA kernels differ from CPU ones, are still compared: a CPU fallback runs the CPU
+    kernels; a failure carries a note.)
+  * Every result tensor must live on the device type under test.
+  * Ops whose output is random or uninitialised are compared on metadata only (shape, dtype,
+    device): an OpInfo whose ``TestCommon.test_compare_cpu`` is skipped with "non-
+    deterministic", the ``empty*`` family, and any sample whose CPU run dispatches an ATen
+    op tagged ``nondeterministic_seeded`` (detected with a dispatch mode).  Such samples
+    count as passed with ``meta_only`` set, and the report says so.
+  * ``run_opinfo_corpus_isolated`` runs the same in a child process restarted after a crash
+    or a hang, so one crashing OpInfo is a failure ("process crash: SIGSEGV"), not the end of
+    the run.  ``python -m torchvendor.sdk.conformance.opinfo [--json out.json]`` runs the whole corpus.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+import traceback
+import unittest
+import warnings
+from typing import Any, Callable, Iterable
+
+import torch
+from torchvendor.ir import compat
+
+DEVICE = "acme"
+
+ALL_DTYPES = [
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.complex64, torch.complex128,
+]
+
+# Ops whose output memory is uninitialised: only metadata is comparable.
+UNINITIALIZED_OPS = frozenset({
+    "empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted",
+})
+
+# A fixed representative subset of op_db (OpInfo full names) for the fast default tier:
+# pointwise unary/binary, reductions, linear algebra, nn, shape/view, indexing, scans,
+# sorting, factories, random and uninitialised outputs, dynamic-shape outputs, fft.
+REPRESENTATIVE_OPS = (
+    "add", "mul", "div.no_rounding_mode", "abs", "exp", "sin", "sigmoid", "isnan", "isfinite",
+    "clamp", "where", "masked_fill",
+    "sum", "mean", "amax", "argmax", "var", "cumsum", "logsumexp",
+    "mm", "bmm", "addmm", "matmul", "linalg.solve",
+    "nn.functional.linear", "nn.functional.conv2d", "nn.functional.avg_pool2d",
+    "nn.functional.layer_norm", "nn.functional.batch_norm", "nn.functional.gelu", "softmax",
+    "nn.functional.cross_entropy", "nn.functional.embedding",
+    "cat", "stack", "transpose", "reshape", "expand", "narrow",
+    "index_select", "gather", "scatter", "index_put", "nonzero", "topk",
+    "max.reduction_with_dim",
+    "zeros_like", "full", "arange", "randn", "bernoulli", "empty_like", "to", "fft.fft",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers used by the test files
+# --------------------------------------------------------------------------------------------
+
+def dev(index: int | None = None) -> torch.device:
+    return torch.device(DEVICE if index is None else f"{DEVICE}:{index}")
+
+
+def make_cpu(shape, dtype, *, seed: int = 0, low=None, high=None) -> torch.Tensor:
+    """A deterministic CPU tensor of any dtype (values in a range that every dtype holds)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_complex:
+        real = torch.randn(shape, generator=g, dtype=torch.float64)
+        imag = torch.randn(shape, generator=g, dtype=torch.float64)
+        return torch.complex(real, imag).to(dtype)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * 4).to(dtype)
+    if dtype == torch.uint8:
+        lo, hi = (0 if low is None else low), (200 if high is None else high)
+    else:
+        lo, hi = (-100 if low is None else low), (100 if high is None else high)
+    return torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# the OpInfo corpus runner
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class SampleFailure:
+    index: int
+    kind: str          # failure class, e.g. "mismatch", "device error: NotImplementedError"
+    message: str       # first lines of the error
+
+
+@dataclasses.dataclass
+class OpResult:
+    name: str                          # OpInfo full name ("div.no_rounding_mode")
+    status: str = "pass"               # "pass" | "fail" | "skip"
+    reason: str = ""                   # for skip/fail: why (first failure for fail)
+    failure_class: str = ""            # for fail: the class of the first failure
+    samples: int = 0                   # samples run on the device
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0                   # samples not run (no device inputs, CPU ref raised)
+    meta_only: int = 0                 # passed samples compared on metadata only
+    meta_only_reason: str = ""
+    failures: list[SampleFailure] = dataclasses.field(default_factory=list)
+    fallback_ops: dict[str, int] = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class _SeededOpDetector(compat.TorchDispatchMode):
+    """Notes whether any ATen op tagged ``nondeterministic_seeded`` is dispatched."""
+
+    def __init__(self):
+        super().__init__()
+        self.seeded: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            self.seeded.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _skip_reason(decorator) -> str | None:
+    """The reason of a ``unittest.skip(reason)`` decorator, None for other decorators."""
+    if decorator is unittest.expectedFailure:
+        return None
+    try:
+        probe = decorator(lambda: None)
+    except Exception:
+        return None
+    if getattr(probe, "__unittest_skip__", False):
+        return getattr(probe, "__unittest_skip_why__", "") or "skip"
+    return None
+
+
+def _compare_cpu_decorations(op, device_type: str, dtype: torch.dtype):
+    """(skip reasons, tolerance override or None, expected failure?) that OpInfo attaches to
+    ``TestCommon.test_compare_cpu``."""
+    reasons, tol, xfail = [], None, False
+    for info in getattr(op, "decorators", ()):
+        if not hasattr(info, "is_active"):
+            continue
+        if info.test_name != "test_compare_cpu":
+            continue
+        if not info.is_active("TestCommon", "test_compare_cpu", device_type, dtype, {}):
+            continue
+        for d in info.decorators:
+            if d is unittest.expectedFailure:
+                xfail = True
+                continue
+            if hasattr(d, "d") and isinstance(getattr(d, "d"), dict):  # toleranceOverride
+                if dtype in d.d:
+                    tol = d.d[dtype]
+                continue
+            why = _skip_reason(d)
+            if why is not None:
+                reasons.append(why)
+    return reasons, tol, xfail
+
+
+# Tensor arguments an op requires on the CPU whatever the device (OpInfo samples make them on
+# "cpu" on purpose): OpInfo full name -> positions in sample.args.
+KEEP_ARGS_ON_CPU = {"tensor_split": (0,)}
+
+
+class _Mover:
+    """Copies a sample's tensors to a device, keeping their storage structure: a view is moved
+    as the same view (size, stride, storage offset, conj/neg bits) of a device copy of its whole
+    storage, and tensors sharing a storage share the device storage (aliasing preserved)."""
+
+    def __init__(self, device: torch.device, source_device: str = "cpu", keep=()):
+        self.device = device
+        self.source = source_device
+        self.memo: dict[int, torch.Tensor] = {}
+        self.storages: dict[tuple[int, int], torch.Tensor] = {}
+        self.keep = {id(t) for t in keep}
+        self.moved = False
+        self.foreign = False  # the sample names another accelerator (OpInfo adds "cuda" samples
+        #                       on CUDA machines): a cross-device case, not about this device
+
+    def _move(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.detach()
+        if (t.layout != torch.strided or t.is_quantized or t.is_nested
+                or t.device.type != self.source):
+            return t.to(self.device)
+        st = t.untyped_storage()
+        item = t.element_size()
+        if st.nbytes() == 0 or st.nbytes() % item:
+            return t.to(self.device)
+        key = (st.data_ptr(), st.nbytes())
+        flat = self.storages.get(key)
+        if flat is None:
+            raw = torch.empty(0, dtype=torch.uint8).set_(st)  # the whole storage, as bytes
+            flat = raw.to(self.device)
+            self.storages[key] = flat
+        phys = flat.view(t.dtype).as_strided(t.size(), t.stride(), t.storage_offset())
+        if t.is_conj():
+            phys = phys.conj()
+        if t.is_neg():
+            phys = compat.neg_view(phys)
+        return phys
+
+    def __call__(self, obj, key=None):
+        if isinstance(obj, torch.Tensor):
+            if id(obj) in self.keep:
+                return obj
+            if obj.device.type not in ("cpu", "meta", self.source, self.device.type):
+                self.foreign = True  # e.g. a cuda tensor OpInfo made for a cross-device sample
+                return obj
+            hit = self.memo.get(id(obj))
+            if hit is None:
+                with torch.no_grad():
+                    hit = self._move(obj)
+                if obj.requires_grad:
+                    hit.requires_grad_(True)
+                self.memo[id(obj)] = hit
+                self.moved = True
+            return hit
+        if isinstance(obj, torch.device) and obj.type not in (self.source, self.device.type):
+            self.foreign = True
+        if isinstance(obj, str) and key == "device" and torch.device(obj).type not in (self.source, self.device.type):
+            self.foreign = True
+        if isinstance(obj, torch.device) and obj.type == self.source:
+            self.moved = True
+            return self.device
+        if isinstance(obj, str) and (
+                re.fullmatch(rf"{self.source}(:\d+)?", obj)
+                or (key == "device" and torch.device(obj).type == self.source)):
+            self.moved = True  # a device named by a string, e.g. x.to("cpu", ...)
+            return self.device
+        if isinstance(obj, list):
+            return [self(o) for o in obj]
+        if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+            return tuple(self(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: self(v, key=k) for k, v in obj.items()}
+        return obj
+
+
+def to_cpu(obj):
+    """Recursively copy tensors back to CPU (structseqs and namedtuples become tuples)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(o) for o in obj) if type(obj) in (list, tuple) else tuple(
+            to_cpu(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    return obj
+
+
+def _tensors(obj) -> Iterable[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _tensors(o)
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return (lines[0] if lines else text)[:limit]
+
+
+def classify_exception(exc: BaseException) -> str:
+    """A stable, coarse failure class for an exception raised on the device."""
+    msg = str(exc)
+    if isinstance(exc, NotImplementedError) or "Could not run" in msg:
+        return "device error: not implemented (no kernel / fallback refused)"
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "device error: out of memory"
+    if "Expected all tensors to be on the same device" in msg or "device type" in msg.lower():
+        return "device error: device mismatch"
+    if "stride" in msg.lower() or "as_strided" in msg:
+        return "device error: strides/views"
+    if "dtype" in msg.lower() or "scalar type" in msg.lower():
+        return "device error: dtype"
+    return f"device error: {type(exc).__name__}"
+
+
+def _compare_meta(actual, expected, device_type: str):
+    a_t, e_t = list(_tensors(actual)), list(_tensors(expected))
+    if len(a_t) != len(e_t):
+        raise AssertionError(f"output structure differs: {len(a_t)} vs {len(e_t)} tensors")
+    for a, e in zip(a_t, e_t):
+        if a.shape != e.shape:
+            raise AssertionError(f"shape {tuple(a.shape)} != {tuple(e.shape)}")
+        if a.dtype != e.dtype:
+            raise AssertionError(f"dtype {a.dtype} != {e.dtype}")
+
+
+def _run_samples(res: OpResult, fn: Callable, samples, device: torch.device,
+                 op_meta_only: str, tol_kwargs: dict) -> None:
+    keep_positions = KEEP_ARGS_ON_CPU.get(res.name, ())
+    for i, sample in enumerate(samples):
+        keep = [sample.args[j] for j in keep_positions
+                if j < len(sample.args) and isinstance(sample.args[j], torch.Tensor)]
+        mover = _Mover(device, keep=keep)
+        try:
+            d_input = mover(sample.input)
+            d_args = mover(sample.args)
+            d_kwargs = mover(sample.kwargs)
+        except Exception as exc:
+            res.samples += 1
+            res.failed += 1
+            res.failures.append(SampleFailure(i, "copy to device failed", _first_line(exc)))
+            continue
+        if not mover.moved or mover.foreign:
+            res.skipped += 1  # nothing of the sample lives on the device, or it targets another one
+            continue
+
+        # CPU reference on the original sample (the device copy is already made, so an
+        # in-place op may mutate it; views keep their real storage, as OpInfo intends).
+        cpu_sample = sample
+        detector = _SeededOpDetector()
+        try:
+            with detector:
+                expected = fn(cpu_sample.input, *cpu_sample.args, **cpu_sample.kwargs)
+        except Exception:
+            res.skipped += 1  # OpInfo sample that CPU eager itself rejects
+            continue
+        meta_only = op_meta_only or (
+            f"random: CPU run dispatches {detector.seeded[0]}" if detector.seeded else "")
+
+        res.samples += 1
+        try:
+            actual_dev = fn(d_input, *d_args, **d_kwargs)
+        except Exception as exc:
+            res.failed += 1
+            res.failures.append(SampleFailure(i, classify_exception(exc), _first_line(exc)))
+            continue
+        try:
+            for t in _tensors(actual_dev):
+                if t.device.type != device.type:
+                    raise AssertionError(f"result tensor on {t.device}, expected {device.type}")
+            try:
+                actual = to_cpu(actual_dev)
+                d_inputs_back = to_cpu((d_input, d_args, d_kwargs))
+            except Exception as exc:
+                res.failed += 1
+                res.failures.append(SampleFailure(i, "copy to host failed", _first_line(exc)))
+                continue
+            if meta_only:
+                _compare_meta(actual, expected, device.type)
+                res.meta_only += 1
+                res.meta_only_reason = res.meta_only_reason or meta_only
+            else:
+                actual_p = sample.output_process_fn_grad(actual)
+                expected_p = cpu_sample.output_process_fn_grad(expected)
+                try:
+                    torch.testing.assert_close(actual_p, expected_p, equal_nan=True,
+                                               check_device=False, **tol_kwargs)
+                except AssertionError as exc:
+                    raise AssertionError(f"output mismatch: {exc}") from None
+                except (TypeError, ValueError):  # not comparable by assert_close
+                    if actual_p != expected_p:
+                        raise AssertionError(f"output {actual_p!r} != {expected_p!r}") from None
+                try:
+                    torch.testing.assert_close(
+                        d_inputs_back,
+                        to_cpu((cpu_sample.input, cpu_sample.args, cpu_sample.kwargs)),
+                        equal_nan=True, check_device=False, **tol_kwargs)
+                except AssertionError as exc:
+                    raise AssertionError(f"input mutation differs: {exc}") from None
+                except (TypeError, ValueError):
+                    pass
+        except AssertionError as exc:
+            msg = str(exc)
+            kind = ("wrong output device" if "result tensor on" in msg else
+                    "in-place/input mutation mismatch" if "input mutation" in msg else
+                    "mismatch: shape" if "shape" in msg.split("\n")[0].lower() else
+                    "mismatch: dtype" if "dtype" in msg.split("\n")[0].lower() else
+                    "mismatch: values")
+            res.failed += 1
+            res.failures.append(SampleFailure(i, kind, _first_line(exc, 600)))
+            continue
+        res.passed += 1
+
+
+
+def run_opinfo_op(op, device: str | torch.device, dtype: torch.dtype = torch.float32, *,
+                  max_samples: int | None = None, device_module=None) -> OpResult:
+    """Run every CPU sample of one OpInfo on ``device``; compare with CPU eager."""
+    device = torch.device(device)
+    res = OpResult(name=op.full_name)
+    t0 = time.perf_counter()
+    if device_module is None:
+        device_module = getattr(torch, device.type, None)
+    has_counts = hasattr(device_module, "fallback_counts") and hasattr(
+        device_module, "reset_fallback_counts")
+    if has_counts:
+        device_module.reset_fallback_counts()
+
+    skip_reasons, tol, xfail = _compare_cpu_decorations(op, "privateuse1", dtype)
+    nondet_reasons = [r for r in skip_reasons if "determin" in r.lower()]
+    op_meta_only = ""
+    if op.name in UNINITIALIZED_OPS:
+        op_meta_only = "output is uninitialized memory"
+    elif nondet_reasons:
+        op_meta_only = f"OpInfo: {nondet_reasons[0]}"
+    tol_kwargs = {"atol": tol.atol, "rtol": tol.rtol} if tol is not None else {}
+
+    try:
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+    except Exception as exc:  # the corpus itself cannot produce samples
+        res.status, res.reason = "skip", f"sample generation failed: {_first_line(exc)}"
+        res.seconds = time.perf_counter() - t0
+        return res
+    if max_samples is not None:
+        samples = samples[:max_samples]
+    if not samples:
+        res.status, res.reason = "skip", "no samples for this dtype"
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    fn: Callable = op.op
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _run_samples(res, fn, samples, device, op_meta_only, tol_kwargs)
+
+    if has_counts:
+        try:
+            res.fallback_ops = {k: v for k, v in device_module.fallback_counts().items() if v}
+        except Exception:
+            pass
+    if res.failed and xfail:
+        # OpInfo expects test_compare_cpu to fail (CPU vs CUDA kernel differences); a CPU
+        # fallback runs the CPU kernels, so a failure here is still reported, with the note.
+        res.status = "fail"
+        res.failure_class = res.failures[0].kind
+        res.reason = ("(OpInfo marks TestCommon.test_compare_cpu as an expected failure) "
+                      + res.failures[0].message)
+    elif res.failed:
+        res.status = "fail"
+        res.failure_class = res.failures[0].kind
+        res.reason = res.failures[0].message
+    elif res.samples == 0:
+        res.status, res.reason = "skip", "no sample could run on the device (CPU ref raised)"
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def opinfo_ops(dtype: torch.dtype = torch.float32, names: Iterable[str] | None = None):
+    """OpInfos of op_db that support ``dtype`` on CPU (optionally only the given full names)."""
+    op_db = compat.opinfo_db()
+
+    wanted = set(names) if names is not None else None
+    ops = [op for op in op_db if dtype in op.supported_dtypes("cpu")]
+    if wanted is not None:
+        ops = [op for op in ops if op.full_name in wanted]
+    return ops
+
+
+def run_opinfo_corpus(device: str | torch.device, dtype: torch.dtype = torch.float32, *,
+                      names: Iterable[str] | None = None, max_samples: int | None = None,
+                      progress: Callable[[OpResult], None] | None = None
+                      ) -> dict[str, OpResult]:
+    """Run the OpInfo corpus (or the named subset) on ``device``: {full_name: OpResult}."""
+    results: dict[str, OpResult] = {}
+    for op in opinfo_ops(dtype, names):
+        try:
+            r = run_opinfo_op(op, device, dtype, max_samples=max_samples)
+        except Exception as exc:  # a bug in the runner, never in the device: keep going
+            r = OpResult(name=op.full_name, status="fail", failure_class="runner error",
+                         reason=_first_line(exc) + "\n" + traceback.format_exc(limit=3))
+        results[op.full_name] = r
+        if progress is not None:
+            progress(r)
+    return results
+
+
+def summarize(results: dict[str, OpResult]) -> dict[str, Any]:
+    """Counts and failure classes (with example ops) of a corpus run."""
+    from collections import Counter, defaultdict
+
+    status = Counter(r.status for r in results.values())
+    classes: dict[str, list[str]] = defaultdict(list)
+    for r in results.values():
+        if r.status == "fail":
+            for kind in sorted({f.kind for f in r.failures} or {r.failure_class}):
+                classes[kind].append(r.name)
+    samples = sum(r.samples for r in results.values())
+    passed = sum(r.passed for r in results.values())
+    ran = status["pass"] + status["fail"]
+    return {
+        "ops": len(results),
+        "ops_pass": status["pass"], "ops_fail": status["fail"], "ops_skip": status["skip"],
+        "op_pass_rate": (status["pass"] / ran) if ran else 0.0,
+        "samples": samples, "samples_pass": passed,
+        "samples_meta_only": sum(r.meta_only for r in results.values()),
+        "sample_pass_rate": (passed / samples) if samples else 0.0,
+        "failure_classes": {k: v for k, v in sorted(classes.items(), key=lambda kv: -len(kv[1]))},
+    }
+
+
+def format_failure(r: OpResult, limit: int = 3) -> str:
+    lines = [f"{r.name}: {r.failed}/{r.samples} samples failed"]
+    if not r.failures and r.reason:
+        lines.append(f"  [{r.failure_class}] {r.reason[:500]}")
+    for f in r.failures[:limit]:
+        lines.append(f"  sample {f.index} [{f.kind}] {f.message[:500]}")
+    return "\n".join(lines)
+
+
+
+def _result_from_dict(d: dict) -> OpResult:
+    d = dict(d)
+    d["failures"] = [SampleFailure(**f) for f in d.get("failures", [])]
+    return OpResult(**d)
+
+
+def run_opinfo_corpus_isolated(device: str, dtype: torch.dtype = torch.float32, *,
+                               names: Iterable[str] | None = None,
+                               progress: Callable[[OpResult], None] | None = None,
+                               op_timeout: float = 600.0,
+                               env: dict | None = None) -> dict[str, OpResult]:
+    """``run_opinfo_corpus`` in a child process that is restarted after a crash or a hang.
+
+    A device bug that kills the process (a segfault in a copy kernel, an abort) or hangs it
+    fails only the OpInfo being run ("crash: <signal>" / "hang"), and the run goes on with the
+    next one. The child registers ``device`` with ``torchvendor.sdk.register_device``.
+    """
+    import json
+    import os
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    todo = [op.full_name for op in opinfo_ops(dtype, names)]
+    results: dict[str, OpResult] = {}
+    dtype_name = str(dtype).removeprefix("torch.")
+    while todo:
+        cmd = [sys.executable, "-W", "ignore", "-m", "torchvendor.sdk.conformance.opinfo", "--worker",
+               "--device", device, "--dtype", dtype_name, "--ops", *todo]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env)
+        lines: queue.Queue = queue.Queue()
+        tail: list[str] = []
+
+        def pump(stream=proc.stdout, q=lines):
+            for line in stream:
+                q.put(line)
+            q.put(None)
+        threading.Thread(target=pump, daemon=True).start()
+        current = None
+        verdict = None
+        while True:
+            try:
+                line = lines.get(timeout=op_timeout)
+            except queue.Empty:
+                proc.kill()
+                verdict = "hang"
+                break
+            if line is None:
+                break
+            if line.startswith("@@START "):
+                current = line[len("@@START "):].strip()
+            elif line.startswith("@@RESULT "):
+                r = _result_from_dict(json.loads(line[len("@@RESULT "):]))
+                results[r.name] = r
+                current = None
+                if progress is not None:
+                    progress(r)
+            else:
+                tail = (tail + [line.rstrip()])[-15:]
+        rc = proc.wait()
+        done = set(results)
+        if current is None and rc == 0 and verdict is None:
+            break
+        if current is None:  # died between ops (e.g. at start-up): give up on the rest
+            for name in todo:
+                if name not in done:
+                    results[name] = OpResult(name=name, status="fail",
+                                             failure_class="runner error",
+                                             reason=f"worker exited rc={rc}: "
+                                                    + " | ".join(tail[-5:]))
+            break
+        if verdict is None:
+            sig = -rc if rc < 0 else None
+            verdict = (f"crash: {signal.Signals(sig).name}" if sig else f"crash: exit {rc}")
+        r = OpResult(name=current, status="fail", failure_class=f"process {verdict}",
+                     reason=f"the process died in this OpInfo ({verdict}); last output: "
+                            + " | ".join(t for t in tail[-3:] if t))
+        results[current] = r
+        if progress is not None:
+            progress(r)
+        todo = [n for n in todo if n not in results]
+    return {name: results[name] for name in [op.full_name for op in opinfo_ops(dtype, names)]
+            if name in results}
+
+
+def _worker(device: str, dtype: torch.dtype, names: list[str]) -> int:
+    import json
+
+    if device.split(":")[0] == DEVICE and not hasattr(torch, DEVICE):
+        from torchvendor.sdk import register_device
+        register_device(DEVICE)
+    by_name = {op.full_name: op for op in opinfo_ops(dtype, names)}
+    for name in names:
+        print(f"@@START {name}", flush=True)
+        try:
+            r = run_opinfo_op(by_name[name], device, dtype)
+        except Exception as exc:
+            r = OpResult(name=name, status="fail", failure_class="runner error",
+                         reason=_first_line(exc))
+        print("@@RESULT " + json.dumps(r.as_dict()), flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m torchvendor.sdk.conformance.opinfo [--device acme] [--dtype float32] [--json out.json]``:
+    run the corpus, print a summary and every failure, optionally write JSON results."""
+    import argparse
+    import faulthandler
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--device", default=DEVICE)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--ops", nargs="*", default=None, help="OpInfo full names (default: all)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="no child process (a crashing op then ends the whole run)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    faulthandler.enable()
+    dtype = getattr(torch, args.dtype)
+    if args.worker:
+        return _worker(args.device, dtype, args.ops or [])
+    def progress(r: OpResult):
+        print(f"{r.status:4s} {r.name:55s} {r.passed}/{r.samples} "
+              f"{r.seconds:6.2f}s {r.failure_class or r.reason[:60]}", flush=True)
+
+    t0 = time.perf_counter()
+    if args.in_process:
+        if args.device.split(":")[0] == DEVICE and not hasattr(torch, DEVICE):
+            from torchvendor.sdk import register_device
+            register_device(DEVICE)
+        results = run_opinfo_corpus(args.device, dtype, names=args.ops, progress=progress)
+    else:
+        results = run_opinfo_corpus_isolated(args.device, dtype, names=args.ops,
+                                             progress=progress)
+    wall = time.perf_counter() - t0
+    s = summarize(results)
+    print(f"\n== {args.device} {args.dtype}: {s['ops']} OpInfos, {s['ops_pass']} pass, "
+          f"{s['ops_fail']} fail, {s['ops_skip']} skip (op pass rate "
+          f"{100 * s['op_pass_rate']:.1f} %); samples {s['samples_pass']}/{s['samples']} "
+          f"({100 * s['sample_pass_rate']:.2f} %, {s['samples_meta_only']} metadata-only); "
+          f"{wall:.0f} s")
+    for kind, names in s["failure_classes"].items():
+        print(f"  {kind}: {len(names)} ops, e.g. {', '.join(names[:6])}")
+    for r in results.values():
+        if r.status == "fail":
+            print(format_failure(r, 2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": args.device, "dtype": args.dtype, "torch": torch.__version__,
+                       "seconds": wall, "summary": s,
+                       "results": {k: v.as_dict() for k, v in results.items()}}, f, indent=1)
+    return 0 if s["ops_fail"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

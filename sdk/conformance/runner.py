@@ -1,0 +1,203 @@
+"""Running the suite: worker processes, per-case timeouts, crash isolation, resume, progress.
+
+Cases run in ``jobs`` worker processes (each sets the target up itself: PrivateUse1 is renamed
+once per process). A case that crashes its worker or runs past its timeout is recorded as that
+case's failure ("worker crashed" / "timeout after N s"), the worker is replaced, and the run goes
+on. Every finished case is appended to ``journal.jsonl`` in the report directory at once, so an
+interrupted run (Ctrl-C) keeps what finished and ``resume=True`` skips it next time.
+
+    >>> import tempfile
+    >>> from torchvendor.sdk.conformance.core import Target
+    >>> run = run_suite(Target(device="cpu", backend="eager"), "minimal", tempfile.mkdtemp(), jobs=1,
+    ...                 only=["compile/mutation"], progress=False)
+    >>> [(r.id, r.status) for r in run.results]
+    [('compile/mutation', 'pass')]
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Sequence
+
+from .core import ConformanceError, Manifest, Result, Target, cases_for, run_case
+
+__all__ = ["run_suite", "SuiteRun"]
+
+
+@dataclass
+class SuiteRun:
+    """What a run produced: the target, profile, results in case order, and timing."""
+
+    target: Target
+    profile: str
+    results: list[Result]
+    seconds: float
+    report_dir: str
+    interrupted: bool = False
+    manifest: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+
+
+def _worker(conn: Connection, target: Target, profile: str, manifest: Manifest | None) -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    try:
+        target.setup()
+        cases = {c.id: c for c in cases_for(target, profile, manifest)}
+    except Exception as e:  # noqa: BLE001
+        conn.send(("setup_error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        case_id = conn.recv()
+        if case_id is None:
+            return
+        conn.send(("result", run_case(cases[case_id], target, manifest).to_dict()))
+
+
+class _Worker:
+    def __init__(self, ctx: Any, target: Target, profile: str, manifest: Manifest | None) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, target, profile, manifest), daemon=True)
+        self.proc.start()
+        child.close()
+        self.case: Any = None
+        self.started = 0.0
+        self.ready = False
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+
+
+def _journal(path: Path) -> dict[str, Result]:
+    done: dict[str, Result] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                d = json.loads(line)
+                done[d["id"]] = Result(**d)
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by an interruption
+    return done
+
+
+def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], *, jobs: int = 1,
+              manifest: Manifest | None = None, only: Sequence[str] = (), resume: bool = False,
+              progress: bool = True, timeout: float | None = None) -> SuiteRun:
+    """Run ``profile`` against ``target`` in ``jobs`` worker processes; results also go to
+    ``report_dir/journal.jsonl`` as they finish. ``only``: case-id globs to run; ``timeout``:
+    seconds per case (default: each case's own, 120 s for most)."""
+    report = Path(report_dir)
+    try:
+        report.mkdir(parents=True, exist_ok=True)
+        probe = report / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConformanceError(f"the report directory {report} is not writable ({e}); pass --report DIR") from e
+    target.setup()  # fail fast, in this process, with a clear error
+    cases = cases_for(target, profile, manifest)
+    if only:
+        cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in only)]
+    journal_path = report / "journal.jsonl"
+    done = _journal(journal_path) if resume else {}
+    if not resume and journal_path.exists():
+        journal_path.unlink()
+    todo = [c for c in cases if c.id not in done]
+    timeouts = {c.id: timeout or c.timeout for c in cases}
+    results: dict[str, Result] = dict(done)
+    start = time.perf_counter()
+    bar = _Progress(len(cases), len(done), enabled=progress)
+    ctx = mp.get_context("spawn")
+    workers: list[_Worker] = []
+    queue = [c.id for c in todo]
+    interrupted = False
+    area_of = {c.id: c.area for c in cases}
+    try:
+        with open(journal_path, "a") as journal:
+            def record(r: Result) -> None:
+                results[r.id] = r
+                journal.write(json.dumps(r.to_dict()) + "\n")
+                journal.flush()
+                bar.advance(r)
+
+            workers = [_Worker(ctx, target, profile, manifest) for _ in range(max(1, min(jobs, len(queue) or 1)))]
+            while queue or any(w.case for w in workers):
+                for w in workers:
+                    if w.ready and w.case is None and queue:
+                        w.case, w.started = queue.pop(0), time.perf_counter()
+                        w.conn.send(w.case)
+                ready = wait([w.conn for w in workers] + [w.proc.sentinel for w in workers], timeout=1.0)
+                for i, w in enumerate(workers):
+                    if w.conn in ready or (w.proc.sentinel in ready):
+                        try:
+                            kind, payload = w.conn.recv() if w.conn.poll() else ("dead", None)
+                        except (EOFError, OSError):
+                            kind, payload = "dead", None
+                        if kind == "ready":
+                            w.ready = True
+                        elif kind == "result":
+                            record(Result(**payload))
+                            w.case = None
+                        elif kind == "setup_error":
+                            raise ConformanceError(f"a worker could not set the target up: {payload}")
+                        elif not w.proc.is_alive():
+                            if w.case is not None:
+                                record(Result(w.case, area_of[w.case], "fail",
+                                              f"the worker process crashed (exit code {w.proc.exitcode})",
+                                              time.perf_counter() - w.started))
+                            w.stop()
+                            workers[i] = _Worker(ctx, target, profile, manifest)
+                    elif w.case is not None and time.perf_counter() - w.started > timeouts[w.case]:
+                        record(Result(w.case, area_of[w.case], "fail", f"timeout after {timeouts[w.case]:.0f} s",
+                                      time.perf_counter() - w.started))
+                        w.stop()
+                        workers[i] = _Worker(ctx, target, profile, manifest)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        for w in workers:
+            try:
+                w.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+            w.stop()
+        bar.close()
+    ordered = [results[c.id] for c in cases if c.id in results]
+    return SuiteRun(target, profile, ordered, time.perf_counter() - start, str(report), interrupted,
+                    manifest.path if manifest else "")
+
+
+class _Progress:
+    """A rich progress bar (or nothing when disabled or rich is missing)."""
+
+    def __init__(self, total: int, done: int, enabled: bool) -> None:
+        self.bar = None
+        if not enabled:
+            return
+        try:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        except ImportError:
+            return
+        self.bar = Progress(TextColumn("[bold]conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.description}"), transient=False)
+        self.bar.start()
+        self.task = self.bar.add_task("", total=total, completed=done)
+
+    def advance(self, r: Result) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"{r.status:<8} {r.id}"[:70])
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
