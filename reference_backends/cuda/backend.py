@@ -7,14 +7,17 @@ disk by content hash, launched on torch's ``cuda`` device or on a PrivateUse1 GP
 """
 from __future__ import annotations
 
+import types
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from torchvendor.sdk import Backend, BackendError, Level
+from torchvendor.ir.loop_ir import Kernel
+from torchvendor.sdk import Backend, BackendError, Level, loop_kernels
 
-from .codegen import generate
+from .codegen import CodegenError, CudaKernel, generate
 from .launch import CompiledKernel, nvrtc_compile
 
 __all__ = ["CudaBackend", "device_arch"]
@@ -48,24 +51,74 @@ class CudaBackend(Backend):
     version = "1"
 
     def compile(self, kernel: Any) -> Callable[..., None]:
-        """One :class:`torchvendor.sdk.LoopKernel` -> ``fn(*buffers, *sizes)``."""
+        """One :class:`torchvendor.sdk.LoopKernel` -> ``fn(*buffers, *sizes)``.
+
+        A row-reduction kernel followed directly by a pointwise kernel over the same rows (a
+        softmax's or layer norm's epilogue, which the loop IR puts in a kernel of its own) is
+        generated as one launch: the pointwise kernel's call runs both, the reduction kernel's
+        call does nothing (its buffers are among the pointwise kernel's)."""
         if kernel.device == "cpu":
             raise BackendError("torchvendor_cuda runs on a GPU; this kernel's buffers are on cpu "
                                "(move the model and inputs to 'cuda')")
         arch, sms = device_arch(kernel.device)
-        mine = {b.name for b in kernel.buffers}
-        elsewhere = {n for op in kernel.program.ops if op is not kernel.kernel
-                     for n in (*op.reads(), *op.writes())}
-        elsewhere |= {getattr(o, "name", o) for o in kernel.program.outputs if o is not None}
-        views = {b.name: b.view_of for b in kernel.program.buffers if b.view_of}
-        for name in list(elsewhere):   # a view used elsewhere makes its base used elsewhere
-            while name in views:
-                name = views[name]
-                elsewhere.add(name)
-        code = generate(kernel.kernel, kernel.buffers, kernel.size_vars, frozenset(elsewhere & mine), sms)
+        prev, nxt = _neighbours(kernel)
+        if nxt is not None and self._fused(kernel, nxt, sms) is not None:
+            return _nothing
+        code = self._fused(prev, kernel, sms) if prev is not None else None
+        code = code or _generate(kernel, (kernel,), sms)
 
         def build(path: str) -> None:
             Path(path).write_bytes(nvrtc_compile(code.source, f"{code.name}.cu", arch))
 
         cubin = self.cache.get_or_build(f"{arch}\n{code.source}", build, suffix=".cubin")
         return CompiledKernel(code, Path(cubin).read_bytes())
+
+    @staticmethod
+    def _fused(first: Any, second: Any, sms: int) -> CudaKernel | None:
+        """The code of ``first`` (with a reduction) and ``second`` (pointwise) as one kernel, if
+        that takes fewer launches than the two apart; else None."""
+        def reduces(k: Any) -> bool:
+            return any(n.reduction_ranges for n in k.kernel.nests)
+        if not reduces(first) or reduces(second) or first.device != second.device:
+            return None
+        if not ({b.name for b in first.buffers} <= {b.name for b in second.buffers}
+                and set(first.size_vars) <= set(second.size_vars)):
+            return None
+        merged = types.SimpleNamespace(kernel=replace(second.kernel, nests=first.kernel.nests + second.kernel.nests),
+                                       buffers=second.buffers, size_vars=second.size_vars, program=second.program)
+        try:
+            both = _generate(merged, (first, second), sms)
+            apart = len(_generate(first, (first,), sms).launches) + len(_generate(second, (second,), sms).launches)
+        except CodegenError:
+            return None
+        return both if len(both.launches) < apart else None
+
+
+def _nothing(*args: Any) -> None:
+    """A kernel whose work runs in the next kernel's launch."""
+
+
+def _neighbours(kernel: Any) -> tuple[Any, Any]:
+    """The LoopKernels directly before and after ``kernel`` in its program (None: not a kernel)."""
+    ops = kernel.program.ops
+    by_name = {lk.kernel.name: lk for lk in loop_kernels(kernel.program)}
+    i = next(j for j, op in enumerate(ops) if getattr(op, "name", None) == kernel.kernel.name)
+    near = [by_name.get(getattr(ops[j], "name", None)) if 0 <= j < len(ops) and isinstance(ops[j], Kernel) else None
+            for j in (i - 1, i + 1)]
+    return near[0], near[1]
+
+
+def _generate(kernel: Any, parts: tuple[Any, ...], sms: int) -> CudaKernel:
+    """Generate ``kernel``; buffers that ops other than ``parts`` use (or the program returns, or
+    that are bases of such views) are stored, the rest may stay in registers."""
+    program = kernel.program
+    skip = {p.kernel.name for p in parts}
+    elsewhere = {n for op in program.ops if getattr(op, "name", None) not in skip for n in (*op.reads(), *op.writes())}
+    elsewhere |= {getattr(o, "name", o) for o in program.outputs if o is not None}
+    views = {b.name: b.view_of for b in program.buffers if b.view_of}
+    for name in list(elsewhere):   # a view used elsewhere makes its base used elsewhere
+        while name in views:
+            name = views[name]
+            elsewhere.add(name)
+    mine = {b.name for b in kernel.buffers}
+    return generate(kernel.kernel, kernel.buffers, kernel.size_vars, frozenset(elsewhere & mine), sms)

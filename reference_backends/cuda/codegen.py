@@ -295,8 +295,12 @@ def _post_names(nest: LoopNest) -> set[str]:
 
 # ---- the generator -----------------------------------------------------------------------------
 _PRELUDE = r"""
+#ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
 #define NAN __int_as_float(0x7fffffff)
+#endif
 template <class T> __device__ __forceinline__ T tv_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <class T> __device__ __forceinline__ T tv_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 __device__ __forceinline__ long long tv_maxi(long long a, long long b) { return a > b ? a : b; }
