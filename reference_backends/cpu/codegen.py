@@ -416,8 +416,16 @@ class _Writer:
 _INIT = {"sum": "0", "prod": "1", "xor_sum": "0", "any": "false"}
 
 
+def _acc_dtype(w: _Writer, st: Stmt) -> str:
+    """The accumulator's dtype: the attr for value reductions; the values' own for argmax/argmin
+    (whose ``dtype`` is the int64 of the index)."""
+    if st.attr("kind") in ("argmax", "argmin"):
+        return st.attr("src_dtype") or w.dtypes.get(st.args[0], "float32")
+    return st.attr("dtype") or st.dtype or "float32"
+
+
 def _reduction_open(w: _Writer, st: Stmt) -> None:
-    kind, dtype = st.attr("kind"), st.attr("dtype") or st.dtype or "float32"
+    kind, dtype = st.attr("kind"), _acc_dtype(w, st)
     ct, n = VALUE[dtype], st.name
     if kind in _INIT:
         w.emit(f"{ct} {n}_acc = ({ct}){_INIT[kind]};")
@@ -437,7 +445,7 @@ def _reduction_open(w: _Writer, st: Stmt) -> None:
 
 def _reduction_update(w: _Writer, st: Stmt, ridx: str) -> None:
     kind, n, v = st.attr("kind"), st.name, st.args[0]
-    dtype = st.attr("dtype") or st.dtype or "float32"
+    dtype = _acc_dtype(w, st)
     ct = VALUE[dtype]
     if kind == "sum":
         w.emit(f"{n}_acc += ({ct}){v};")

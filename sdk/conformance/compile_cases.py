@@ -82,6 +82,12 @@ def _mutation(t: Target) -> None:
     _close(x, x2)
 
 
+def _noncontiguous_input(t: Target) -> None:
+    x = torch.randn(5, 7, device=t.device).t()  # strides (1, 7): the graph must honour them
+    f = _fresh(lambda x: torch.exp(x) * 2 + x[:, :1])
+    _close(_compile(t, f)(x), torch.exp(x) * 2 + x[:, :1])
+
+
 def _aliasing(t: Target) -> None:
     def f(x):
         return x.t(), x[1:] * 2
@@ -94,7 +100,7 @@ def _aliasing(t: Target) -> None:
 
 
 def _no_grad_modes(t: Target) -> None:
-    f = _compile(t, _fresh(lambda x, w: (x @ w).relu()))
+    f = _compile(t, _fresh(lambda x, w: torch.relu(x @ w)))
     x, w = torch.randn(4, 5, device=t.device), torch.randn(5, 3, device=t.device, requires_grad=True)
     with torch.no_grad():
         y = f(x, w)
@@ -162,7 +168,8 @@ def _cache(t: Target) -> Any:
 
 _FEATURES: dict[str, Callable[[Target], Any]] = {
     "graph_break": _graph_break, "guards_recompile": _recompile, "dynamic_shapes": _dynamic, "mutation": _mutation,
-    "aliasing": _aliasing, "no_grad_inference_mode": _no_grad_modes, "autocast": _autocast, "backward": _backward,
+    "noncontiguous_input": _noncontiguous_input, "aliasing": _aliasing, "no_grad_inference_mode": _no_grad_modes,
+    "autocast": _autocast, "backward": _backward,
     "one_object_per_options": _one_object_per_options, "artifact_cache": _cache,
 }
 

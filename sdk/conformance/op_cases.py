@@ -132,7 +132,9 @@ def _compiled_case(op: Any, dtype: torch.dtype, backward: bool, samples: int) ->
         if backward and not op.supports_autograd:
             return {"skip": "the op has no autograd"}
         try:
-            batch = list(op.sample_inputs("cpu", dtype, requires_grad=backward))[:samples]
+            batch = list(op.sample_inputs("cpu", dtype, requires_grad=backward))
+            # the largest samples exercise the most (OpInfo lists 0-d and size-1 cases first)
+            batch = sorted(batch, key=lambda s: -s.input.numel() if isinstance(s.input, torch.Tensor) else 0)[:samples]
         except Exception as e:  # noqa: BLE001
             return {"skip": f"sample generation failed: {e}"}
         if not batch:

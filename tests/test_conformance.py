@@ -1,0 +1,294 @@
+"""The conformance suite: it runs, it reports, it resumes, it survives crashes and hangs, it gives
+clear errors for bad input, and it catches broken backends and runtimes (negative controls)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchvendor.sdk import Backend, Level, register_backend
+from torchvendor.sdk.conformance.core import (ConformanceError, ManifestError, Target, cases_for, load_manifest,
+                                              run_case)
+from torchvendor.sdk.conformance.report import diff, to_dict, write_reports
+from torchvendor.sdk.conformance.runner import run_suite
+
+ROOT = Path(__file__).parent.parent
+MANIFEST = ROOT / "reference_backends" / "cpu" / "manifest.toml"
+
+
+def _cli(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "torchvendor.sdk.cli", "conformance", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def test_minimal_profile_on_the_reference_setup(tmp_path):
+    """What ./dev.sh demo runs: torchvendor_cpu on the simulated device, two workers."""
+    run = _cli("--backend", "torchvendor_cpu", "--device", "acme", "--profile", "minimal", "--jobs", "2",
+               "--manifest", str(MANIFEST), "--report", str(tmp_path), "--no-progress")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert set(doc["areas"]) == {"runtime", "device", "ops", "compile", "models"}
+    assert doc["summary"]["fail"] == 0 and doc["summary"]["pass"] > 50
+    assert doc["target"] == {"device": "acme", "backend": "torchvendor_cpu", "runtime": None, "options": {}}
+    assert doc["torch"] == torch.__version__ and len(doc["opdb_fingerprint"]) == 16
+    # the silent CPU fallback is visible: the simulator has no native kernels for eager ops
+    assert doc["summary"]["fallback"] > 0 and doc["fallback"]
+    assert "report.html" in run.stdout and "pass" in run.stdout
+    page = (tmp_path / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<script" not in page
+    assert "| runtime |" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_html_report_renders_in_headless_chromium(tmp_path):
+    run = run_suite(Target(device="cpu", backend="eager"), "minimal", tmp_path, only=["compile/*"], progress=False)
+    html = write_reports(run)["html"]
+    shot = tmp_path / "report.png"
+    out = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+                          "--enable-logging=stderr", "--v=0", f"--screenshot={shot}", "--window-size=1200,1400",
+                          f"file://{html}"], capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000, out.stderr[-2000:]
+    assert "Uncaught" not in out.stderr and "SyntaxError" not in out.stderr
+
+
+# ---- the runner: parallel, crashes, hangs, resume ------------------------------------------------------
+
+CRASHY = textwrap.dedent("""
+    import os, time
+    from torchvendor.sdk import Backend
+    class Crashy(Backend):
+        name = "tv_conf_crashy"
+        def compile(self, gm, example_inputs):
+            if any(n.target.__name__.startswith("sin") for n in gm.graph.nodes if n.op == "call_function"):
+                os._exit(3)          # a vendor compiler that takes the process down
+            if any(n.target.__name__.startswith("cos") for n in gm.graph.nodes if n.op == "call_function"):
+                time.sleep(3600)     # ... or never returns
+            return gm
+""")
+
+
+def test_crash_and_hang_are_that_case_failures_and_the_run_goes_on(tmp_path, monkeypatch):
+    (tmp_path / "crashy_backend.py").write_text(CRASHY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    target = Target(device="cpu", backend="crashy_backend:Crashy")
+    run = run_suite(target, "minimal", tmp_path / "r", jobs=2, timeout=20, progress=False,
+                    only=["ops/exp/*", "ops/mul/*", "compile/mutation", "compile/graph_break", "compile/dynamic_shapes"])
+    status = {r.id: (r.status, r.reason) for r in run.results}
+    assert status["compile/graph_break"][0] == "fail" and "crashed" in status["compile/graph_break"][1]
+    assert status["compile/mutation"][0] == "pass" and status["ops/mul/float32/compiled"][0] == "pass"
+    assert status["compile/dynamic_shapes"][0] == "pass"
+    assert len(run.results) == 5
+
+
+def test_resume_keeps_finished_cases(tmp_path):
+    target = Target(device="cpu", backend="eager")
+    first = run_suite(target, "minimal", tmp_path, only=["compile/mutation"], progress=False)
+    assert [r.id for r in first.results] == ["compile/mutation"]
+    journal = (tmp_path / "journal.jsonl").read_text()
+    again = run_suite(target, "minimal", tmp_path, only=["compile/mutation", "compile/aliasing"], resume=True,
+                      progress=False)
+    assert [r.id for r in again.results] == ["compile/mutation", "compile/aliasing"]
+    assert (tmp_path / "journal.jsonl").read_text().startswith(journal)
+
+
+def test_diff_lists_regressions_and_fixes(tmp_path):
+    target = Target(device="cpu", backend="eager")
+    old = run_suite(target, "minimal", tmp_path / "old", only=["compile/mutation", "compile/aliasing"], progress=False)
+    write_reports(old)
+    new_doc = json.loads((tmp_path / "old" / "report.json").read_text())
+    new_doc["cases"][0]["status"], new_doc["cases"][0]["reason"] = "fail", "broken"
+    (tmp_path / "new.json").write_text(json.dumps(new_doc))
+    regressions, fixes = diff(tmp_path / "old", tmp_path / "new.json")
+    assert regressions == ["compile/mutation: pass -> fail (broken)"] and fixes == []
+    run = _cli("diff", str(tmp_path / "old"), str(tmp_path / "new.json"))
+    assert run.returncode == 1 and "REGRESSION compile/mutation" in run.stdout
+
+
+# ---- bad input ------------------------------------------------------------------------------------------
+
+def test_bad_input_gets_clear_errors(tmp_path):
+    run = _cli("--backend", "no_such_backend", "--report", str(tmp_path))
+    assert run.returncode == 2 and "unknown compile backend 'no_such_backend'" in run.stdout
+    run = _cli("--device", "acme2", "--runtime", str(tmp_path / "missing.so"), "--report", str(tmp_path))
+    assert run.returncode == 2 and "cannot bring up device 'acme2'" in run.stdout and "missing.so" in run.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('areas = ["device"]\nops = ["add"]\ndtypes = 3\n')
+    with pytest.raises(ManifestError, match=r"bad.toml, line 3, field 'dtypes': expected a list, got int"):
+        load_manifest(bad)
+    bad.write_text('colour = ["red"]\n')
+    with pytest.raises(ManifestError, match=r"line 1, field 'colour': unknown field"):
+        load_manifest(bad)
+    bad.write_text('areas = ["teleport"]\n')
+    with pytest.raises(ManifestError, match=r"unknown area\(s\) \['teleport'\]"):
+        load_manifest(bad)
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    readonly.chmod(0o500)
+    if os.access(readonly, os.W_OK):  # root ignores permissions: use a path under a file instead
+        readonly = tmp_path / "bad.toml" / "sub"
+    with pytest.raises(ConformanceError, match="is not writable"):
+        run_suite(Target(device="cpu", backend="eager"), "minimal", readonly, progress=False)
+    with pytest.raises(ConformanceError, match="unknown profile 'huge'"):
+        cases_for(Target(), "huge")
+
+
+def test_manifest_skips_unclaimed_and_expects_failures(tmp_path):
+    m = tmp_path / "m.toml"
+    m.write_text('ops = ["add"]\n[xfail]\n"compile/mutation" = "known"\n')
+    manifest = load_manifest(m)
+    target = Target(device="cpu", backend="tv_conf_dropped_mutation")
+    cases = {c.id: c for c in cases_for(target, "minimal", manifest)}
+    assert run_case(cases["ops/mul/float32/compiled"], target, manifest).status == "skip"
+    assert run_case(cases["compile/mutation"], target, manifest).status == "xfail"
+
+
+# ---- negative controls: every injected fault is caught -----------------------------------------------
+
+class _Mutant(Backend):
+    level = Level.ATEN
+    supported_ops = None
+
+    def compile(self, gm, example_inputs):
+        self.mutate(gm)
+        gm.recompile()
+        return gm
+
+    def mutate(self, gm):
+        raise NotImplementedError
+
+
+def _mutant(name, fn, **attrs):
+    cls = type(f"Mutant_{name}", (_Mutant,), {"name": f"tv_conf_{name}", "mutate": lambda self, gm: fn(gm), **attrs})
+    register_backend(cls)
+    return cls.name
+
+
+def _retarget(gm, old, new):
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target == old:
+            n.target = new
+
+
+def _drop_copy(gm):
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target == torch.ops.aten.copy_.default:
+            n.replace_all_uses_with(n.args[1])
+            gm.graph.erase_node(n)
+
+
+def _wrong_dtype_backend():
+    class WrongDtype(Backend):
+        name = "tv_conf_wrong_dtype"
+        default_options = {}
+
+        def compile(self, gm, example_inputs):
+            return lambda *a: tuple(x.double() if isinstance(x, torch.Tensor) else x
+                                    for x in (gm(*a) if isinstance(gm(*a), tuple) else (gm(*a),)))
+    register_backend(WrongDtype)
+    return WrongDtype.name
+
+
+def _lost_backward_backend():
+    class LostBackward(Backend):
+        name = "tv_conf_lost_backward"
+        level = Level.TORCH
+
+        def compile(self, gm, example_inputs):
+            def run(*a):
+                with torch.no_grad():
+                    return gm(*a)
+            return run
+    register_backend(LostBackward)
+    return LostBackward.name
+
+
+MUTANTS = {
+    # name: (backend, case ids that must fail)
+    "compile_error": ("relu_compile_error_TESTING_ONLY", ["compile/no_grad_inference_mode"]),
+    "runtime_error": ("relu_runtime_error_TESTING_ONLY", ["compile/no_grad_inference_mode"]),
+    "accuracy_error": ("relu_accuracy_error_TESTING_ONLY", ["compile/no_grad_inference_mode"]),
+    "wrong_op": (lambda: _mutant("wrong_op", lambda gm: _retarget(gm, torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor)),
+                 ["ops/mul/float32/compiled"]),
+    "wrong_reduction": (lambda: _mutant("wrong_reduction", lambda gm: _retarget(gm, torch.ops.aten.amax.default,
+                                                                                torch.ops.aten.amin.default)),
+                        ["ops/amax/float32/compiled"]),
+    "wrong_dtype": (_wrong_dtype_backend, ["ops/exp/float32/compiled"]),
+    "dropped_mutation": (lambda: _mutant("dropped_mutation", _drop_copy), ["compile/mutation"]),
+    "ignores_strides": (lambda: _mutant("ignores_strides", lambda gm: _retarget(
+        gm, torch.ops.aten.exp.default, lambda x: torch.ops.aten.exp.default(
+            x.as_strided(x.shape, torch.empty(x.shape).stride())))), ["compile/noncontiguous_input"]),
+    "lost_backward": (_lost_backward_backend, ["compile/backward"]),
+    "wrong_epilogue": (lambda: _mutant("wrong_epilogue", lambda gm: _retarget(
+        gm, torch.ops.aten.gelu.default, lambda x, approximate="none": torch.ops.aten.gelu.default(x, approximate="tanh"))),
+                       ["ops/nn.functional.gelu/float32/compiled"]),
+    "log_softmax_for_softmax": (lambda: _mutant("softmax_swap", lambda gm: _retarget(
+        gm, torch.ops.aten._softmax.default, torch.ops.aten._log_softmax.default)),
+                           ["ops/softmax/float32/compiled"]),
+    "dropped_bias": (lambda: _mutant("dropped_bias", lambda gm: _retarget(
+        gm, torch.ops.aten.addmm.default, lambda b, x, w, **kw: torch.ops.aten.mm.default(x, w))),
+        ["ops/addmm/float32/compiled"]),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_negative_control_is_caught(mutant):
+    backend, must_fail = MUTANTS[mutant]
+    name = backend() if callable(backend) else backend
+    target = Target(device="cpu", backend=name, options=(("strict", True),) if name.startswith("tv_conf") else ())
+    target.setup()
+    cases = {c.id: c for c in cases_for(target, "inference")}  # three samples per op
+    for case_id in must_fail:
+        result = run_case(cases[case_id], target)
+        assert result.status == "fail", f"{mutant} was not caught by {case_id}: {result}"
+
+
+def test_runtime_mutant_is_caught(tmp_path):
+    """A runtime library whose memcpy drops the last byte: the runtime ABI area catches it."""
+    from torchvendor.sdk import default_runtime_path
+
+    shim = tmp_path / "mutant.c"
+    shim.write_text(textwrap.dedent(f"""
+        #include <dlfcn.h>
+        #include <string.h>
+        #include "torchvendor/runtime.h"
+        static tv_runtime table; static const tv_runtime* real;
+        static tv_status bad_memcpy(void* d, const void* s, size_t n, tv_memcpy_kind k) {{
+          return real->memcpy(d, s, n > 1 ? n - 1 : n, k); }}
+        TV_EXPORT tv_status torchvendor_get_runtime(uint32_t major, const tv_runtime** out) {{
+          void* h = dlopen("{default_runtime_path()}", RTLD_NOW | RTLD_LOCAL);
+          tv_get_runtime_fn get = (tv_get_runtime_fn)dlsym(h, "torchvendor_get_runtime");
+          tv_status s = get(major, &real); if (s) return s;
+          memcpy(&table, real, sizeof table); table.memcpy = bad_memcpy; *out = &table; return TV_SUCCESS; }}
+    """))
+    lib = tmp_path / "libmutant.so"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    build = subprocess.run([cc, "-shared", "-fPIC", f"-I{ROOT / 'csrc' / 'include'}", str(shim), "-o", str(lib), "-ldl"],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    from torchvendor.sdk.conformance import runtime_cases
+
+    target = Target(device="acme", runtime=str(lib))
+    cases = {c.id: c for c in runtime_cases.cases(target, "minimal")}
+    assert run_case(cases["runtime/memory"], target).status == "fail"
+    assert run_case(cases["runtime/header"], target).status == "pass"
+
+
+def test_report_document_counts():
+    from torchvendor.sdk.conformance.core import Result
+    from torchvendor.sdk.conformance.runner import SuiteRun
+
+    results = [Result("a/x", "a", "pass"), Result("a/y", "a", "fail", "boom"), Result("b/z", "b", "fallback",
+                                                                                        fallback={"aten.mm": 2})]
+    doc = to_dict(SuiteRun(Target(), "minimal", results, 1.0, "."))
+    assert doc["summary"] == {"pass": 1, "fallback": 1, "fail": 1, "skip": 0, "xfail": 0}
+    assert doc["areas"]["a"]["fail"] == 1 and doc["fallback"] == {"aten.mm": 2}
