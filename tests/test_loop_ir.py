@@ -335,3 +335,18 @@ def test_program_view_and_subprogram() -> None:
     assert len(outs) == len(sub.outputs) and all(torch.isfinite(o).all() for o in outs)
 
 
+
+
+def test_identity_prints_as_a_function_not_the_imaginary_unit():
+    """sympy's StrPrinter has a _print_Identity for matrices that prints "I" (which parses back
+    as the imaginary unit); Inductor's Identity must print as a call."""
+    import sympy
+    from torch.utils._sympy.functions import Identity
+
+    from torchvendor.ir.loop_ir.extract import format_expr
+    from torchvendor.ir.loop_ir.schema import parse_expr
+
+    i1 = sympy.Symbol("i1", integer=True)
+    text = format_expr(5 * i1 + Identity(i1 - 5))
+    assert "Identity(i1 - 5)" in text and "I)" not in text
+    assert parse_expr(text).free_symbols == {parse_expr("i1")}

@@ -59,6 +59,9 @@ class _IndexPrinter(sympy.printing.str.StrPrinter):
     def _print_Symbol(self, expr: Any) -> str:
         return expr.name
 
+    # sympy's StrPrinter prints a class named Identity as the matrix "I"; Inductor's is a function.
+    _print_Identity = _print_Function
+
     def parenthesize(self, item: Any, level: int, strict: bool = False) -> str:
         if isinstance(item, sympy.Function):  # a call never needs parentheses
             return self._print(item)
