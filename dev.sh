@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: sets up .venv (torch 2.13.0 CPU, the C++ build) and
-# runs a job.   ./dev.sh demo | test [pytest args] | slow | bench | shell
+# runs a job.   ./dev.sh demo [conformance args] | test [pytest args] | slow | bench | shell
+# demo: the conformance suite's minimal profile, torchvendor_cpu on the simulated device "acme";
+# the report lands in conformance-report/ (report.html, report.md, report.json).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -20,7 +22,9 @@ fi
 .venv/bin/python -c "import torchvendor._C" 
 job=${1:-demo}; shift || true
 case "$job" in
-  demo)  exec .venv/bin/python -m torchvendor.sdk.demo "$@" ;;
+  demo)  exec .venv/bin/python -m torchvendor.sdk.cli conformance --backend torchvendor_cpu --device acme \
+           --profile minimal --jobs 2 --manifest reference_backends/cpu/manifest.toml \
+           --report conformance-report "$@" ;;
   test)  exec .venv/bin/python -m pytest "$@" ;;
   slow)  exec .venv/bin/python -m pytest -m slow "$@" ;;
   bench) exec .venv/bin/python bench/run_all.py "$@" ;;
