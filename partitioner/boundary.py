@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["value_bytes", "refine_waves", "boundary_cost"]
+__all__ = ["value_bytes", "refine_waves", "boundary_cost", "boundary_total", "eject_cheap"]
 
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
              "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1,
@@ -78,6 +78,27 @@ def boundary_cost(size: int, producer: int, consumer_parts: Any) -> int:
         return 0
     reads = len(others) - (-1 in others)
     return size * (reads + (producer != -1))
+
+
+def boundary_total(uwave: Sequence[int], unit_of: Sequence[int] | None, succ: Sequence[Sequence[int]],
+                   size_of: Callable[[int], int]) -> int:
+    """Total boundary bytes of a wave assignment (``uwave`` per unit, ``-1``: fallback); node
+    ``i`` reads its value's consumers from ``succ[i]``.
+
+    >>> boundary_total([0, 0, 1], None, [[1, 2], [], []], lambda i: 4)  # value 0 leaves wave 0 for wave 1
+    8
+    """
+    node_wave = uwave if unit_of is None else [uwave[u] for u in unit_of]
+    total = 0
+    for x, consumers in enumerate(succ):
+        if not consumers:
+            continue
+        px = node_wave[x]
+        for k in consumers:
+            if node_wave[k] != px:
+                total += boundary_cost(size_of(x), px, [node_wave[k] for k in consumers])
+                break
+    return total
 
 
 class _Placement:
@@ -155,6 +176,47 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
         backward = sweep % 2 == 0
         moves += _sweep(st, order, n_waves, usucc, upreds, members, backward, movable)
     return moves
+
+
+def eject_cheap(uwave: list[int], unit_of: Sequence[int] | None, members: Mapping[int, Sequence[int]],
+                cheap: Sequence[int],
+                preds: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], size_of: Callable[[int], int],
+                movable: Callable[[int, int, int], bool] | None = None) -> list[int]:
+    """Take cheap single-node units (views) out of their partition where that lowers the
+    boundary bytes, as CBP's ``remove_bookend_non_compute_ops`` does: a transpose of a weight
+    that is also a graph output then runs on the host, and the partition reads the weight's
+    view instead of writing it back. ``cheap``: candidate node indices, in graph order; only
+    single-node units (not in ``members``, the multi-node units by root) are taken out.
+    Returns the ejected nodes; ``uwave`` is updated (``-1``).
+
+    Safe for convexity iff every supported producer's wave is below every supported
+    consumer's wave (then each path through the node still climbs strictly).
+
+    >>> # w (input) -> t (view, also a graph output) -> mm: t's value need not leave the device
+    >>> succ = [[1], [2, 3], [3], []]; preds = [[], [0], [1], [1, 2]]
+    >>> eject_cheap([-1, 0, 0, -1], None, {}, [1], preds, succ, lambda i: 4)
+    [1]
+    """
+    st = _Placement(uwave, unit_of, preds, succ, size_of)
+    wave = st.wave
+    out = []
+    for v in cheap:
+        u = v if unit_of is None else unit_of[v]
+        w0 = uwave[u]
+        if w0 < 0 or u != v or u in members:
+            continue
+        hi_pred = max((wave(p) for p in preds[v]), default=-1)
+        lo_succ = min((w for w in map(wave, succ[v]) if w >= 0), default=None)
+        if lo_succ is not None and hi_pred >= lo_succ:
+            continue
+        touched, _ = _touched(st, v, None)
+        if _cost_at(st, touched, None, v, w0, -1) >= _cost_at(st, touched, None, v, w0, w0):
+            continue
+        if movable is not None and not movable(u, w0, -1):
+            continue
+        _move(st, (u,), None, w0, -1)
+        out.append(v)
+    return out
 
 
 def _topo_order(usucc: Sequence[Sequence[int]], upreds: Sequence[Sequence[int]]) -> list[int]:
@@ -244,9 +306,57 @@ def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, me
             continue
         best = _best_wave(st, u, members.get(u), w0, lo, hi, backward)
         if best != w0 and (movable is None or movable(u, w0, best)):
-            _move(st, u, members.get(u), w0, best)
+            _move(st, (u,), members.get(u), w0, best)
             moves += 1
+        elif backward and hi > w0 and u not in members:
+            moves += _move_cone(st, u, w0, w0, hi, upreds, usucc, members, movable)
+        elif not backward and lo < w0 and u not in members:
+            moves += _move_cone(st, u, w0, lo, w0, usucc, upreds, members, movable)
     return moves
+
+
+def _cone(st: _Placement, u: int, w0: int, upreds, usucc, members, limit: int = 32) -> list[int]:
+    """``u`` and its exclusive producers in its wave, transitively (single-node supported
+    units all of whose successors are in the cone or sinks outside every partition, such as the
+    graph output): a weight's transpose feeding only a matmul
+    moves with it, where moving either alone would cut a value. With the edge lists swapped:
+    its exclusive consumers."""
+    uwave, unit_of = st.uwave, st.unit_of
+    cone, inset = [u], {u}
+    i = 0
+    while i < len(cone) < limit:
+        m = cone[i]
+        i += 1
+        for p in upreds[m]:
+            if (p in inset or uwave[p] != w0 or p in members or (unit_of is not None and unit_of[p] != p)
+                    or not all(x in inset or (uwave[x] < 0 and not usucc[x]) for x in usucc[p])):
+                continue
+            cone.append(p)
+            inset.add(p)
+    return cone
+
+
+def _move_cone(st: _Placement, u: int, w0: int, lo: int, hi: int, inward, outward, members, movable) -> int:
+    """Try moving ``u``'s cone (:func:`_cone` along ``inward`` edges) as one block within
+    ``[lo, hi]``. The cone's other edges stay inside it, so ``u``'s bounds are the cone's: in a
+    reverse sweep (producers' cone, later waves) only ``u`` has outside consumers; in a forward
+    sweep (consumers' cone, earlier waves) only ``u`` has outside producers."""
+    cone = _cone(st, u, w0, inward, outward, members)
+    if len(cone) == 1:
+        return 0
+    backward = hi > w0
+    best = _best_wave(st, u, cone, w0, lo, hi, backward)
+    if best == w0:
+        return 0
+    done = []
+    for m in cone:
+        if movable is not None and not movable(m, w0, best):
+            for d in done:
+                movable(d, best, w0)
+            return 0
+        done.append(m)
+    _move(st, cone, cone, w0, best)
+    return 1
 
 
 def _interior(st: _Placement, u: int, w0: int) -> bool:
@@ -312,10 +422,12 @@ def _best_wave(st: _Placement, u: int, group, w0: int, lo: int, hi: int, backwar
     return best
 
 
-def _move(st: _Placement, u: int, group, old: int, new: int) -> None:
-    st.uwave[u] = new
+def _move(st: _Placement, units: Sequence[int], group, old: int, new: int) -> None:
+    """Put ``units`` in wave ``new``; ``group``: the nodes they hold (``None``: the units are nodes)."""
+    for u in units:
+        st.uwave[u] = new
     counts = st.counts
-    for m in (group or (u,)):
+    for m in (group or units):
         for p in st.preds[m]:
             c = counts.get(p)
             if c is not None:

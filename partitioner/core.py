@@ -56,7 +56,7 @@ from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Seque
 
 from ..ir.graph_view import GraphView
 
-from .boundary import refine_waves, value_bytes
+from .boundary import boundary_total, eject_cheap, refine_waves, value_bytes
 from .support import as_oracle, check, op_matches
 
 __all__ = ["PartitionOptions", "Partition", "PartitionResult", "PartitionError",
@@ -65,6 +65,12 @@ __all__ = ["PartitionOptions", "Partition", "PartitionResult", "PartitionError",
 N = TypeVar("N", bound=Hashable)
 
 FORCED_REASON = "forced to fallback (fallback_ops)"
+EJECTED_REASON = "a cheap op (cheap_ops) at a partition's edge: runs outside, fewer boundary bytes"
+
+#: view-like ATen ops: cheap on the host, so a partition may leave them out at its edges
+DEFAULT_CHEAP_OPS = frozenset({"aten.view", "aten._unsafe_view", "aten.reshape", "aten.permute", "aten.t",
+                               "aten.transpose", "aten.expand", "aten.unsqueeze", "aten.squeeze", "aten.alias",
+                               "aten.slice", "aten.select", "aten.detach"})
 
 
 class PartitionError(ValueError):
@@ -114,6 +120,9 @@ class PartitionOptions:
         boundary_aware: among the placements with the same (minimum) count, move units between
             waves to lower the boundary bytes (:mod:`~torchvendor.partitioner.boundary`);
             ``False`` keeps the plain earliest-wave assignment. Needs ``merge_independent``.
+        cheap_ops: keys (dotted prefixes) of ops cheap to run outside (views); with
+            ``boundary_aware``, one at a partition's edge falls back when that lowers the boundary
+            bytes (CBP's bookend removal), with a reason saying so. Empty to disable.
     """
 
     min_size: int = 1
@@ -126,9 +135,10 @@ class PartitionOptions:
     detect_mutation: bool = True
     max_rounds: int = 32
     boundary_aware: bool = True
+    cheap_ops: frozenset[str] = DEFAULT_CHEAP_OPS
 
     def __post_init__(self) -> None:
-        for name in ("fallback_ops", "getitem_ops", "non_compute_ops", "min_size_exempt_ops"):
+        for name in ("fallback_ops", "getitem_ops", "non_compute_ops", "min_size_exempt_ops", "cheap_ops"):
             object.__setattr__(self, name, _frozen(getattr(self, name), name))
         if not isinstance(self.min_size, int) or self.min_size < 0:
             raise PartitionError(f"min_size must be a non-negative int, got {self.min_size!r}")
@@ -452,8 +462,9 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
             and not _has_interior_non_op(g))
     units = _atomic_units(view, g, reasons, atomic_groups, opts, fast, stats)
     groups, units, unit_wave = _waves_and_min_size(view, g, units, reasons, opts, fast, stats)
-    if opts.boundary_aware and opts.merge_independent and stats["waves"] > 1 and "min_size_capped" not in stats:
-        groups = _refine_boundary(view, g, units, unit_wave, reasons, opts, stats)
+    if (opts.boundary_aware and opts.merge_independent and stats["waves"] and "min_size_capped" not in stats
+            and (stats["waves"] > 1 or opts.cheap_ops)):
+        groups = _refine_boundary(view, g, units, unit_wave, reasons, opts, stats) or groups
     result = _assemble(view, g, groups, reasons, opts, stats)
     stats["seconds"] = time.perf_counter() - t_start
     return result
@@ -647,28 +658,88 @@ def _waves_and_min_size(view: GraphView, g: _Index, units: _Units, reasons: list
 
 
 def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[int], reasons: list[str | None],
-                     opts: PartitionOptions, stats: dict[str, Any]) -> dict[tuple[int, int], list[int]]:
-    """Step 5b: move units between waves to lower the boundary bytes, keeping the count
-    (:mod:`~torchvendor.partitioner.boundary`); the groups of the new waves."""
-    nodes, ops, meta = g.nodes, g.ops, view.meta
-    unit_of, n_units, usucc = units.unit_of, units.n_units, units.usucc
-    if unit_of is None:
-        upreds: Sequence[Sequence[int]] = g.all_preds
-    else:
-        upreds = [[] for _ in range(n_units)]
-        for u in range(n_units):
-            for s in usucc[u]:
-                upreds[s].append(u)
+                     opts: PartitionOptions, stats: dict[str, Any]) -> dict[tuple[int, int], list[int]] | None:
+    """Step 5b: move units between waves to lower the boundary bytes, keeping the count, and
+    leave cheap ops at partition edges outside where that helps
+    (:mod:`~torchvendor.partitioner.boundary`); the groups of the new waves (``None``: unchanged)."""
+    n_waves, unit_of = stats["waves"], units.unit_of
+    cheap_ops = opts.cheap_ops
+    is_cheap = {op: op_matches(op, cheap_ops) for op in dict.fromkeys(g.ops)} if cheap_ops else {}
+    cheap = [i for i, op in enumerate(g.ops) if is_cheap[op]] if any(is_cheap.values()) else []
+    if n_waves < 2 and not cheap:
+        return None
+    nodes, meta = g.nodes, view.meta
+    sizes: dict[int, int] = {}
 
     def size_of(i: int) -> int:
-        return value_bytes(meta(nodes[i])) or 1
+        s = sizes.get(i)
+        if s is None:
+            s = sizes[i] = value_bytes(meta(nodes[i])) or 1
+        return s
 
+    upreds = _unit_preds(g, units)
     min_size = 0 if opts.require_full else opts.min_size
-    movable = _wave_books(g, units, unit_wave, stats["waves"], min_size, opts)
-    stats["boundary_moves"] = refine_waves(unit_wave, stats["waves"], usucc, upreds, unit_of, units.members,
-                                           g.preds, g.data_succ, size_of, movable)
+    starts = [unit_wave]
+    if 1 < n_waves and len(nodes) <= _TWO_STARTS_MAX_NODES:
+        latest = _latest_waves(units, upreds, n_waves)
+        if latest is not None and (min_size <= 1 or _sizes_ok(g, units, latest, n_waves, min_size, opts)):
+            starts.append(latest)
+    best = None
+    for start in starts:  # earliest waves, then latest waves (small graphs): keep the cheaper
+        movable = _wave_books(g, units, start, n_waves, min_size, opts)
+        moves = refine_waves(start, n_waves, units.usucc, upreds, unit_of, units.members, g.preds, g.data_succ,
+                             size_of, movable) if n_waves > 1 else 0
+        ejected = eject_cheap(start, unit_of, units.members, cheap, g.preds, g.data_succ, size_of, movable) if cheap else []
+        cost = boundary_total(start, unit_of, g.data_succ, size_of) if len(starts) > 1 else 0
+        if best is None or cost < best[0]:
+            best = (cost, start, moves, ejected)
+    _, unit_wave, stats["boundary_moves"], ejected = best
+    stats["ejected"] = len(ejected)
+    stats["boundary_start"] = "earliest" if unit_wave is starts[0] else "latest"
+    for i in ejected:
+        reasons[i] = EJECTED_REASON
     node_wave = unit_wave if unit_of is None else [unit_wave[u] for u in unit_of]
     return _split_groups(node_wave, g.all_preds, True, unit_of)
+
+
+def _unit_preds(g: _Index, units: _Units) -> Sequence[Sequence[int]]:
+    """Predecessor lists of the unit graph (the node graph's when every node is a unit)."""
+    if units.unit_of is None:
+        return g.all_preds
+    upreds: list[list[int]] = [[] for _ in range(units.n_units)]
+    for u, succ in enumerate(units.usucc):
+        for s in succ:
+            upreds[s].append(u)
+    return upreds
+
+
+def _sizes_ok(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_size: int,
+              opts: PartitionOptions) -> bool:
+    """Every wave holds ``min_size`` compute nodes, or an exempt op."""
+    ops, non_compute, exempt = g.ops, opts.non_compute_ops, opts.min_size_exempt_ops
+    node_wave = unit_wave if units.unit_of is None else [unit_wave[u] for u in units.unit_of]
+    count = [0] * n_waves
+    kept = [False] * n_waves
+    for i, w in enumerate(node_wave):
+        if w >= 0:
+            count[w] += ops[i] not in non_compute
+            if exempt and op_matches(ops[i], exempt):
+                kept[w] = True
+    return all(c >= min_size or k for c, k in zip(count, kept))
+
+
+#: graphs up to this many nodes are also refined from the latest-wave assignment
+_TWO_STARTS_MAX_NODES = 20000
+
+
+def _latest_waves(units: _Units, upreds: Sequence[Sequence[int]], n_waves: int) -> list[int] | None:
+    """The waves run on the reversed unit graph, numbered back: every unit as late as it can
+    be (``None`` if the count differs, which the symmetric optimality rules out)."""
+    rev_indeg = [len(s) for s in units.usucc]
+    rev, k, processed = _waves(units.n_units, upreds, rev_indeg, units.sup)
+    if k != n_waves or processed != units.n_units:
+        return None
+    return [n_waves - 1 - w if w >= 0 else -1 for w in rev]
 
 
 def _wave_books(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_size: int,
