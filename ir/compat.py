@@ -597,3 +597,26 @@ def dynamo_backend_names() -> list[str]:
     import torch._dynamo
 
     return list(torch._dynamo.list_backends(exclude_tags=()))
+
+
+# ---- PrivateUse1 registration (the device layer, sdk/device.py) ----------------------------------------
+
+def privateuse1_backend_name() -> str:
+    """The name PrivateUse1 has in this process (``"privateuseone"`` while nobody renamed it).
+
+    >>> isinstance(privateuse1_backend_name(), str)
+    True
+    """
+    return torch._C._get_privateuse1_backend_name()
+
+
+def register_device_module(name: str, module: _Any) -> None:
+    """``torch._register_device_module``: make ``module`` available as ``torch.<name>``."""
+    torch._register_device_module(name, module)
+
+
+def ordered_set() -> type:
+    """Inductor's ``OrderedSet`` (its scheduler hands and expects them)."""
+    from torch.utils._ordered_set import OrderedSet
+
+    return OrderedSet

@@ -33,6 +33,8 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 import torch
 
+from torchvendor.ir import compat
+
 __all__ = [
     "DeviceRegistrationError",
     "RuntimeLoadError",
@@ -175,7 +177,7 @@ def register_device(name: str, runtime: str | os.PathLike[str] | None = None
                 "a single key per process: use torch."
                 f"{_state['name']} or start a new process."
             )
-        owner = torch._C._get_privateuse1_backend_name()
+        owner = compat.privateuse1_backend_name()
         if owner != "privateuseone":
             raise DeviceRegistrationError(
                 f"another package already owns PrivateUse1 in this process under the name "
@@ -196,7 +198,7 @@ def register_device(name: str, runtime: str | os.PathLike[str] | None = None
         except RuntimeError as e:
             raise DeviceRegistrationError(str(e)) from None
         module = _make_device_module(name, info)
-        torch._register_device_module(name, module)
+        compat.register_device_module(name, module)
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
         _state.update(name=name, path=path, module=module)

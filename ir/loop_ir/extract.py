@@ -408,7 +408,7 @@ def _cpu_scheduling_cls() -> type:
 @functools.cache
 def _simd_scheduling_cls() -> type:
     ns = compat.inductor()
-    from torch.utils._ordered_set import OrderedSet
+    OrderedSet = compat.ordered_set()
 
     class LoopIRScheduling(ns.BaseScheduling):  # type: ignore[misc, valid-type]
         """The Scheduling for a non-``cpu`` device: SIMD (Triton-style) grouping by
