@@ -33,8 +33,6 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 import torch
 
-from torchvendor.ir import compat
-
 __all__ = [
     "DeviceRegistrationError",
     "RuntimeLoadError",
@@ -177,6 +175,8 @@ def register_device(name: str, runtime: str | os.PathLike[str] | None = None
                 "a single key per process: use torch."
                 f"{_state['name']} or start a new process."
             )
+        from torchvendor.ir import compat  # imported here: registration must not import Inductor's world
+
         owner = compat.privateuse1_backend_name()
         if owner != "privateuseone":
             raise DeviceRegistrationError(
