@@ -11,12 +11,13 @@ and registers the ``torch.acme`` device module, so that::
     >>> x = torch.randn(3, device="acme")
     >>> (x * 2).cpu().shape
     torch.Size([3])
+    >>> acme.reset_fallback_counts(); _ = (x * 2).cpu()
     >>> acme.fallback_counts()                  # what to implement natively next
-    {'mul.Tensor': 1, 'normal_': 1}
+    {'mul.out': 1}
 
-Private torch API used (kept minimal): ``torch._C._get_privateuse1_backend_name`` (to detect
-another owner of PrivateUse1 before touching it) and ``torch._register_device_module`` (the
-documented registration path).
+Private torch API used (kept minimal, through ``torchvendor.ir.compat``): the PrivateUse1
+backend's current name (to detect another owner before touching it) and
+``torch._register_device_module`` (the documented registration path).
 """
 from __future__ import annotations
 
@@ -270,10 +271,13 @@ def load_module(image: str | os.PathLike[str] | bytes, device: DeviceLike = None
     """Load compiled device code (a file path or an in-memory image) through the runtime's
     ``module_load_file``/``module_load_data``; returns an opaque module handle.
 
-    Example::
+    Example (the simulator's sample kernels)::
 
-        >>> mod = load_module(kernels_path, device=0)
+        >>> kernels = os.fspath(importlib.resources.files("torchvendor") / "lib" / "libtorchvendor_sim_kernels.so")
+        >>> mod = load_module(kernels, device=0)
         >>> add = get_function(mod, "tv_add_f32")
+        >>> add != 0
+        True
     """
     _require_registered()
     return _C().load_module(image, _index(device))
@@ -299,10 +303,17 @@ def launch(function: int, grid: Sequence[int], block: Sequence[int], args: bytes
     ``args`` is the packed argument buffer (``struct.pack``); ``pointer_offsets`` are the byte
     offsets at which device pointers lie, so runtimes that translate addresses can do so.
 
-    Example::
+    Example (``tv_add_f32(n, a, b, out)`` from the simulator's sample kernels)::
 
-        >>> args = struct.pack("<qQQQ", n, a.data_ptr(), b.data_ptr(), out.data_ptr())
+        >>> import struct
+        >>> kernels = os.fspath(importlib.resources.files("torchvendor") / "lib" / "libtorchvendor_sim_kernels.so")
+        >>> add = get_function(load_module(kernels, device=0), "tv_add_f32")
+        >>> a, b = torch.ones(4, device="acme:0"), torch.full((4,), 2.0, device="acme:0")
+        >>> out = torch.empty(4, device="acme:0")
+        >>> args = struct.pack("<qQQQ", 4, a.data_ptr(), b.data_ptr(), out.data_ptr())
         >>> launch(add, (1,), (1,), args, pointer_offsets=(8, 16, 24))
+        >>> out.cpu()
+        tensor([3., 3., 3., 3.])
     """
     _require_registered()
     ext = _C()

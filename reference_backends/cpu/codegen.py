@@ -117,7 +117,7 @@ def cexpr(e: Any) -> str:
     """A sympy index expression as a C++ int64 expression.
 
     >>> cexpr(parse_expr("FloorDiv(i0, 4) + 8*s0"))
-    '(tv_floordiv(i0, 4L) + 8L*s0)'
+    '(8L*s0 + tv_floordiv(i0, 4L))'
     """
     if e.is_Integer:
         return f"{int(e)}L"
