@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import conformance_mutants  # noqa: F401  (registers tv_conf_dropped_mutation)
 import pytest
 import torch
 
@@ -149,7 +150,9 @@ def test_manifest_skips_unclaimed_and_expects_failures(tmp_path):
     target = Target(device="cpu", backend="tv_conf_dropped_mutation")
     cases = {c.id: c for c in cases_for(target, "minimal", manifest)}
     assert run_case(cases["ops/mul/float32/compiled"], target, manifest).status == "skip"
+    assert run_case(cases["compile/mutation"], target).status == "fail"  # the mutant really fails it
     assert run_case(cases["compile/mutation"], target, manifest).status == "xfail"
+    assert run_case(cases["compile/aliasing"], target, manifest).status == "pass"
 
 
 # ---- negative controls: every injected fault is caught -----------------------------------------------
@@ -177,13 +180,6 @@ def _retarget(gm, old, new):
     for n in gm.graph.nodes:
         if n.op == "call_function" and n.target == old:
             n.target = new
-
-
-def _drop_copy(gm):
-    for n in list(gm.graph.nodes):
-        if n.op == "call_function" and n.target == torch.ops.aten.copy_.default:
-            n.replace_all_uses_with(n.args[1])
-            gm.graph.erase_node(n)
 
 
 def _wrong_dtype_backend():
@@ -223,7 +219,7 @@ MUTANTS = {
                                                                                 torch.ops.aten.amin.default)),
                         ["ops/amax/float32/compiled"]),
     "wrong_dtype": (_wrong_dtype_backend, ["ops/exp/float32/compiled"]),
-    "dropped_mutation": (lambda: _mutant("dropped_mutation", _drop_copy), ["compile/mutation"]),
+    "dropped_mutation": ("tv_conf_dropped_mutation", ["compile/mutation"]),
     "ignores_strides": (lambda: _mutant("ignores_strides", lambda gm: _retarget(
         gm, torch.ops.aten.exp.default, lambda x: torch.ops.aten.exp.default(
             x.as_strided(x.shape, torch.empty(x.shape).stride())))), ["compile/noncontiguous_input"]),
@@ -292,3 +288,16 @@ def test_report_document_counts():
     doc = to_dict(SuiteRun(Target(), "minimal", results, 1.0, "."))
     assert doc["summary"] == {"pass": 1, "fallback": 1, "fail": 1, "skip": 0, "xfail": 0}
     assert doc["areas"]["a"]["fail"] == 1 and doc["fallback"] == {"aten.mm": 2}
+
+
+def test_pytest_plugin_runs_cases_in_a_vendors_ci(tmp_path):
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["torchvendor.sdk.conformance.pytest_plugin"]\n')
+    (tmp_path / "test_vendor.py").write_text("def test_conformance(conformance_case):\n    conformance_case.check()\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tv-device", "cpu",
+                          "--tv-backend", "tv_conf_dropped_mutation", "-k", "compile/mutation or compile/aliasing",
+                          "-p", "conformance_mutants"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
+    assert "1 failed, 1 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "compile/mutation" in run.stdout
