@@ -463,7 +463,8 @@ def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[An
     units = _atomic_units(view, g, reasons, atomic_groups, opts, fast, stats)
     groups, units, unit_wave = _waves_and_min_size(view, g, units, reasons, opts, fast, stats)
     if (opts.boundary_aware and opts.merge_independent and stats["waves"] and "min_size_capped" not in stats
-            and (stats["waves"] > 1 or opts.cheap_ops)):
+            and (stats["waves"] > 1 or opts.cheap_ops) and not (stats["fast_path"] and atomic_groups)):
+        # (the fast path builds no units, so it cannot tell an atomic group's view apart)
         groups = _refine_boundary(view, g, units, unit_wave, reasons, opts, stats) or groups
     result = _assemble(view, g, groups, reasons, opts, stats)
     stats["seconds"] = time.perf_counter() - t_start
@@ -729,7 +730,7 @@ def _sizes_ok(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_
 
 
 #: graphs up to this many nodes are also refined from the latest-wave assignment
-_TWO_STARTS_MAX_NODES = 20000
+_TWO_STARTS_MAX_NODES = 5000
 
 
 def _latest_waves(units: _Units, upreds: Sequence[Sequence[int]], n_waves: int) -> list[int] | None:

@@ -266,6 +266,16 @@ def test_boundary_aware_pulls_a_weight_transpose_to_its_matmul():
     assert smart.stats["boundary_moves"] == 1
 
 
+def test_view_in_an_atomic_group_stays_on_the_fast_path():
+    g = DictGraph()
+    x = g.add_input("x")
+    v = g.add_node("aten.view.default", [x], name="v")
+    a = g.add_node("add", [x], name="a")
+    g.add_output([v, a])
+    result = partition(g, lambda view, n: True, atomic_groups=[[v, a]])
+    assert [p.nodes for p in result.partitions] == [[v, a]] and not result.fallback
+
+
 def test_view_at_a_partition_edge_runs_outside_when_cheaper():
     # the forward graph returns t(w) (saved for backward) and a matmul reads it: inside the
     # partition, t(w) would be written back; outside, the partition reads it instead of w
