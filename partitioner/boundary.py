@@ -401,25 +401,49 @@ def _best_wave(st: _Placement, u: int, group, w0: int, lo: int, hi: int, backwar
     """The cheapest wave in ``[lo, hi]`` for unit ``u``. The cost changes only at waves some
     touched value is produced or consumed in, so only those (and ``lo``, ``hi``) are tried."""
     touched, inside = _touched(st, u, group)
-    member = u if inside is None else None
     candidates = {lo, hi}
     wave, count = st.wave, st.count
-    for x in touched:
+    values = []  # (consumer-wave counts, #edges into the unit, producer wave or None if inside, value)
+    for x, k in touched.items():
+        c = count(x)
+        own = x == u if inside is None else x in inside
         w = wave(x)
         if lo <= w <= hi:
             candidates.add(w)
-        for w in count(x):
-            if lo <= w <= hi:
-                candidates.add(w)
+        for w2 in c:
+            if lo <= w2 <= hi:
+                candidates.add(w2)
+        values.append((c, k, None if own else w, x))
     candidates.discard(w0)
-    best, best_cost = w0, _cost_at(st, touched, inside, member, w0, w0)
+    if not candidates:
+        return w0
+    best, best_cost = w0, _cost_of(st, values, w0, w0)
     # a reverse sweep breaks ties towards later waves, so a chain can follow its consumer one
     # unit at a time; a forward sweep moves only on a strict gain
     for w in sorted(candidates):
-        cost = _cost_at(st, touched, inside, member, w0, w)
+        cost = _cost_of(st, values, w0, w)
         if cost < best_cost or (backward and cost == best_cost and w > best):
             best, best_cost = w, cost
     return best
+
+
+def _cost_of(st: _Placement, values: list, old: int, new: int) -> int:
+    """:func:`_cost_at` on values prepared by :func:`_best_wave`."""
+    total = 0
+    size = st.size
+    for c, k, producer, x in values:
+        if producer is None:
+            producer = new
+        keys = set()
+        for w, n in c.items():
+            if w != old or n > k:
+                keys.add(w)
+        if k:
+            keys.add(new)
+        keys.discard(producer)
+        if keys:
+            total += size(x) * (len(keys) - (-1 in keys) + (producer != -1))
+    return total
 
 
 def _move(st: _Placement, units: Sequence[int], group, old: int, new: int) -> None:
