@@ -39,7 +39,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-__all__ = ["ZooEntry", "names", "build", "loss", "ENTRIES"]
+__all__ = ["ZooEntry", "names", "build", "loss", "leaves", "ENTRIES"]
 
 
 @dataclass(frozen=True)
@@ -224,28 +224,30 @@ def build(name: str, *, seed: int = 0, size: str = "test") -> tuple[nn.Module, t
     return model, inputs
 
 
+def leaves(output: Any) -> list[torch.Tensor]:
+    """The tensors of any model output (tensors, tuples, lists, dicts, Hugging Face ``ModelOutput``).
+
+    >>> [t.shape for t in leaves((torch.ones(2), {"a": torch.zeros(3), "b": None}))]
+    [torch.Size([2]), torch.Size([3])]
+    """
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, dict):
+        return [t for v in output.values() for t in leaves(v)]
+    if isinstance(output, (tuple, list)):
+        return [t for v in output for t in leaves(v)]
+    return []
+
+
 def loss(output: Any) -> torch.Tensor:
-    """A scalar from any model output (tensors, tuples, dicts, Hugging Face ``ModelOutput``):
-    the sum of the mean squares of its floating-point tensors, for a training step (every
-    output element gets a gradient, unlike a plain mean after a normalization).
+    """A scalar from any model output: the sum of the mean squares of its floating-point tensors,
+    for a training step (every output element gets a gradient, unlike a plain mean after a
+    normalization).
 
     >>> loss((torch.ones(2), {"a": torch.full((3,), 2.0)}))
     tensor(5.)
     """
-    leaves: list[torch.Tensor] = []
-
-    def visit(x: Any) -> None:
-        if isinstance(x, torch.Tensor):
-            if x.is_floating_point():
-                leaves.append(x.float().pow(2).mean())
-        elif isinstance(x, dict):
-            for v in x.values():
-                visit(v)
-        elif isinstance(x, (tuple, list)):
-            for v in x:
-                visit(v)
-
-    visit(output)
-    if not leaves:
+    parts = [t.float().pow(2).mean() for t in leaves(output) if t.is_floating_point()]
+    if not parts:
         raise ValueError("the model output has no floating-point tensor to make a loss from")
-    return torch.stack(leaves).sum()
+    return torch.stack(parts).sum()

@@ -16,6 +16,7 @@ from ir_corpus import CORPUS, SEED
 
 from torchvendor.ir import compat
 from torchvendor.sdk import Backend, Level, last_report, reference_kernel, register_backend
+from torchvendor.sdk.zoo import leaves as _leaves
 
 
 class InterpretedLoop(Backend):
@@ -39,16 +40,6 @@ def _clone(x):
         y.requires_grad_(x.requires_grad)
         return y
     return copy.deepcopy(x)
-
-
-def _leaves(out):
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict):
-        return [y for v in out.values() for y in _leaves(v)]
-    if isinstance(out, (tuple, list)):
-        return [y for v in out for y in _leaves(v)]
-    return []
 
 
 def _run(fn, inputs):

@@ -42,24 +42,8 @@ def _to(x, device):
     return x.to(device) if isinstance(x, torch.Tensor) else x
 
 
-def _flat(out):
-    leaves = []
-
-    def visit(x):
-        if isinstance(x, torch.Tensor):
-            leaves.append(x)
-        elif isinstance(x, dict):
-            for v in x.values():
-                visit(v)
-        elif isinstance(x, (tuple, list)):
-            for v in x:
-                visit(v)
-    visit(out)
-    return leaves
-
-
 def _close(a, b, **tol):
-    for x, y in zip(_flat(a), _flat(b), strict=True):
+    for x, y in zip(zoo.leaves(a), zoo.leaves(b), strict=True):
         torch.testing.assert_close(x.detach().cpu(), y.detach().cpu(), **tol)
 
 

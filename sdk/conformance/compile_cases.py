@@ -207,7 +207,7 @@ def _model_case(name: str, train: bool) -> Callable[[Target], Any]:
                 start = time.perf_counter()
                 out = compiled(*inputs)
                 compile_s = time.perf_counter() - start
-                for a, b in zip(_leaves(out), _leaves(ref(*inputs))):
+                for a, b in zip(zoo.leaves(out), zoo.leaves(ref(*inputs))):
                     torch.testing.assert_close(a.cpu(), b.cpu(), rtol=1e-4, atol=1e-4)
                 eager_s = _timed(lambda: ref(*inputs))
                 compiled_s = _timed(lambda: compiled(*inputs))
@@ -226,16 +226,6 @@ def _model_case(name: str, train: bool) -> Callable[[Target], Any]:
         fallback = report.unsupported() if report is not None else {}
         return {"metrics": metrics, "fallback": fallback, "reason": "some ops did not run in the backend"}
     return run
-
-
-def _leaves(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict):
-        return [y for v in out.values() for y in _leaves(v)]
-    if isinstance(out, (list, tuple)):
-        return [y for v in out for y in _leaves(v)]
-    return []
 
 
 def model_cases(target: Target, profile: str) -> list[Case]:

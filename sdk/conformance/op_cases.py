@@ -20,6 +20,7 @@ import torch
 
 from torchvendor.ir import compat
 
+from ..zoo import leaves as _leaves
 from . import opinfo
 from .core import Case, Target
 
@@ -56,14 +57,6 @@ def _to(x: Any, device: str) -> Any:
     if isinstance(x, dict):
         return {k: _to(v, device) for k, v in x.items()}
     return x
-
-
-def _leaves(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [y for v in out for y in _leaves(v)]
-    return []
 
 
 def _nondeterministic(op: Any, dtype: torch.dtype) -> bool:
