@@ -301,3 +301,21 @@ def test_pytest_plugin_runs_cases_in_a_vendors_ci(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
     assert "1 failed, 1 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
     assert "compile/mutation" in run.stdout
+
+
+def test_error_inputs_are_compared_with_the_cpu(acme):
+    target = Target(device="acme")
+    cases = {c.id: c for c in cases_for(target, "device") if c.id.endswith("/errors")}
+    assert run_case(cases["ops/index_select/errors"], target).status == "pass"
+    # found by this area: the device's fallback misses the CPU's internal-overlap check of cat(out=)
+    result = run_case(cases["ops/cat/errors"], target)
+    assert result.status == "fail" and "unsupported operation" in result.reason
+
+
+@pytest.mark.slow
+def test_ddp_of_a_compiled_model_over_two_processes(tmp_path):
+    run = _cli("--backend", "torchvendor_cpu", "--device", "cpu", "--profile", "training", "--only", "distributed/*",
+               "--report", str(tmp_path), "--no-progress")
+    assert run.returncode == 0, run.stdout[-3000:]
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert [(c["id"], c["status"]) for c in doc["cases"]] == [("distributed/ddp_compiled_two_processes", "pass")]

@@ -220,6 +220,7 @@ AREAS: dict[str, str] = {
     "ops": "op_cases:cases",
     "compile": "compile_cases:feature_cases",
     "models": "compile_cases:model_cases",
+    "distributed": "distributed_cases:cases",
 }
 
 #: profile -> areas it runs (each area reads the profile to pick its variants)
@@ -227,8 +228,8 @@ PROFILES: dict[str, tuple[str, ...]] = {
     "minimal": ("runtime", "device", "ops", "compile", "models"),
     "device": ("runtime", "device", "ops"),
     "inference": ("ops", "compile", "models"),
-    "training": ("ops", "compile", "models"),
-    "full": ("runtime", "device", "ops", "compile", "models"),
+    "training": ("ops", "compile", "models", "distributed"),
+    "full": ("runtime", "device", "ops", "compile", "models", "distributed"),
 }
 
 

@@ -1,5 +1,6 @@
 """Operators: every OpInfo of PyTorch's database × dtype, eager on the device against the CPU
-(all samples, also non-contiguous and with NaN/Inf planted in floating inputs), and compiled with
+(all samples, also non-contiguous and with NaN/Inf planted in floating inputs, and OpInfo's error
+inputs: what the CPU rejects, the device must reject), and compiled with
 the backend against eager (forward, and backward in the training profiles), recording which ops
 the backend did not run and which ran through the device's CPU fallback.
 
@@ -76,6 +77,42 @@ def _eager_case(op: Any, dtype: torch.dtype, variant: str) -> Callable[[Target],
         if res.status == "skip":
             return {"skip": res.reason}
         return {"fallback": res.fallback_ops, "reason": "ran through the device's CPU fallback"}
+    return run
+
+
+def _errors_case(op: Any) -> Callable[[Target], Any]:
+    """OpInfo's error inputs: what the CPU rejects, the device must reject with the same type."""
+    def run(target: Target) -> Any:
+        try:
+            errors = list(op.error_inputs("cpu"))[:8]
+        except Exception as e:  # noqa: BLE001
+            return {"skip": f"error-input generation failed: {e}"}
+        if not errors:
+            return {"skip": "OpInfo has no error inputs for this op"}
+        checked = 0
+        for ei in errors:
+            s = ei.sample_input
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:  # the error must be the op's on the CPU (some error inputs target another call)
+                    op.op(s.input, *s.args, **s.kwargs)
+                    continue
+                except ei.error_type:
+                    pass
+                except Exception:  # noqa: BLE001
+                    continue
+                checked += 1
+                args, kwargs = _to([s.input, *s.args], target.device), _to(s.kwargs, target.device)
+                try:
+                    op.op(*args, **kwargs)
+                except ei.error_type:
+                    continue
+                except Exception as e:  # noqa: BLE001
+                    raise AssertionError(f"raised {type(e).__name__} ({str(e)[:200]}) where the CPU raises "
+                                         f"{ei.error_type.__name__} ({ei.error_regex})") from None
+            raise AssertionError(f"no error for an input the CPU rejects with {ei.error_type.__name__} "
+                                 f"({ei.error_regex})")
+        return None if checked else {"skip": "no error input fails on the CPU through op.op"}
     return run
 
 
@@ -189,6 +226,8 @@ def cases(target: Target, profile: str) -> list[Case]:
                 variants = ("eager",) if profile == "minimal" else ("eager", "noncontiguous", "nan_inf")
                 for v in variants:
                     out.append(Case(f"ops/{name}/{dn}/{v}", "ops", _eager_case(op, dtype, v), {**tags, "variant": v}))
+                if profile != "minimal" and dtype == torch.float32:
+                    out.append(Case(f"ops/{name}/errors", "ops", _errors_case(op), {"op": name, "variant": "errors"}))
             if target.backend and profile != "device" and dtype == torch.float32:
                 samples = 1 if profile == "minimal" else 3
                 out.append(Case(f"ops/{name}/{dn}/compiled", "ops", _compiled_case(op, dtype, False, samples),

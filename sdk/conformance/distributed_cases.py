@@ -1,0 +1,93 @@
+"""Distributed basics: DDP of a compiled model over two local processes.
+
+Two processes (``torch.multiprocessing`` spawn, gloo over localhost) each train a copy of a small
+model compiled with the backend on their half of a batch for a few steps; the result must match
+one process training the uncompiled model on the whole batch. The model runs on the CPU when the
+device has no collectives of its own (a torchvendor device has none yet: gloo runs on the CPU).
+
+    >>> from torchvendor.sdk.conformance.core import Target
+    >>> [c.id for c in cases(Target(device="cpu", backend="eager"), "full")]
+    ['distributed/ddp_compiled_two_processes']
+"""
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from typing import Any
+
+import torch
+
+from .core import Case, Target
+
+__all__ = ["cases"]
+
+STEPS, LR = 3, 0.1
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(8, 8, generator=g), torch.randn(8, 1, generator=g)
+
+
+def _worker(rank: int, world: int, port: int, target: Target, out: str) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        target.setup()
+        model = DistributedDataParallel(_model())
+        compiled = torch.compile(model, backend=target.backend_name(), options=dict(target.options) or None)
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        x, y = _data()
+        shard = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+        for _ in range(STEPS):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(compiled(x[shard]), y[shard]).backward()
+            opt.step()
+        if rank == 0:
+            torch.save([p.detach() for p in model.parameters()], out)
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp(target: Target) -> Any:
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        return {"skip": "this torch build has no gloo"}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "params.pt")
+        mp.spawn(_worker, args=(2, _free_port(), target, out), nprocs=2, join=True)
+        got = torch.load(out)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    x, y = _data()
+    for _ in range(STEPS):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    for a, b in zip(got, model.parameters()):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=1e-5)
+    return None
+
+
+def cases(target: Target, profile: str) -> list[Case]:
+    """The DDP case (training and full profiles, with a backend)."""
+    if not target.backend or profile not in ("training", "full"):
+        return []
+    return [Case("distributed/ddp_compiled_two_processes", "distributed", _ddp, timeout=600)]
