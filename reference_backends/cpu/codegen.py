@@ -7,7 +7,8 @@ the runtime table). ``args`` holds one pointer per buffer (``LoopKernel.buffers`
 one int64 per size symbol. The function returns 0, or 3 when an indirect index was out of bounds.
 
 Each loop nest becomes nested ``for`` loops over its ranges; the outermost loop is parallel
-(OpenMP) when the nest is big, the innermost is left to the compiler's vectorizer. A reduction
+(OpenMP) when the nest is big, the innermost is left to the compiler's vectorizer (floating sums
+get ``omp simd reduction(+:...)``, which lets it reorder the additions). A reduction
 nest keeps one accumulator per reduction inside the outer loops: statements that feed the
 reduction run inside the reduction loops, statements that use its result after them. SSA values
 become typed C++ locals; 16-bit floats are loaded to ``float`` and rounded back on store.
@@ -154,6 +155,8 @@ def cexpr(e: Any) -> str:
         return out
     if name == "Identity":
         return a[0]
+    if name == "Abs":
+        return f"std::abs((int64_t)({a[0]}))"
     if name == "Where":
         return f"({a[0]} ? {a[1]} : {a[2]})"
     if name == "IntTrueDiv":
@@ -520,12 +523,13 @@ def _numel(ranges: Sequence[str]) -> int | None:
 _PARALLEL_WORK = 1 << 15
 
 
-def _loops(w: _Writer, variables: Sequence[str], ranges: Sequence[str], parallel: bool, simd: bool) -> int:
+def _loops(w: _Writer, variables: Sequence[str], ranges: Sequence[str], parallel: bool, simd: bool | str) -> int:
+    """Open the loops; ``simd`` marks the innermost one ``omp simd`` (a string: its ``reduction`` clause)."""
     for k, (var, size) in enumerate(zip(variables, ranges)):
         if k == 0 and parallel:
             w.emit("#pragma omp parallel for")
         elif k == len(variables) - 1 and simd:
-            w.emit("#pragma omp simd")
+            w.emit("#pragma omp simd" + (f" reduction({simd})" if isinstance(simd, str) else ""))
         w.open(f"for (int64_t {var} = 0; {var} < {_index(size)}; ++{var})")
     return len(variables)
 
@@ -572,7 +576,15 @@ def _nest(w: _Writer, nest: LoopNest) -> None:
     ridx = "0L"
     for var, size in zip(nest.reduce_vars, nest.reduction_ranges):
         ridx = f"({ridx} * {_index(size)} + {var})"
-    r_opened = _loops(w, nest.reduce_vars, nest.reduction_ranges, False, False)
+    # Floating sums vectorize only when their additions may be reordered (the compiler never does
+    # it without -ffast-math): an ``omp simd reduction(+:...)`` allows it for the innermost r loop,
+    # as Inductor's vectorized reductions do. Only when every reduction is a sum and the inner
+    # statements are plain loads and arithmetic.
+    simd: bool | str = False
+    if all(st.attr("kind") == "sum" and _acc_dtype(w, st) in ("float32", "float64") for st in reductions) and \
+            all(st.op not in ("masked", "indirect_indexing", "check_bounds") for st in inner):
+        simd = "+:" + ",".join(f"{st.name}_acc" for st in reductions)
+    r_opened = _loops(w, nest.reduce_vars, nest.reduction_ranges, False, simd)
     for st in nest.body:
         if st.op == "reduction":
             _reduction_update(w, st, ridx)
