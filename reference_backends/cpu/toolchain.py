@@ -62,8 +62,9 @@ def compiler_flags() -> tuple[str, ...]:
     return tuple(flags)
 
 
+@functools.cache
 def toolchain_id() -> str:
-    """The compiler's version line and flags: part of the artifact cache key."""
+    """The compiler's version line and flags: part of the artifact cache key (probed once)."""
     version = subprocess.run([compiler(), "--version"], capture_output=True, text=True).stdout.splitlines()
     return f"{version[0] if version else compiler()} {' '.join(compiler_flags())}"
 
