@@ -15,15 +15,17 @@ interrupted run (Ctrl-C) keeps what finished and ``resume=True`` skips it next t
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import multiprocessing as mp
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .core import ConformanceError, Manifest, Result, Target, cases_for, run_case
 
@@ -63,11 +65,33 @@ def _worker(conn: Connection, target: Target, profile: str, manifest: Manifest |
         conn.send(("result", run_case(cases[case_id], target, manifest).to_dict()))
 
 
+@contextlib.contextmanager
+def _without_main_script() -> Iterator[None]:
+    """Start workers without re-running the caller's ``__main__`` script: ``spawn`` imports it in
+    every child, which re-runs a script that calls the suite at top level (a doc block, a
+    notebook) without a ``__name__`` guard. Workers need nothing from it: they rebuild the cases
+    from the target, and a backend must be importable (``module:Class``) or registered on import."""
+    main = sys.modules.get("__main__")
+    saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if main is not None and hasattr(main, k)}
+    try:
+        for k in saved:
+            setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
+
+
 class _Worker:
     def __init__(self, ctx: Any, target: Target, profile: str, manifest: Manifest | None) -> None:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(child, target, profile, manifest), daemon=True)
-        self.proc.start()
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        if spec is not None and spec.name.startswith("torchvendor."):
+            self.proc.start()  # the CLI: its module is safe to import
+        else:
+            with _without_main_script():
+                self.proc.start()
         child.close()
         self.case: Any = None
         self.started = 0.0
