@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .core import ConformanceError, Manifest, Result, Target, cases_for, run_case
+from .core import Case, ConformanceError, Manifest, Result, Target, cases_for, run_case
 
 __all__ = ["run_suite", "SuiteRun"]
 
@@ -115,13 +115,7 @@ def _journal(path: Path) -> dict[str, Result]:
     return done
 
 
-def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], *, jobs: int = 1,
-              manifest: Manifest | None = None, only: Sequence[str] = (), resume: bool = False,
-              progress: bool = True, timeout: float | None = None) -> SuiteRun:
-    """Run ``profile`` against ``target`` in ``jobs`` worker processes; results also go to
-    ``report_dir/journal.jsonl`` as they finish. ``only``: case-id globs to run; ``timeout``:
-    seconds per case (default: each case's own, 120 s for most)."""
-    report = Path(report_dir)
+def _writable(report: Path) -> Path:
     try:
         report.mkdir(parents=True, exist_ok=True)
         probe = report / ".write-test"
@@ -129,24 +123,82 @@ def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], 
         probe.unlink()
     except OSError as e:
         raise ConformanceError(f"the report directory {report} is not writable ({e}); pass --report DIR") from e
+    return report
+
+
+class _Pool:
+    """Worker processes handing out case ids; a crash or a timeout is recorded and the worker replaced."""
+
+    def __init__(self, target: Target, profile: str, manifest: Manifest | None, jobs: int,
+                 cases: Sequence[Case], record: Any, timeout: float | None) -> None:
+        self.args = (mp.get_context("spawn"), target, profile, manifest)
+        self.workers = [_Worker(*self.args) for _ in range(max(1, jobs))]
+        self.record = record
+        self.timeouts = {c.id: timeout or c.timeout for c in cases}
+        self.area_of = {c.id: c.area for c in cases}
+
+    def run(self, queue: list[str]) -> None:
+        while queue or any(w.case for w in self.workers):
+            for w in self.workers:
+                if w.ready and w.case is None and queue:
+                    w.case, w.started = queue.pop(0), time.perf_counter()
+                    w.conn.send(w.case)
+            ready = wait([w.conn for w in self.workers] + [w.proc.sentinel for w in self.workers], timeout=1.0)
+            for i, w in enumerate(self.workers):
+                if w.conn in ready or w.proc.sentinel in ready:
+                    self._receive(i, w)
+                elif w.case is not None and time.perf_counter() - w.started > self.timeouts[w.case]:
+                    self._fail_and_replace(i, w, f"timeout after {self.timeouts[w.case]:.0f} s")
+
+    def _receive(self, i: int, w: _Worker) -> None:
+        try:
+            kind, payload = w.conn.recv() if w.conn.poll() else ("dead", None)
+        except (EOFError, OSError):
+            kind, payload = "dead", None
+        if kind == "ready":
+            w.ready = True
+        elif kind == "result":
+            self.record(Result(**payload))
+            w.case = None
+        elif kind == "setup_error":
+            raise ConformanceError(f"a worker could not set the target up: {payload}")
+        elif not w.proc.is_alive():
+            self._fail_and_replace(i, w, f"the worker process crashed (exit code {w.proc.exitcode})")
+
+    def _fail_and_replace(self, i: int, w: _Worker, reason: str) -> None:
+        if w.case is not None:
+            self.record(Result(w.case, self.area_of[w.case], "fail", reason, time.perf_counter() - w.started))
+        w.stop()
+        self.workers[i] = _Worker(*self.args)
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                w.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+            w.stop()
+
+
+def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], *, jobs: int = 1,
+              manifest: Manifest | None = None, only: Sequence[str] = (), resume: bool = False,
+              progress: bool = True, timeout: float | None = None) -> SuiteRun:
+    """Run ``profile`` against ``target`` in ``jobs`` worker processes; results also go to
+    ``report_dir/journal.jsonl`` as they finish. ``only``: case-id globs to run; ``timeout``:
+    seconds per case (default: each case's own, 120 s for most)."""
+    report = _writable(Path(report_dir))
     target.setup()  # fail fast, in this process, with a clear error
     cases = cases_for(target, profile, manifest)
     if only:
         cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in only)]
     journal_path = report / "journal.jsonl"
-    done = _journal(journal_path) if resume else {}
+    results = _journal(journal_path) if resume else {}
     if not resume and journal_path.exists():
         journal_path.unlink()
-    todo = [c for c in cases if c.id not in done]
-    timeouts = {c.id: timeout or c.timeout for c in cases}
-    results: dict[str, Result] = dict(done)
+    queue = [c.id for c in cases if c.id not in results]
     start = time.perf_counter()
-    bar = _Progress(len(cases), len(done), enabled=progress)
-    ctx = mp.get_context("spawn")
-    workers: list[_Worker] = []
-    queue = [c.id for c in todo]
-    interrupted = False
-    area_of = {c.id: c.area for c in cases}
+    bar = _Progress(len(cases), len(results), enabled=progress)
+    interrupted, pool = False, None
     try:
         with open(journal_path, "a") as journal:
             def record(r: Result) -> None:
@@ -155,47 +207,13 @@ def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], 
                 journal.flush()
                 bar.advance(r)
 
-            workers = [_Worker(ctx, target, profile, manifest) for _ in range(max(1, min(jobs, len(queue) or 1)))]
-            while queue or any(w.case for w in workers):
-                for w in workers:
-                    if w.ready and w.case is None and queue:
-                        w.case, w.started = queue.pop(0), time.perf_counter()
-                        w.conn.send(w.case)
-                ready = wait([w.conn for w in workers] + [w.proc.sentinel for w in workers], timeout=1.0)
-                for i, w in enumerate(workers):
-                    if w.conn in ready or (w.proc.sentinel in ready):
-                        try:
-                            kind, payload = w.conn.recv() if w.conn.poll() else ("dead", None)
-                        except (EOFError, OSError):
-                            kind, payload = "dead", None
-                        if kind == "ready":
-                            w.ready = True
-                        elif kind == "result":
-                            record(Result(**payload))
-                            w.case = None
-                        elif kind == "setup_error":
-                            raise ConformanceError(f"a worker could not set the target up: {payload}")
-                        elif not w.proc.is_alive():
-                            if w.case is not None:
-                                record(Result(w.case, area_of[w.case], "fail",
-                                              f"the worker process crashed (exit code {w.proc.exitcode})",
-                                              time.perf_counter() - w.started))
-                            w.stop()
-                            workers[i] = _Worker(ctx, target, profile, manifest)
-                    elif w.case is not None and time.perf_counter() - w.started > timeouts[w.case]:
-                        record(Result(w.case, area_of[w.case], "fail", f"timeout after {timeouts[w.case]:.0f} s",
-                                      time.perf_counter() - w.started))
-                        w.stop()
-                        workers[i] = _Worker(ctx, target, profile, manifest)
+            pool = _Pool(target, profile, manifest, min(jobs, len(queue) or 1), cases, record, timeout)
+            pool.run(queue)
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        for w in workers:
-            try:
-                w.conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-            w.stop()
+        if pool is not None:
+            pool.close()
         bar.close()
     ordered = [results[c.id] for c in cases if c.id in results]
     return SuiteRun(target, profile, ordered, time.perf_counter() - start, str(report), interrupted,
