@@ -97,7 +97,10 @@ class _Worker:
         self.started = 0.0
         self.ready = False
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 0.0) -> None:
+        """End the worker: let it leave on its own for ``grace`` seconds, then kill it."""
+        if grace:
+            self.proc.join(grace)
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(5)
@@ -177,7 +180,7 @@ class _Pool:
                 w.conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
-            w.stop()
+            w.stop(grace=10.0)
 
 
 def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], *, jobs: int = 1,
