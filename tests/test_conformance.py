@@ -248,23 +248,37 @@ def test_negative_control_is_caught(mutant):
         assert result.status == "fail", f"{mutant} was not caught by {case_id}: {result}"
 
 
-def test_runtime_mutant_is_caught(tmp_path):
-    """A runtime library whose memcpy drops the last byte: the runtime ABI area catches it."""
+RUNTIME_MUTANTS = {
+    # name: (the wrapped entry, its replacement body, the case that must fail)
+    "memcpy_drops_a_byte": ("memcpy", "static tv_status bad(void* d, const void* s, size_t n, tv_memcpy_kind k) "
+                            "{ return real->memcpy(d, s, n > 1 ? n - 1 : n, k); }", "runtime/memory"),
+    "allocator_reuses_a_live_block": ("malloc", "static void* last; static tv_status bad(int32_t dev, size_t n, "
+                                      "void** p) { if (last && n == 4096) { *p = last; return TV_SUCCESS; } "
+                                      "tv_status s = real->malloc(dev, n, p); if (n == 4096) last = *p; return s; }",
+                                      "runtime/memory"),
+    "event_never_records": ("event_record", "static tv_status bad(tv_event e, tv_stream s) { (void)e; (void)s; "
+                            "return TV_SUCCESS; }", "runtime/events"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(RUNTIME_MUTANTS))
+def test_runtime_mutant_is_caught(mutant, tmp_path):
+    """A C shim over the simulator's table with one entry broken: the runtime ABI area catches it."""
     from torchvendor.sdk import default_runtime_path
 
+    entry, body, case_id = RUNTIME_MUTANTS[mutant]
     shim = tmp_path / "mutant.c"
     shim.write_text(textwrap.dedent(f"""
         #include <dlfcn.h>
         #include <string.h>
         #include "torchvendor/runtime.h"
         static tv_runtime table; static const tv_runtime* real;
-        static tv_status bad_memcpy(void* d, const void* s, size_t n, tv_memcpy_kind k) {{
-          return real->memcpy(d, s, n > 1 ? n - 1 : n, k); }}
+        {body}
         TV_EXPORT tv_status torchvendor_get_runtime(uint32_t major, const tv_runtime** out) {{
           void* h = dlopen("{default_runtime_path()}", RTLD_NOW | RTLD_LOCAL);
           tv_get_runtime_fn get = (tv_get_runtime_fn)dlsym(h, "torchvendor_get_runtime");
           tv_status s = get(major, &real); if (s) return s;
-          memcpy(&table, real, sizeof table); table.memcpy = bad_memcpy; *out = &table; return TV_SUCCESS; }}
+          memcpy(&table, real, sizeof table); table.{entry} = bad; *out = &table; return TV_SUCCESS; }}
     """))
     lib = tmp_path / "libmutant.so"
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -275,7 +289,7 @@ def test_runtime_mutant_is_caught(tmp_path):
 
     target = Target(device="acme", runtime=str(lib))
     cases = {c.id: c for c in runtime_cases.cases(target, "minimal")}
-    assert run_case(cases["runtime/memory"], target).status == "fail"
+    assert run_case(cases[case_id], target).status == "fail"
     assert run_case(cases["runtime/header"], target).status == "pass"
 
 

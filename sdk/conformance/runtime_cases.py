@@ -135,6 +135,16 @@ def _memory(rt: RuntimeTable) -> None:
     _ok(rt.memcpy(ctypes.addressof(dst), ptr, 4096, D2H), "memcpy D2H", rt)
     assert bytes(dst[:100]) == b"\x07" * 100 and bytes(dst[100:]) == bytes(src[100:]), "memset wrote the wrong bytes"
     _ok(rt.free(0, ptr), "free", rt)
+    # live blocks never overlap: two allocations keep their own contents
+    a, b = _vp(), _vp()
+    _ok(rt.malloc(0, 4096, ctypes.byref(a)), "malloc", rt)
+    _ok(rt.malloc(0, 4096, ctypes.byref(b)), "malloc", rt)
+    _ok(rt.memset(a, 1, 4096), "memset", rt)
+    _ok(rt.memset(b, 2, 4096), "memset", rt)
+    _ok(rt.memcpy(ctypes.addressof(dst), a, 4096, D2H), "memcpy D2H", rt)
+    assert bytes(dst) == b"\x01" * 4096, "two live allocations share memory (writing one changed the other)"
+    for p in (a, b):
+        _ok(rt.free(0, p), "free", rt)
     _expect(rt.malloc(-5, 16, ctypes.byref(ptr)), (INVALID_DEVICE,), "malloc on device -5", rt)
     _expect(rt.malloc(0, 1 << 62, ctypes.byref(ptr)), (OUT_OF_MEMORY,), "malloc(2**62)", rt)
     _expect(rt.memcpy(ctypes.addressof(dst), ctypes.addressof(src), 16, 99), (INVALID_VALUE,), "memcpy kind 99", rt)
