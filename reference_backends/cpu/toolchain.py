@@ -59,7 +59,27 @@ def compiler_flags() -> tuple[str, ...]:
                                  capture_output=True, text=True)
             if run.returncode == 0:
                 flags.append(flag)
+        if _links_vector_math(tmp, flags):
+            flags += ["-DTV_VECTOR_MATH", "-lmvec"]
     return tuple(flags)
+
+
+def _links_vector_math(tmp: str, flags: list[str]) -> bool:
+    """Whether glibc's libmvec is there and the compiler vectorizes a loop through it."""
+    src = os.path.join(tmp, "mvec.cpp")
+    with open(src, "w") as f:
+        f.write('#include <cmath>\nextern "C" { __attribute__((__simd__("notinbranch"))) float sinf(float); }\n'
+                'extern "C" void f(float* __restrict__ x, long n) {\n#pragma omp simd\n'
+                'for (long i = 0; i < n; ++i) x[i] = std::sin(x[i]); }\n')
+    out = os.path.join(tmp, "mvec.so")
+    run = subprocess.run([compiler(), *flags, src, "-o", out, "-lmvec"], capture_output=True, text=True)
+    if run.returncode != 0:
+        return False
+    try:
+        ctypes.CDLL(out)
+    except OSError:
+        return False
+    return "_ZGV" in open(out, "rb").read().decode("latin-1")
 
 
 @functools.cache
@@ -75,7 +95,10 @@ def build(source: str, path: str) -> None:
     with open(src, "w") as f:
         f.write(source)
     try:
-        run = subprocess.run([compiler(), *compiler_flags(), src, "-o", path], capture_output=True, text=True)
+        flags = compiler_flags()
+        libraries = [f for f in flags if f.startswith("-l")]  # after the source: linkers read in order
+        run = subprocess.run([compiler(), *(f for f in flags if not f.startswith("-l")), src, "-o", path, *libraries],
+                             capture_output=True, text=True)
     finally:
         os.unlink(src)
     if run.returncode != 0:
