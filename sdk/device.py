@@ -21,6 +21,7 @@ backend's current name (to detect another owner before touching it) and
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import importlib.resources
@@ -218,9 +219,11 @@ def _check_autograd(name: str, module: types.ModuleType) -> None:
     last = f"{name}:{module.device_count() - 1}"  # the engine may have queues for fewer devices
     if module.device_count() == 0:
         return
+    from torchvendor.ir import compat
+
     x = torch.ones(1, device=last, requires_grad=True)
     try:
-        x.view(1).backward(torch.ones(1, device=last))
+        compat.backward_without_context([x.view(1)], [torch.ones(1, device=last)])
     except RuntimeError as e:
         if "device_ready_queues" not in str(e):
             raise
@@ -229,8 +232,28 @@ def _check_autograd(name: str, module: types.ModuleType) -> None:
             f"so backward passes on '{name}' will fail in this process. Call register_device() before "
             f"the first backward pass: at import of your package, or through the torch.backends "
             f"autoload entry point (see autoload_entry).", RuntimeWarning, stacklevel=3)
+    else:
+        atexit.register(_drain_autograd_workers, name, module.device_count())
     finally:
         module.reset_fallback_counts()
+
+
+def _drain_autograd_workers(name: str, count: int) -> None:
+    """At exit, push one tiny backward through each device's autograd worker and wait for it.
+
+    A worker drops a finished graph task after the caller of ``backward`` has moved on, and that
+    needs the GIL (see ``compat.backward_without_context``); a script that ends right after a
+    backward could abort in interpreter finalization. Workers take tasks in order, so once the
+    tiny one is done every earlier task has been dropped, while the GIL was free to take.
+    """
+    from torchvendor.ir import compat
+
+    try:
+        for index in range(count):
+            x = torch.ones(1, device=f"{name}:{index}", requires_grad=True)
+            compat.backward_without_context([x.view(1)], [torch.ones(1, device=f"{name}:{index}")])
+    except Exception:  # noqa: BLE001  a device already in an error state must not fail the exit
+        pass
 
 
 def registered_device() -> types.ModuleType | None:
