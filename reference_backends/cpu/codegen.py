@@ -7,11 +7,15 @@ the runtime table). ``args`` holds one pointer per buffer (``LoopKernel.buffers`
 one int64 per size symbol. The function returns 0, or 3 when an indirect index was out of bounds.
 
 Each loop nest becomes nested ``for`` loops over its ranges; the outermost loop is parallel
-(OpenMP) when the nest is big, the innermost is left to the compiler's vectorizer (floating sums
-get ``omp simd reduction(+:...)``, which lets it reorder the additions). A reduction
+(OpenMP) when the nest is big, the innermost is left to the compiler's vectorizer (floating sums,
+maxima and minima get ``omp simd reduction(...)``, which lets it reorder them). A reduction
 nest keeps one accumulator per reduction inside the outer loops: statements that feed the
-reduction run inside the reduction loops, statements that use its result after them. SSA values
-become typed C++ locals; 16-bit floats are loaded to ``float`` and rounded back on store.
+reduction run inside the reduction loops, statements that use its result after them. Three
+layouts beat the naive loops by keeping memory traffic down: nests of a kernel that share their
+outer range share one outer loop (a row at a time, in cache), row-invariant statements are
+hoisted out of inner loops, and outer reductions (a sum over rows) update a block of 64
+accumulators per row. SSA values become typed C++ locals; 16-bit floats are loaded to ``float``
+and rounded back on store.
 
 Example::
 
@@ -449,6 +453,8 @@ def _reduction_open(w: _Writer, st: Stmt) -> None:
         big = f"std::numeric_limits<{ct}>::infinity()" if dtype in FLOATS else \
             f"std::numeric_limits<{ct}>::{'lowest' if 'max' in kind else 'max'}()"
         w.emit(f"{ct} {n}_acc = {'-' if 'max' in kind and dtype in FLOATS else ''}{big};")
+        if kind in ("max", "min") and dtype in FLOATS:
+            w.emit(f"bool {n}_nan = false;")
         if kind.startswith("arg"):
             w.emit(f"int64_t {n}_idx = 0; bool {n}_nan = false;")
     elif kind in ("welford_reduce", "welford_combine"):
@@ -471,6 +477,9 @@ def _reduction_update(w: _Writer, st: Stmt, ridx: str) -> None:
         w.emit(f"{n}_acc ^= ({ct}){v};")
     elif kind == "any":
         w.emit(f"{n}_acc = {n}_acc || ({v} != 0);")
+    elif kind in ("max", "min") and dtype in FLOATS:  # the comparison alone vectorizes; NaNs go to the flag
+        w.emit(f"{{ {ct} v = ({ct}){v}; {n}_acc = v {'>' if kind == 'max' else '<'} {n}_acc ? v : {n}_acc; "
+               f"{n}_nan |= v != v; }}")
     elif kind in ("max", "min"):
         w.emit(f"{n}_acc = tv_{kind}<{ct}>({n}_acc, ({ct}){v});")
     elif kind in ("argmax", "argmin"):
@@ -500,6 +509,8 @@ def _reduction_close(w: _Writer, st: Stmt) -> None:
         w.define(f"{n}_1", dtype, f"{n}_sum")
     elif kind in ("argmax", "argmin"):
         w.define(n, "int64", f"{n}_idx")
+    elif kind in ("max", "min") and dtype in FLOATS:
+        w.define(n, dtype, f"{n}_nan ? std::numeric_limits<{VALUE[dtype]}>::quiet_NaN() : {n}_acc")
     else:
         w.define(n, dtype, f"{n}_acc")
 
@@ -537,34 +548,53 @@ _PARALLEL_WORK = 1 << 15
 
 
 def _loops(w: _Writer, variables: Sequence[str], ranges: Sequence[str], parallel: bool, simd: bool | str) -> int:
-    """Open the loops; ``simd`` marks the innermost one ``omp simd`` (a string: its ``reduction`` clause)."""
+    """Open the loops; ``simd`` marks the innermost one ``omp simd`` (a string: its clauses)."""
     for k, (var, size) in enumerate(zip(variables, ranges)):
         if k == 0 and parallel:
             w.emit("#pragma omp parallel for")
         elif k == len(variables) - 1 and simd:
-            w.emit("#pragma omp simd" + (f" reduction({simd})" if isinstance(simd, str) else ""))
+            w.emit("#pragma omp simd" + (f" {simd}" if isinstance(simd, str) else ""))
         w.open(f"for (int64_t {var} = 0; {var} < {_index(size)}; ++{var})")
     return len(variables)
 
 
-def _nest(w: _Writer, nest: LoopNest) -> None:
-    w.emit(f"// {nest.name}")
-    work = _numel((*nest.ranges, *nest.reduction_ranges))
-    parallel = bool(nest.ranges) and (work is None or work >= _PARALLEL_WORK) and \
-        (_numel(nest.ranges[:1]) or 2) > 1
-    if not nest.reduction_ranges:
-        simple = all(s.op not in ("masked", "indirect_indexing", "check_bounds") and s.attr("mode") != "atomic_add"
-                     for s in nest.body)
-        opened = _loops(w, nest.iter_vars, nest.ranges, parallel, simple)
-        for st in nest.body:
-            w.stmt(st)
-        for _ in range(opened):
-            w.close()
-        return
+def _parallel(nests: Sequence[LoopNest]) -> bool:
+    """Whether the outer loop is worth OpenMP threads: enough work, and more than one iteration."""
+    works = [_numel((*n.ranges, *n.reduction_ranges)) for n in nests]
+    work = None if None in works else sum(works)  # type: ignore[arg-type]
+    return (work is None or work >= _PARALLEL_WORK) and (_numel(nests[0].ranges[:1]) or 2) > 1
+
+
+def _simd_reduction_clauses(w: _Writer, reductions: Sequence[Stmt], inner: Sequence[Stmt]) -> str | bool:
+    """``omp simd`` clauses for the innermost r loop, or False when it must stay scalar.
+
+    Floating sums, maxima and minima vectorize only when their order may change (the compiler
+    never does it without -ffast-math); ``reduction(...)`` clauses allow it, as Inductor's
+    vectorized reductions do. Maxima and minima carry a NaN flag of their own (an OR reduction),
+    since OpenMP's combining ``max`` drops NaNs. Only for plain loads and arithmetic inside.
+    """
+    if any(st.op in ("masked", "indirect_indexing", "check_bounds") for st in inner):
+        return False
+    clauses: dict[str, list[str]] = {}
+    for st in reductions:
+        kind = st.attr("kind")
+        if kind not in ("sum", "max", "min") or _acc_dtype(w, st) not in ("float32", "float64"):
+            return False
+        clauses.setdefault("+" if kind == "sum" else kind, []).append(f"{st.name}_acc")
+        if kind != "sum":
+            clauses.setdefault("|", []).append(f"{st.name}_nan")
+    return " ".join(f"reduction({op}:{','.join(names)})" for op, names in clauses.items())
+
+
+def _split(nest: LoopNest) -> tuple[list[Stmt], list[Stmt], list[Stmt], list[Stmt]]:
+    """(pre, inner, post, reductions) of a reduction nest's body."""
     # Split the body: what neither reads an r variable nor a reduction runs before the r loops,
     # what feeds the reductions inside them, what uses a reduction's result after them.
     rvars, rdep, after = set(nest.reduce_vars), set(), set()
-    pre, inner, post, reductions = [], [], [], []
+    pre: list[Stmt] = []
+    inner: list[Stmt] = []
+    post: list[Stmt] = []
+    reductions: list[Stmt] = []
     for st in nest.body:
         if st.op == "reduction":
             reductions.append(st)
@@ -581,7 +611,141 @@ def _nest(w: _Writer, nest: LoopNest) -> None:
                 rvars.add(st.name)
         else:
             pre.append(st)
-    opened = _loops(w, nest.iter_vars, nest.ranges, parallel, False)
+    return pre, inner, post, reductions
+
+
+# ---- outer reductions (a sum over rows: the reduced variable is not the contiguous one) ---------------
+# Reducing one column at a time walks memory with a row's stride, one cache line per element.
+# Instead a block of neighbouring outputs keeps one accumulator each, and every row updates the
+# whole block with contiguous, vectorized loads, as Inductor's outer-reduction loops do.
+
+_LANES = 64
+
+
+def _is_outer_reduction(nest: LoopNest, inner: Sequence[Stmt]) -> bool:
+    """Whether the loads feeding the reductions are contiguous along the last output variable
+    and strided along the innermost reduced one."""
+    if not nest.ranges or any(s.op in ("masked", "indirect_indexing", "check_bounds") for s in inner):
+        return False
+    loads = [parse_expr(s.attr("index")) for s in inner if s.op == "load"]
+    return any(_coeff(e, nest.iter_vars[-1]) == 1 for e in loads) and \
+        all(_coeff(e, nest.reduce_vars[-1]) != 1 for e in loads)
+
+
+def _coeff(expr: sympy.Expr, var: str) -> sympy.Expr:
+    """The coefficient of the loop variable named ``var`` in an index expression."""
+    return next((expr.coeff(x) for x in expr.free_symbols if x.name == var), sympy.Integer(0))
+
+
+def _acc_parts(w: _Writer, st: Stmt) -> list[tuple[str, str]]:
+    """(suffix, C type) of each accumulator variable ``_reduction_open`` declares for ``st``."""
+    kind, ct = st.attr("kind"), VALUE[_acc_dtype(w, st)]
+    if kind in ("argmax", "argmin"):
+        return [("acc", ct), ("idx", "int64_t"), ("nan", "bool")]
+    if kind in ("welford_reduce", "welford_combine"):
+        return [("mean", ct), ("m2", ct), ("w", ct)]
+    if kind == "online_softmax_reduce":
+        return [("max", ct), ("sum", ct)]
+    if kind in ("max", "min") and _acc_dtype(w, st) in FLOATS:
+        return [("acc", ct), ("nan", "bool")]
+    return [("acc", ct)]
+
+
+def _lane_loop(w: _Writer, var: str, simd: bool = False) -> None:
+    if simd:
+        w.emit("#pragma omp simd")
+    w.open("for (int64_t tv_j = 0; tv_j < tv_n; ++tv_j)")
+    w.emit(f"const int64_t {var} = {var}_b + tv_j;")
+
+
+def _lanes(w: _Writer, reductions: Sequence[Stmt], load: bool) -> None:
+    """Copy every accumulator between its per-lane array and a local of the usual name."""
+    for st in reductions:
+        for part, ct in _acc_parts(w, st):
+            name = f"{st.name}_{part}"
+            w.emit(f"{ct} {name} = {name}_l[tv_j];" if load else f"{name}_l[tv_j] = {name};")
+
+
+def _outer_reduction(w: _Writer, nest: LoopNest, parts: tuple[list[Stmt], ...]) -> None:
+    pre, inner, post, reductions = parts
+    last, size = nest.iter_vars[-1], _index(nest.ranges[-1])
+    _loops(w, nest.iter_vars[:-1], nest.ranges[:-1], _parallel([nest]), False)
+    if len(nest.ranges) == 1 and _parallel([nest]):
+        w.emit("#pragma omp parallel for")
+    w.open(f"for (int64_t {last}_b = 0; {last}_b < {size}; {last}_b += {_LANES})")
+    w.emit(f"const int64_t tv_n = std::min<int64_t>({_LANES}, {size} - {last}_b);")
+    for st in reductions:
+        for part, ct in _acc_parts(w, st):
+            w.emit(f"{ct} {st.name}_{part}_l[{_LANES}];")
+    _lane_loop(w, last)
+    for st in reductions:
+        _reduction_open(w, st)
+    _lanes(w, reductions, load=False)
+    w.close()
+    ridx = "0L"
+    for var, rsize in zip(nest.reduce_vars, nest.reduction_ranges):
+        ridx = f"({ridx} * {_index(rsize)} + {var})"
+    r_opened = _loops(w, nest.reduce_vars, nest.reduction_ranges, False, False)
+    _lane_loop(w, last, simd=True)
+    _lanes(w, reductions, load=True)
+    for st in [*pre, *inner]:
+        w.stmt(st)
+    for st in reductions:
+        _reduction_update(w, st, ridx)
+    _lanes(w, reductions, load=False)
+    w.close()
+    for _ in range(r_opened):
+        w.close()
+    _lane_loop(w, last)
+    _lanes(w, reductions, load=True)
+    for st in pre:
+        w.stmt(st)
+    for st in reductions:
+        _reduction_close(w, st)
+    for st in post:
+        w.stmt(st)
+    for _ in range(len(nest.ranges) + 1):
+        w.close()
+
+
+def _row_invariant(w: _Writer, nest: LoopNest) -> list[Stmt]:
+    """Statements of a pointwise nest that depend on its outermost variable only: computed once
+    per row, before the inner loops (a per-row load there also keeps GCC's PRE from blocking
+    the vectorization of the inner loop)."""
+    allowed, hoisted = {nest.iter_vars[0], *w.lk.size_vars}, []
+    for st in nest.body:
+        if st.op in ("store", "store_reduction", "masked", "indirect_indexing", "check_bounds") or st.body:
+            continue
+        if _symbols(st) <= allowed and set(st.args) <= allowed and st.name:
+            hoisted.append(st)
+            allowed.add(st.name)
+    return hoisted
+
+
+def _nest(w: _Writer, nest: LoopNest, bound: int = 0) -> None:
+    """Emit one nest; its first ``bound`` loops are already open (shared with its group)."""
+    w.emit(f"// {nest.name}")
+    parallel = bool(nest.ranges) and not bound and _parallel([nest])
+    iter_vars, ranges = nest.iter_vars[bound:], nest.ranges[bound:]
+    if not nest.reduction_ranges:
+        simple = all(s.op not in ("masked", "indirect_indexing", "check_bounds") and s.attr("mode") != "atomic_add"
+                     for s in nest.body)
+        hoisted = _row_invariant(w, nest) if len(nest.ranges) > 1 else []
+        opened = 0 if bound or not hoisted else _loops(w, iter_vars[:1], ranges[:1], parallel, False)
+        for st in hoisted:
+            w.stmt(st)
+        skip = 1 - bound if hoisted else 0
+        opened += _loops(w, iter_vars[skip:], ranges[skip:], parallel and not skip, simple)
+        for st in nest.body:
+            if not any(st is h for h in hoisted):
+                w.stmt(st)
+        for _ in range(opened):
+            w.close()
+        return
+    pre, inner, post, reductions = _split(nest)
+    if not bound and _is_outer_reduction(nest, inner):
+        return _outer_reduction(w, nest, (pre, inner, post, reductions))
+    opened = _loops(w, iter_vars, ranges, parallel, False)
     for st in pre:
         w.stmt(st)
     for st in reductions:
@@ -589,14 +753,7 @@ def _nest(w: _Writer, nest: LoopNest) -> None:
     ridx = "0L"
     for var, size in zip(nest.reduce_vars, nest.reduction_ranges):
         ridx = f"({ridx} * {_index(size)} + {var})"
-    # Floating sums vectorize only when their additions may be reordered (the compiler never does
-    # it without -ffast-math): an ``omp simd reduction(+:...)`` allows it for the innermost r loop,
-    # as Inductor's vectorized reductions do. Only when every reduction is a sum and the inner
-    # statements are plain loads and arithmetic.
-    simd: bool | str = False
-    if all(st.attr("kind") == "sum" and _acc_dtype(w, st) in ("float32", "float64") for st in reductions) and \
-            all(st.op not in ("masked", "indirect_indexing", "check_bounds") for st in inner):
-        simd = "+:" + ",".join(f"{st.name}_acc" for st in reductions)
+    simd = _simd_reduction_clauses(w, reductions, inner)
     r_opened = _loops(w, nest.reduce_vars, nest.reduction_ranges, False, simd)
     for st in nest.body:
         if st.op == "reduction":
@@ -613,6 +770,75 @@ def _nest(w: _Writer, nest: LoopNest) -> None:
         w.close()
 
 
+# ---- fusing the outer loop of a kernel's nests --------------------------------------------------------
+# Inductor fused a kernel's nests; running them one after another over the whole tensor costs one
+# memory pass each (softmax: four). When consecutive nests share their outermost range and every
+# buffer one of them writes is touched by the others only at the same elements per outer
+# iteration, one shared outer loop runs them row by row, the row staying in cache.
+
+def _footprint(nest: LoopNest, index: str, sizes: set[str]) -> tuple[str, ...] | None:
+    """What an access touches per outer iteration: its offset, its ``i0`` stride and the
+    (stride, extent) of every other loop variable; None unless affine in the loop variables."""
+    extents = dict(zip(nest.iter_vars, nest.ranges)) | dict(zip(nest.reduce_vars, nest.reduction_ranges))
+    expr = parse_expr(index)
+    loop_syms = [x for x in expr.free_symbols if x.name in extents]
+    if any(x.name not in extents and x.name not in sizes for x in expr.free_symbols):
+        return None  # an indirect index
+    try:
+        poly = sympy.Poly(expr, *loop_syms) if loop_syms else None
+    except sympy.PolynomialError:
+        return None
+    if poly is not None and (poly.total_degree() > 1 or any(x in c.free_symbols for c in poly.coeffs() for x in loop_syms)):
+        return None
+    coeff = {x.name: expr.coeff(x) for x in loop_syms}
+    offset = expr.subs({x: 0 for x in loop_syms})
+    inner = sorted(f"{coeff[v]}*[{extents[v]}]" for v in coeff if v != "i0" and coeff[v] != 0)
+    return (str(offset), str(coeff.get("i0", 0)), *inner)
+
+
+def _accesses(nest: LoopNest) -> list[tuple[str, str, bool]]:
+    """(buffer, index, writes) of every load and store of ``nest``."""
+    return [(s.attr("buffer"), s.attr("index"), s.op != "load") for s in nest.stmts()
+            if s.op in ("load", "store", "store_reduction")]
+
+
+def _fusable(group: Sequence[LoopNest], sizes: set[str]) -> bool:
+    if any(not n.ranges or n.ranges[0] != group[0].ranges[0] for n in group):
+        return False
+    if any(s.op == "indirect_indexing" or s.attr("mode") == "atomic_add" for n in group for s in n.stmts()):
+        return False
+    touched: dict[str, list[tuple[int, tuple[str, ...] | None, bool]]] = {}
+    for k, nest in enumerate(group):
+        for buffer, index, writes in _accesses(nest):
+            touched.setdefault(buffer, []).append((k, _footprint(nest, index, sizes), writes))
+    for uses in touched.values():
+        shared = len({k for k, _, _ in uses}) > 1 and any(writes for _, _, writes in uses)
+        if shared and (None in {f for _, f, _ in uses} or len({f for _, f, _ in uses}) > 1):
+            return False
+    return True
+
+
+def _groups(lk: LoopKernel) -> list[list[LoopNest]]:
+    """The kernel's nests, consecutive ones that may share their outer loop grouped."""
+    sizes = set(lk.size_vars)
+    groups: list[list[LoopNest]] = []
+    for nest in lk.kernel.nests:
+        if groups and _fusable([*groups[-1], nest], sizes):
+            groups[-1].append(nest)
+        else:
+            groups.append([nest])
+    return groups
+
+
+def _group(w: _Writer, group: Sequence[LoopNest]) -> None:
+    if len(group) == 1:
+        return _nest(w, group[0])
+    _loops(w, ["i0"], group[0].ranges[:1], _parallel(group), False)
+    for nest in group:
+        _nest(w, nest, bound=1)
+    w.close()
+
+
 def generate(lk: LoopKernel) -> str:
     """The C++ translation unit of one kernel (see the module docstring)."""
     w = _Writer(lk)
@@ -625,8 +851,8 @@ def generate(lk: LoopKernel) -> str:
         w.emit(f"{STORAGE[b.dtype]}* __restrict__ {b.name} = *({STORAGE[b.dtype]}**)(tv_args + {8 * k});")
     for k, s in enumerate(lk.size_vars):
         w.emit(f"const int64_t {s} = *(int64_t*)(tv_args + {8 * (len(lk.buffers) + k)});")
-    for nest in lk.kernel.nests:
-        _nest(w, nest)
+    for group in _groups(lk):
+        _group(w, group)
     w.emit("return tv_status;")
     w.lines.append("}")
     return f"// {name}: generated by torchvendor_cpu from the loop IR\n{PRELUDE}\n" + "\n".join(w.lines) + "\n"
