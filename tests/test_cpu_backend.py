@@ -48,3 +48,62 @@ def test_codegen_reports_what_it_cannot_translate():
     (lk,) = loop_kernels(capture(lambda x: torch.digamma(x), [torch.rand(4)], level="loop").inference)
     with pytest.raises(CodegenError, match="ops.digamma"):
         generate(lk)
+
+
+def _kernel_source(fn, *args) -> str:
+    from torchvendor.ir import capture
+
+    return "\n".join(generate(lk) for lk in loop_kernels(capture(fn, list(args), level="loop").inference))
+
+
+def test_nests_share_the_outer_loop_only_where_rows_are_independent():
+    x = torch.randn(64, 96)
+    softmax = _kernel_source(lambda x: torch.softmax(x, -1), x)
+    assert softmax.count("for (int64_t i0 ") == 1  # max, exp, sum, divide: one pass per row
+    # Hand-built: a column mean, then x - mean, in one kernel. Row i0 of the second nest reads
+    # every column's mean, which the first nest finishes only at its last i0: no sharing.
+    from torchvendor.ir.loop_ir import LoopNest, Stmt
+    from torchvendor.reference_backends.cpu import codegen
+
+    def load(name, buffer, index):
+        return Stmt(name, "load", (), (("buffer", buffer), ("index", index)), "float32")
+
+    column_sum = LoopNest("op0", ("96",), ("64",), (
+        load("t0", "x", "i0 + 96*r0"), Stmt("t1", "reduction", ("t0",), (("kind", "sum"),), "float32"),
+        Stmt(None, "store_reduction", ("t1",), (("buffer", "mean"), ("index", "i0")))))
+    centre = LoopNest("op1", ("96", "96"), (), (
+        load("t2", "x", "i1 + 96*i0"), load("t3", "mean", "i1"), Stmt("t4", "sub", ("t2", "t3"), (), "float32"),
+        Stmt(None, "store", ("t4",), (("buffer", "out"), ("index", "i1 + 96*i0")))))
+    assert not codegen._fusable([column_sum, centre], set())
+    same_row = LoopNest("op1", ("96", "96"), (), (centre.body[0], load("t3", "mean", "i0"), *centre.body[2:]))
+    assert codegen._fusable([column_sum, same_row], set())
+
+
+def test_an_outer_reduction_updates_a_block_of_outputs_per_row():
+    source = _kernel_source(lambda x: x.sum(0), torch.randn(64, 96))
+    assert "i0_b += 64" in source and "t1_acc_l[tv_j]" in source
+
+
+_nan = torch.randn(33, 130)
+_nan[3, 5] = _nan[:, 9] = float("nan")
+_ROWS_AND_COLUMNS = {  # every reduction layout the code generator picks, with NaN and -inf inputs
+    "amax rows": (lambda x: x.amax(-1), _nan),
+    "amin columns": (lambda x: x.amin(0), _nan),
+    "max of -inf": (lambda x: x.amax(-1), torch.full((4, 100), -float("inf"))),
+    "mean columns": (lambda x: x.mean(0, keepdim=True) * 2, torch.randn(300, 131)),
+    "var_mean columns": (lambda x: torch.var_mean(x, 0), torch.randn(40, 77)),
+    "argmax columns": (lambda x: x.argmax(0), torch.randn(40, 77)),
+    "int sum columns": (lambda x: x.sum(0), torch.randint(-100, 100, (400, 33))),
+    "middle dim": (lambda x: x.sum(1), torch.randn(7, 50, 67)),
+    "softmax with NaN": (lambda x: torch.softmax(x, -1), _nan),
+    "layer norm": (lambda x: torch.nn.functional.layer_norm(x, (130,)), torch.randn(33, 130)),
+    "rows and columns": (lambda x: (x - x.mean(-1, keepdim=True)) / x.std(0), torch.randn(33, 130)),
+}
+
+
+@pytest.mark.parametrize("name", list(_ROWS_AND_COLUMNS))
+def test_reduction_layouts_match_eager(name):
+    fn, x = _ROWS_AND_COLUMNS[name]
+    compat.dynamo_reset()
+    got = torch.compile(fn, backend="torchvendor_cpu", options={"strict": True})(x)
+    torch.testing.assert_close(got, fn(x), equal_nan=True)
