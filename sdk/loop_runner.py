@@ -119,6 +119,17 @@ def reference_kernel(kernel: LoopKernel) -> Callable[..., None]:
     return run
 
 
+def _in_layout(t: torch.Tensor, size: list[int], stride: list[int], dtype: str) -> torch.Tensor:
+    """``t`` itself when it has the buffer's size, strides (where a dimension has more than one
+    element) and dtype, else a copy that has them."""
+    if list(t.shape) == size and str(t.dtype) == f"torch.{dtype}" and \
+            all(s == g for s, g, n in zip(stride, t.stride(), size) if n > 1):
+        return t
+    out = torch.empty_strided(size, stride, dtype=getattr(torch, dtype), device=t.device)
+    out.copy_(t)
+    return out
+
+
 def _int(text: str, sizes: Mapping[str, int]) -> int:
     if text.lstrip("-").isdigit():
         return int(text)
@@ -160,11 +171,30 @@ class ProgramRunner:
                 lk = by_name[op.name]
                 self.steps.append(("kernel", compiled[op.name], tuple(b.name for b in lk.buffers), lk.size_vars))
             else:
-                self.steps.append(("extern", op))
+                self.steps.append(("extern", op, ()))
+        self._bind_extern_results()
         self._scalar = {name: parse_expr(expr) for name, expr in program.scalar_inputs}
         self._inputs = [(name, program.buffer(name) if name not in self._scalar else None) for name in program.inputs]
         self._plans: dict[tuple, list[tuple]] = {}
         self._written = {n for op in program.ops for n in op.writes()}
+
+    def _bind_extern_results(self) -> None:
+        """An extern kernel's result becomes its output buffer instead of being copied into a
+        preallocated one (a matmul's output is often the biggest tensor of a partition): for
+        outputs that nothing wrote before, that are no view and have none. The result is checked
+        against the buffer's layout at run time (the kernels were compiled for it)."""
+        program, seen = self.program, set(self.program.inputs)
+        viewed = {b.view_of for b in program.buffers if b.view_of is not None}
+        self._deferred: set[str] = set()
+        for k, step in enumerate(self.steps):
+            op = program.ops[k]
+            if step[0] == "extern" and op.op != "getitem" and len(op.outputs) == 1:
+                name = op.outputs[0]
+                buf = program.buffer(name)
+                if name not in seen and name not in viewed and buf.view_of is None and buf.kind != "constant":
+                    self._deferred.add(name)
+                    self.steps[k] = ("extern", op, (name,))
+            seen.update(op.writes())
 
     # ---- sizes and allocation ------------------------------------------------------------------
 
@@ -222,7 +252,7 @@ class ProgramRunner:
             env[name] = value
         constants = dict(program.constants)
         for b, size, stride, offset in plan:
-            if b.name in env or b.view_of is not None:
+            if b.name in env or b.view_of is not None or b.name in self._deferred:
                 continue
             dtype = getattr(torch, b.dtype)
             if b.kind == "constant":
@@ -239,6 +269,8 @@ class ProgramRunner:
                 fn(*[env[n] for n in names], *[sizes[s] for s in symbols])
             else:
                 run_extern(step[1], env, sizes)
+                for name in step[2]:
+                    env[name] = _in_layout(env[name], *layouts[name], self.program.buffer(name).dtype)
         for original, copy in restrided:
             original.copy_(copy)
         outs: list[Any] = []
