@@ -142,35 +142,48 @@ def register_device(name: str, runtime: str | os.PathLike[str] | None = None
                 "a single key per process: use torch."
                 f"{_state['name']} or start a new process."
             )
-        from torchvendor.ir import compat  # imported here: registration must not import Inductor's world
-
-        owner = compat.privateuse1_backend_name()
-        if owner != "privateuseone":
-            raise DeviceRegistrationError(
-                f"another package already owns PrivateUse1 in this process under the name "
-                f"{owner!r}; torchvendor cannot register {name!r}. Only one PrivateUse1 backend "
-                "can live in a process: do not import that package, or disable torch's backend "
-                "autoload with TORCH_DEVICE_BACKEND_AUTOLOAD=0."
-            )
-        if hasattr(torch, name):
-            raise ValueError(f"torch.{name} already exists; choose another device name.")
-        ext = _C()
-        try:
-            info = ext.load_runtime(path)
-        except RuntimeError as e:  # c10::Error: the message says what is wrong
-            raise RuntimeLoadError(str(e)) from None
-        torch.utils.rename_privateuse1_backend(name)
-        try:
-            ext.install()
-        except RuntimeError as e:
-            raise DeviceRegistrationError(str(e)) from None
-        module = build_device_module(name, info)
-        compat.register_device_module(name, module)
-        torch.utils.generate_methods_for_privateuse1_backend(
-            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+        _check_privateuse1_is_free(name)
+        module = _install(name, path)
         _state.update(name=name, path=path, module=module)
         _check_autograd(name, module)
         return module
+
+
+def _check_privateuse1_is_free(name: str) -> None:
+    """Refuse before touching anything if another package owns PrivateUse1 or torch.<name> exists."""
+    from torchvendor.ir import compat  # imported here: registration must not import Inductor's world
+
+    owner = compat.privateuse1_backend_name()
+    if owner != "privateuseone":
+        raise DeviceRegistrationError(
+            f"another package already owns PrivateUse1 in this process under the name "
+            f"{owner!r}; torchvendor cannot register {name!r}. Only one PrivateUse1 backend "
+            "can live in a process: do not import that package, or disable torch's backend "
+            "autoload with TORCH_DEVICE_BACKEND_AUTOLOAD=0."
+        )
+    if hasattr(torch, name):
+        raise ValueError(f"torch.{name} already exists; choose another device name.")
+
+
+def _install(name: str, path: str) -> types.ModuleType:
+    """Load the runtime, install the C++ device layer, rename PrivateUse1 and register torch.<name>."""
+    from torchvendor.ir import compat
+
+    ext = _C()
+    try:
+        info = ext.load_runtime(path)
+    except RuntimeError as e:  # c10::Error: the message says what is wrong
+        raise RuntimeLoadError(str(e)) from None
+    torch.utils.rename_privateuse1_backend(name)
+    try:
+        ext.install()
+    except RuntimeError as e:
+        raise DeviceRegistrationError(str(e)) from None
+    module = build_device_module(name, info)
+    compat.register_device_module(name, module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+    return module
 
 
 def _check_autograd(name: str, module: types.ModuleType) -> None:
