@@ -465,7 +465,13 @@ class Context:
     """What a statement of a loop nest sees while the nest runs over its whole iteration space.
 
     Every value is a tensor broadcastable to ``shape``: the nest's iteration sizes, pointwise
-    dimensions first, then ``reduction_dims`` reduction dimensions.
+    dimensions first, then ``reduction_dims`` reduction dimensions. A statement handler reads
+    its arguments and index symbols here:
+
+    >>> ctx = Context({}, {"i0": torch.arange(3)}, _FlatBuffers({"x": torch.tensor([5.0, 6.0, 7.0])}),
+    ...               [3], 0, None, "k0/op0")
+    >>> STATEMENTS["load"](Stmt("t0", "load", (), (("buffer", "x"), ("index", "2 - i0"))), ctx)
+    tensor([7., 6., 5.])
     """
 
     #: SSA values by statement name
