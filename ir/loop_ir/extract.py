@@ -362,8 +362,8 @@ def _emit_kernel_call(node: Any) -> None:
     symbols = sorted({s for n in kernel.nests for e in (*n.ranges, *n.reduction_ranges) for s in _symbols_in(e)}
                      | {s for n in kernel.nests for st in n.stmts() for s in _symbols_in_stmt(st)})
     python_expr = inductor.common.PythonPrinter().doprint if hasattr(inductor.common, "PythonPrinter") else str
-    sizes = ", ".join(f"{s}={python_expr(inductor_symbol.get(sympy.Symbol(s, integer=True, positive=True), sympy.Symbol(s)))}"
-                      for s in symbols)
+    ours = {s: sympy.Symbol(s, integer=True, positive=True) for s in symbols}
+    sizes = ", ".join(f"{s}={python_expr(inductor_symbol.get(ours[s], sympy.Symbol(s)))}" for s in symbols)
     wrapper.writeline(f"{kernel_name}(dict({', '.join(f'{b}={b}' for b in buffers)}), dict({sizes}))")
 
 
@@ -544,7 +544,8 @@ class _Assembler:
     def view_buffer(self, view: Any) -> str:
         base = self.state.real_name(view.data.get_name())
         layout = view.layout
-        size, stride, off = tuple(map(self.expr, layout.size)), tuple(map(self.expr, layout.stride)), self.expr(layout.offset)
+        size, stride = tuple(map(self.expr, layout.size)), tuple(map(self.expr, layout.stride))
+        off = self.expr(layout.offset)
         base_buf = self.buffer_for(base)
         if base_buf is not None and base_buf.view_of is None and (base_buf.size, base_buf.stride, base_buf.offset) == (size, stride, off):
             return base
