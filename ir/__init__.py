@@ -1,7 +1,9 @@
 """torchvendor.ir: the three IR levels (torch, ATen/prim, loop), their capture, printing,
 reference interpreters and serialization, and the GraphView adapters.
 
-Submodules are imported lazily so that ``torchvendor.ir.graph_view`` (the torch-free protocol
+``capture(fn, example_inputs, level=...)`` is the one entry point (defined in ``levels.py``; no
+module is named ``capture``, so the name always means the function). Submodules are imported
+lazily so that ``torchvendor.ir.graph_view`` (the torch-free protocol
 the pattern matcher and partitioner are written against) can be used without importing torch.
 """
 from __future__ import annotations
@@ -18,7 +20,8 @@ _LAZY: dict[str, str] = {
     "DictGraph": "graph_view",
     "FxView": "fx_view",
     # torch and ATen IR: capture, programs, hooks, decomposition tables, ONNX adapter
-    "capture": "capture",
+    "capture": "levels",
+    "LEVELS": "levels",
     "Program": "program",
     "TorchProgram": "torch_ir",
     "torch_ir_hook": "torch_ir",

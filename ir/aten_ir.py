@@ -37,9 +37,9 @@ import torch.fx as fx
 
 from . import compat
 from .decompositions import DecompositionTable, resolve, to_prims
-from .interpreter import Binder, Slot, graph_to_json, placeholders, run_graph
+from .interpreter import Binder, Slot, graph_from_json, graph_to_json, placeholder_specs, placeholders, run_graph
 from .program import Program, default_grad_outputs, flatten_inputs
-from .torch_ir import TorchProgram, Trace, assemble, describe_inputs, trace
+from .torch_ir import OutputSlot, TorchProgram, Trace, assemble, describe_inputs, trace
 
 __all__ = ["AtenProgram", "aten_ir_hook", "capture_aten"]
 
@@ -224,15 +224,40 @@ class AtenProgram(Program):
         lines.append("user outputs: " + ", ".join(map(str, self.outputs)))
         return "\n".join(lines)
 
-    def to_json(self) -> dict[str, Any]:
-        """The program as JSON-compatible data: every graph (``interpreter.graph_to_json``),
-        slots, graph roles and user outputs. Parameters are referenced by name, not stored."""
-        return {"level": self.level, "training": self.training, "dynamic": self.dynamic,
+    def _to_dict(self) -> dict[str, Any]:
+        """The level's fields of :meth:`to_json`: every graph (``interpreter.graph_to_json``),
+        slots, graph roles, user outputs, guards and the torch-level program it was lowered
+        from. Parameters are referenced by name, not stored; of the decomposition table only
+        the name is kept (its entries are code)."""
+        return {"training": self.training, "dynamic": self.dynamic,
                 "decompositions": self.decompositions.name,
                 "graphs": {k: graph_to_json(g) for k, g in self.graphs().items()},
                 "slots": [s.to_json() for s in self.slots], "forward_roles": [list(r) for r in self.forward_roles],
                 "backward_roles": [list(r) for r in self.backward_roles],
-                "outputs": [o.to_json() for o in self.outputs]}
+                "outputs": [o.to_json() for o in self.outputs], "guards": list(self.guards),
+                "torch_program": self.torch_program._to_dict()}
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any], module: torch.nn.Module | None) -> "AtenProgram":
+        self = cls.__new__(cls)
+        self._restore(data, module)
+        return self
+
+    def _restore(self, data: dict[str, Any], module: torch.nn.Module | None) -> None:
+        """Set every attribute from :meth:`_to_dict`'s data (``__init__`` needs a live capture)."""
+        self.decompositions = DecompositionTable(data["decompositions"], {})
+        self.training, self.dynamic, self.module = data["training"], data["dynamic"], module
+        self.torch_program = TorchProgram._from_dict(data["torch_program"], module)
+        self.guards = list(data["guards"])
+        self.outputs = [OutputSlot.from_json(o) for o in data["outputs"]]
+        graphs = {k: graph_from_json(g) for k, g in data["graphs"].items()}
+        self.forward, self.backward, self.inference = (graphs.get(k) for k in ("forward", "backward", "inference"))
+        self.slots = [Slot.from_json(s) for s in data["slots"]]
+        self.example_inputs = []  # the real example tensors are not serialized
+        self.fake_inputs = placeholder_specs(graphs["forward" if self.training else "inference"])
+        self.forward_roles = [tuple(r) for r in data["forward_roles"]]
+        self.backward_roles = [tuple(r) for r in data["backward_roles"]]
+        self._binder = Binder(self.slots, self.fake_inputs, module)
 
     # -- execution ----------------------------------------------------------------------------------
     def _forward(self, flat: list[Any]) -> tuple[list[Any], dict[str, Any]]:

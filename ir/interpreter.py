@@ -26,7 +26,8 @@ import sympy
 import torch
 import torch.fx as fx
 
-__all__ = ["run_graph", "Slot", "Binder", "placeholders", "graph_to_json", "graph_from_json"]
+__all__ = ["run_graph", "Slot", "Binder", "TensorSpec", "placeholders", "placeholder_specs", "graph_to_json",
+           "graph_from_json"]
 
 
 def placeholders(gm: fx.GraphModule) -> list[fx.Node]:
@@ -77,11 +78,49 @@ class Slot:
         value = str(self.value) if self.kind == "symint" else _encode(self.value, f"slot {self.name}")
         return {"kind": self.kind, "name": self.name, "index": self.index, "value": value}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Slot":
+        """The inverse of :meth:`to_json`."""
+        value = sympy.sympify(data["value"]) if data["kind"] == "symint" else _decode(data["value"], {})
+        return cls(data["kind"], data["name"], data["index"], value)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A placeholder's dtype and shape (ints and sympy expressions) where no fake tensor exists:
+    in a program read back from JSON. :class:`Binder` accepts it in place of a fake tensor."""
+
+    dtype: torch.dtype
+    shape: tuple[Any, ...]
+
+
+def placeholder_specs(gm: fx.GraphModule) -> list[Any]:
+    """Per placeholder of a graph from :func:`graph_from_json`: a :class:`TensorSpec`, a sympy
+    expression (a symbolic int) or None, from the serialized ``meta``."""
+    specs: list[Any] = []
+    for node in placeholders(gm):
+        meta = node.meta.get("serialized", {})
+        if "dtype" in meta:
+            shape = tuple(sympy.sympify(d) if isinstance(d, str) else d for d in meta["shape"])
+            specs.append(TensorSpec(getattr(torch, meta["dtype"]), shape))
+        else:
+            specs.append(sympy.sympify(meta["symint"]) if "symint" in meta else None)
+    return specs
+
 
 def _sym_expr(value: Any) -> Any:
     if isinstance(value, torch.SymInt):
         return value.node.expr
     return value
+
+
+def _shape(fake: Any) -> tuple[Any, ...] | None:
+    """A placeholder's shape (ints and sympy expressions) from a fake tensor or a TensorSpec."""
+    if isinstance(fake, torch.Tensor):
+        return tuple(_sym_expr(s) for s in fake.shape)
+    if isinstance(fake, TensorSpec):
+        return fake.shape
+    return None
 
 
 class Binder:
@@ -97,8 +136,8 @@ class Binder:
         self._shapes: dict[int, tuple[Any, ...]] = {}
         self._symbols: dict[sympy.Symbol, tuple[int, int]] = {}
         for slot, fake in zip(self.slots, fakes):
-            if slot.kind == "input" and isinstance(fake, torch.Tensor):
-                shape = tuple(_sym_expr(s) for s in fake.shape)
+            shape = _shape(fake)
+            if slot.kind == "input" and shape is not None:
                 self._shapes.setdefault(slot.index, shape)
                 for dim, s in enumerate(shape):
                     if isinstance(s, sympy.Symbol):
@@ -149,10 +188,13 @@ class Binder:
                 if slot.index >= len(flat):
                     raise ValueError(f"the program takes at least {slot.index + 1} flattened inputs, got {len(flat)}")
                 args.append(flat[slot.index])
-            elif slot.kind == "parameter":
-                args.append(params[slot.name])
-            elif slot.kind == "buffer":
-                args.append(buffers[slot.name])
+            elif slot.kind in ("parameter", "buffer"):
+                named = params if slot.kind == "parameter" else buffers
+                if slot.name not in named:
+                    raise ValueError(f"the program reads {slot} of its module, but "
+                                     + ("no module was given: pass module= to from_json()" if self.module is None
+                                        else f"the module has no {slot.kind} {slot.name!r}"))
+                args.append(named[slot.name])
             elif slot.kind == "constant":
                 args.append(slot.value)
             else:
@@ -227,6 +269,8 @@ def _decode(value: Any, nodes: dict[str, fx.Node]) -> Any:
 
 
 def _meta_json(node: fx.Node) -> dict[str, Any]:
+    if "serialized" in node.meta:  # read back by graph_from_json: written again as read
+        return dict(node.meta["serialized"])
     val = node.meta.get("val", node.meta.get("example_value"))
     if isinstance(val, torch.Tensor):
         return {"dtype": str(val.dtype).removeprefix("torch."), "shape": [str(s) if isinstance(s, torch.SymInt) else s

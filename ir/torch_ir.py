@@ -33,14 +33,16 @@ import linecache
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import sympy
 import torch
 import torch.fx as fx
 
 from . import compat
-from .interpreter import Binder, Slot, _encode, graph_to_json, placeholders, run_graph
+from .interpreter import (Binder, Slot, TensorSpec, _decode, _encode, graph_from_json, graph_to_json, placeholder_specs,
+                          placeholders, run_graph)
 from .program import Program, default_grad_outputs, flatten_inputs, flatten_outputs
 
-__all__ = ["TorchProgram", "OutputSlot", "torch_ir_hook", "capture_torch"]
+__all__ = ["TorchProgram", "OutputSlot", "torch_ir_hook", "capture_torch", "closure_modules"]
 
 #: A torch-level backend callback: sees Dynamo's graph and example inputs, returns the callable
 #: to run in its place, or None to run the graph as is.
@@ -86,6 +88,11 @@ class OutputSlot:
         """JSON-compatible data."""
         return {"kind": self.kind, "index": self.index, "name": self.name, "value": _encode(self.value, "output")}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "OutputSlot":
+        """The inverse of :meth:`to_json`."""
+        return cls(data["kind"], data["index"], data["name"], _decode(data["value"], {}))
+
 
 # ---- the capture driver, shared with the ATen level ---------------------------------------------
 
@@ -102,6 +109,8 @@ class _Record:
 class Trace:
     """The result of one capture through ``torch.compile`` (internal to the IR levels)."""
 
+    #: whose parameters and buffers feed the graph by qualified name: the captured module, or
+    #: for a function the root of :func:`closure_modules` (None if it reads none)
     module: torch.nn.Module | None
     user_inputs: list[Any]          # the (cloned) flat user inputs the capture ran on
     result: Any                     # what the compiled function returned
@@ -163,10 +172,45 @@ def _entry_function(target: Any, n_args: int) -> Callable[..., Any]:
     return namespace[f"capture_{label}"]
 
 
+def _names_by_id(module: torch.nn.Module | None) -> tuple[dict[int, str], dict[int, str]]:
+    """id -> qualified name of every parameter and buffer of ``module``. A tied tensor (T5's
+    ``shared.weight`` is ``encoder.embed_tokens.weight``) gets the name ``named_parameters()``
+    gives it: the first, so gradients are keyed as the user's optimizer sees them."""
+    if module is None:
+        return {}, {}
+    return ({id(p): n for n, p in module.named_parameters()}, {id(b): n for n, b in module.named_buffers()})
+
+
+def closure_modules(fn: Callable[..., Any]) -> torch.nn.Module | None:
+    """The modules and parameters a function reads from its closure or globals, gathered under
+    one root module by variable name (``lin`` -> ``lin.weight``), or None if there are none.
+
+    ``torch.compile(f)`` trains the parameters of a module that ``f`` closes over, as eager
+    does; the capture finds them the same way and keys their gradients by these names. A bound
+    method of a module (``model.forward``) has that module as root.
+
+    >>> lin = torch.nn.Linear(2, 1)
+    >>> sorted(n for n, _ in closure_modules(lambda x: lin(x)).named_parameters())
+    ['lin.bias', 'lin.weight']
+    """
+    if inspect.ismethod(fn) and isinstance(fn.__self__, torch.nn.Module):
+        return fn.__self__
+    try:
+        found = inspect.getclosurevars(fn)
+    except TypeError:  # not a Python function (a builtin, a C extension, a partial)
+        return None
+    root = torch.nn.Module()
+    for name, value in {**found.globals, **found.nonlocals}.items():
+        if isinstance(value, torch.nn.Parameter):
+            root.register_parameter(name, value)
+        elif isinstance(value, torch.nn.Module):
+            root.add_module(name, value)
+    return root if any(True for _ in root.named_children()) or any(True for _ in root.parameters()) else None
+
+
 def _slots(gm: fx.GraphModule, example_inputs: Sequence[Any], user: Sequence[Any],
            module: torch.nn.Module | None) -> list[Slot]:
-    params = {id(p): n for n, p in module.named_parameters(remove_duplicate=False)} if module is not None else {}
-    buffers = {id(b): n for n, b in module.named_buffers(remove_duplicate=False)} if module is not None else {}
+    params, buffers = _names_by_id(module)
     by_id = {}
     for i, leaf in enumerate(user):
         if isinstance(leaf, torch.Tensor):
@@ -197,10 +241,8 @@ def _slots(gm: fx.GraphModule, example_inputs: Sequence[Any], user: Sequence[Any
 
 def _output_slots(result_leaves: Sequence[Any], graph_outputs: Sequence[Any], user: Sequence[Any],
                   module: torch.nn.Module | None) -> list[OutputSlot]:
-    named = {}
-    if module is not None:
-        named.update({id(p): ("parameter", n) for n, p in module.named_parameters()})
-        named.update({id(b): ("buffer", n) for n, b in module.named_buffers()})
+    params, buffers = _names_by_id(module)
+    named = {**{i: ("buffer", n) for i, n in buffers.items()}, **{i: ("parameter", n) for i, n in params.items()}}
     out = []
     for leaf in result_leaves:
         if isinstance(leaf, torch.Tensor):
@@ -232,6 +274,8 @@ def trace(target: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence
     module = target if isinstance(target, torch.nn.Module) else None
     if module is None and not callable(target):
         raise TypeError(f"capture needs a function or an nn.Module, got {type(target).__name__}")
+    # whose parameters and buffers feed the graph by name: the module, or what a function closes over
+    owner = module if module is not None else closure_modules(target)
     inputs = compat.tree_unflatten([_clone_leaf(x) for x in flatten_inputs(example_inputs)],
                                    compat.tree_flatten(list(example_inputs))[1])
     user = flatten_inputs(inputs)
@@ -258,7 +302,7 @@ def trace(target: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence
     leaves = flatten_outputs(result)
     graph_outputs = list(rec.graph_outputs) if isinstance(rec.graph_outputs, (list, tuple)) else [rec.graph_outputs]
     if training:
-        _backward_once(leaves, user, module)
+        _backward_once(leaves, user, owner)
     try:
         guards = compat.guard_lines(entry.__code__)
     except Exception as e:  # a summary must never fail the capture
@@ -267,8 +311,8 @@ def trace(target: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence
     if guards is None:
         guards = [f"# cache-entry guards are not exposed by torch {torch.__version__}; "
                   f"guards from the tracing context:"] + rec.tracing_guards
-    return Trace(module, user, result, rec.gm, rec.example_inputs, _slots(rec.gm, rec.example_inputs, user, module),
-                 _output_slots(leaves, graph_outputs, user, module), guards, dynamic, training)
+    return Trace(owner, user, result, rec.gm, rec.example_inputs, _slots(rec.gm, rec.example_inputs, user, owner),
+                 _output_slots(leaves, graph_outputs, user, owner), guards, dynamic, training)
 
 
 def grad_leaves(user: Sequence[Any], module: torch.nn.Module | None) -> list[tuple[str, torch.Tensor]]:
@@ -284,7 +328,8 @@ def _backward_once(leaves: Sequence[Any], user: Sequence[Any], module: torch.nn.
     wrt = [t for _, t in grad_leaves(user, module)]
     if not diff or not wrt:
         raise ValueError("capture(training=True): no output requires grad. Give the example inputs "
-                         "requires_grad=True (or capture a module with trainable parameters), or use training=False")
+                         "requires_grad=True (or capture a module with trainable parameters, or a function that "
+                         "reads one from its closure or globals), or use training=False")
     torch.autograd.grad(diff, wrt, [torch.ones_like(o) for o in diff], allow_unused=True)
 
 
@@ -311,8 +356,10 @@ def describe_inputs(slots: Sequence[Slot], fakes: Sequence[Any], names: Sequence
     """One line per placeholder: name, what feeds it, dtype and (symbolic) shape."""
     lines = []
     for name, slot, fake in zip(names, slots, fakes):
-        if isinstance(fake, torch.Tensor):
+        if isinstance(fake, (torch.Tensor, TensorSpec)):
             typ = f"{str(fake.dtype).removeprefix('torch.')}{list(fake.shape)}"
+        elif isinstance(fake, sympy.Basic):  # a symbolic int read back from JSON
+            typ = f"SymInt {fake}"
         else:
             typ = type(fake).__name__ + (f" {fake}" if fake is not None else "")
         lines.append(f"  %{name}: {slot}  {typ}".replace("'", ""))
@@ -364,12 +411,25 @@ class TorchProgram(Program):
                           "outputs: " + ", ".join(map(str, self.outputs)),
                           *_guard_summary(self.guards)])
 
-    def to_json(self) -> dict[str, Any]:
-        """The program as JSON-compatible data: the graph (see ``interpreter.graph_to_json``),
+    def _to_dict(self) -> dict[str, Any]:
+        """The level's fields of :meth:`to_json`: the graph (``interpreter.graph_to_json``),
         slots, outputs and guards. Parameters are referenced by name, not stored."""
-        return {"level": self.level, "training": self.training, "dynamic": self.dynamic,
+        return {"training": self.training, "dynamic": self.dynamic,
                 "graph": graph_to_json(self.graph_module), "slots": [s.to_json() for s in self.slots],
                 "outputs": [o.to_json() for o in self.outputs], "guards": list(self.guards)}
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any], module: torch.nn.Module | None) -> "TorchProgram":
+        self = cls.__new__(cls)
+        self.graph_module = graph_from_json(data["graph"])
+        self.example_inputs = []  # the real example tensors are not serialized
+        self.fake_inputs = placeholder_specs(self.graph_module)
+        self.slots = [Slot.from_json(s) for s in data["slots"]]
+        self.outputs = [OutputSlot.from_json(o) for o in data["outputs"]]
+        self.guards = list(data["guards"])
+        self.module, self.training, self.dynamic = module, data["training"], data["dynamic"]
+        self._binder = Binder(self.slots, self.fake_inputs, self.module)
+        return self
 
     def run(self, *inputs: Any) -> list[Any]:
         """Interpret the Dynamo graph on ``inputs``; the flat outputs."""

@@ -133,3 +133,27 @@ def test_native_kernel_example():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "native add: ok; fallback counts after: {}" in proc.stdout
+
+
+def test_device_module_is_built_from_the_marked_functions(acme):
+    """torch.acme holds every @device_api object of sdk/device_module.py (no name list kept by
+    hand), the torch.cuda-like calls torch and users rely on are among them, and nothing else of
+    that file leaks in."""
+    import inspect
+
+    from torchvendor.sdk import device_module
+
+    marked = {name for name, obj in vars(device_module).items()
+              if name in device_module._API and device_module._API[name] is obj}
+    assert marked == set(device_module._API)
+    public = {n for n in dir(acme) if not n.startswith("__")}
+    assert public == marked | {"default_generators"}
+    for name in ("is_available", "device_count", "current_device", "set_device", "device", "synchronize",
+                 "Stream", "Event", "current_stream", "set_stream", "stream", "memory_allocated",
+                 "manual_seed", "get_rng_state", "get_device_properties", "_lazy_init", "_is_in_bad_fork",
+                 "fallback_counts", "diagnose", "load_module", "launch"):
+        assert name in public, name
+    helpers = {n for n, obj in vars(device_module).items()
+               if inspect.isfunction(obj) and obj.__module__ == device_module.__name__} - marked
+    assert helpers and not helpers & public  # _index, _stat, build_device_module... stay private
+    assert "torch.acme device module: yes" in acme.diagnose()

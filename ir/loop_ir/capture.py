@@ -24,7 +24,6 @@ Example::
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Sequence
 
 import torch
@@ -109,12 +108,20 @@ class LoopCapture(AtenProgram):
     def graphs(self) -> dict[str, fx.GraphModule]:  # type: ignore[override]
         return dict(self.aten_graphs)
 
-    def to_json(self, indent: int | None = 1) -> str:
-        """``{"schema_version": ..., "programs": {"forward": {...}, ...}}``; each entry is
-        :meth:`LoopProgram.to_dict` (``LoopProgram.from_dict`` reads it back)."""
-        return json.dumps({"schema_version": SCHEMA_VERSION,
-                           "programs": {k: p.to_dict() for k, p in self.programs().items()}},
-                          indent=indent, allow_nan=False)
+    def _to_dict(self) -> dict[str, Any]:
+        """The ATen level's fields (its ``graphs`` are the AOTAutograd graphs Inductor lowered),
+        the device, and ``programs``: each kind's :meth:`LoopProgram.to_dict`, in the loop
+        schema's own version ``schema_version``."""
+        return {**super()._to_dict(), "device": self.device, "schema_version": SCHEMA_VERSION,
+                "programs": {k: p.to_dict() for k, p in self.programs().items()}}
+
+    def _restore(self, data: dict[str, Any], module: torch.nn.Module | None) -> None:
+        super()._restore(data, module)
+        self.device = data["device"]
+        self.aten_graphs = {k: g for k, g in (("inference", self.inference), ("forward", self.forward),
+                                               ("backward", self.backward)) if g is not None}
+        programs = {k: LoopProgram.from_dict(p) for k, p in data["programs"].items()}
+        self.forward, self.backward, self.inference = (programs.get(k) for k in ("forward", "backward", "inference"))
 
     def __str__(self) -> str:
         main = self.aten_graphs["forward" if self.training else "inference"]

@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import weakref
@@ -94,7 +95,7 @@ def _dtype(d: torch.dtype | None) -> str | None:
 
 
 # ---- recording ops handler -----------------------------------------------------------------------
-class _Val:
+class _Value:
     """An SSA value while replaying a LoopBody (``dtype`` feeds Inductor's dtype propagation)."""
 
     __slots__ = ("name", "dtype")
@@ -137,13 +138,13 @@ class _Recorder(compat.inductor().DefaultHandler):  # type: ignore[misc]
             return None
         return out if isinstance(out, torch.dtype) else None
 
-    def _emit(self, op: str, args: Sequence[_Val], attrs: Sequence[tuple[str, Any]],
-              dtype: torch.dtype | None, body: Sequence[Stmt] = (), define: bool = True) -> _Val | None:
+    def _emit(self, op: str, args: Sequence[_Value], attrs: Sequence[tuple[str, Any]],
+              dtype: torch.dtype | None, body: Sequence[Stmt] = (), define: bool = True) -> _Value | None:
         name = f"t{next(self.counter)}" if define else None
         self.stmts.append(Stmt(name, op, tuple(a.name for a in args), tuple(attrs), _dtype(dtype), tuple(body)))
-        return _Val(name, dtype) if name else None
+        return _Value(name, dtype) if name else None
 
-    def _x(self, e: Any) -> str:
+    def _expr(self, e: Any) -> str:
         return format_expr(e, self.state.rename)
 
     def _real(self, name: str) -> str:
@@ -153,15 +154,15 @@ class _Recorder(compat.inductor().DefaultHandler):  # type: ignore[misc]
     def _default(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name in _UNSUPPORTED_OPS:
             raise LoopIRUnsupported(f"ops.{name} is not expressible in the loop IR yet")
-        vals: list[_Val] = []
+        vals: list[_Value] = []
         attrs: list[tuple[str, Any]] = []
         for i, a in enumerate(args):
-            if isinstance(a, _Val):
+            if isinstance(a, _Value):
                 vals.append(a)
             else:
                 attrs.append((f"arg{i}", _attr_value(a, self.state.rename)))
         for k, v in kwargs.items():
-            if isinstance(v, _Val):
+            if isinstance(v, _Value):
                 raise LoopIRUnsupported(f"ops.{name}: SSA value passed as keyword {k!r}")
             attrs.append((k, _attr_value(v, self.state.rename)))
         if len(vals) == len(args) and not kwargs:
@@ -171,16 +172,16 @@ class _Recorder(compat.inductor().DefaultHandler):  # type: ignore[misc]
         return self._emit(name, vals, attrs, self._infer(name, args, kwargs))
 
     # -- ops with a meaning the schema names ------------------------------------------------------
-    def load(self, name: str, index: sympy.Expr) -> _Val:
-        return self._emit("load", (), (("buffer", self._real(name)), ("index", self._x(index))),
+    def load(self, name: str, index: sympy.Expr) -> _Value:
+        return self._emit("load", (), (("buffer", self._real(name)), ("index", self._expr(index))),
                           self.state.dtype_of(name))
 
-    def store(self, name: str, index: sympy.Expr, value: _Val, mode: Any = None) -> None:
-        self._emit("store", (value,), (("buffer", self._real(name)), ("index", self._x(index)),
+    def store(self, name: str, index: sympy.Expr, value: _Value, mode: Any = None) -> None:
+        self._emit("store", (value,), (("buffer", self._real(name)), ("index", self._expr(index)),
                                        ("mode", mode)), None, define=False)
 
-    def store_reduction(self, name: str, index: sympy.Expr, value: _Val) -> None:
-        self._emit("store_reduction", (value,), (("buffer", self._real(name)), ("index", self._x(index))),
+    def store_reduction(self, name: str, index: sympy.Expr, value: _Value) -> None:
+        self._emit("store_reduction", (value,), (("buffer", self._real(name)), ("index", self._expr(index))),
                    None, define=False)
 
     def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: str, value: Any) -> Any:
@@ -193,46 +194,46 @@ class _Recorder(compat.inductor().DefaultHandler):  # type: ignore[misc]
             return out
         return tuple(self._emit("getitem", (out,), (("index", k),), dtype) for k in range(n_out))
 
-    def constant(self, value: Any, dtype: torch.dtype) -> _Val:
+    def constant(self, value: Any, dtype: torch.dtype) -> _Value:
         return self._emit("constant", (), (("value", _attr_value(value, {})), ("dtype", _dtype(dtype))), dtype)
 
-    def load_seed(self, name: str, offset: Any) -> _Val:
-        args = (offset,) if isinstance(offset, _Val) else ()
+    def load_seed(self, name: str, offset: Any) -> _Value:
+        args = (offset,) if isinstance(offset, _Value) else ()
         attrs = (("buffer", self._real(name)),) + (() if args else (("offset", _attr_value(offset, self.state.rename)),))
         return self._emit("load_seed", args, attrs, torch.int64)
 
-    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> _Val:
-        return self._emit("index_expr", (), (("expr", self._x(expr)), ("dtype", _dtype(dtype))), dtype)
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> _Value:
+        return self._emit("index_expr", (), (("expr", self._expr(expr)), ("dtype", _dtype(dtype))), dtype)
 
-    def to_dtype(self, x: _Val, dtype: torch.dtype, src_dtype: torch.dtype | None = None,
-                 use_compute_types: bool = True) -> _Val:
+    def to_dtype(self, x: _Value, dtype: torch.dtype, src_dtype: torch.dtype | None = None,
+                 use_compute_types: bool = True) -> _Value:
         return self._emit("to_dtype", (x,), (("dtype", _dtype(dtype)), ("src_dtype", _dtype(src_dtype))), dtype)
 
-    def to_dtype_bitcast(self, x: _Val, dtype: torch.dtype, src_dtype: torch.dtype) -> _Val:
+    def to_dtype_bitcast(self, x: _Value, dtype: torch.dtype, src_dtype: torch.dtype) -> _Value:
         return self._emit("to_dtype_bitcast", (x,), (("dtype", _dtype(dtype)), ("src_dtype", _dtype(src_dtype))),
                           dtype)
 
-    def indirect_indexing(self, x: _Val, size: Any, check: bool = True, wrap_neg: bool = True) -> sympy.Symbol:
+    def indirect_indexing(self, x: _Value, size: Any, check: bool = True, wrap_neg: bool = True) -> sympy.Symbol:
         name = f"ind{next(self.indirect)}"
         self.stmts.append(Stmt(name, "indirect_indexing", (x.name,),
-                               (("size", self._x(size)), ("check", bool(check)), ("wrap_neg", bool(wrap_neg))),
+                               (("size", self._expr(size)), ("check", bool(check)), ("wrap_neg", bool(wrap_neg))),
                                "int64"))
         return sympy.Symbol(name, integer=True)
 
     def check_bounds(self, expr: sympy.Expr, size: sympy.Expr, lower: bool, upper: bool) -> None:
-        self._emit("check_bounds", (), (("expr", self._x(expr)), ("size", self._x(size)),
+        self._emit("check_bounds", (), (("expr", self._expr(expr)), ("size", self._expr(size)),
                                         ("lower", bool(lower)), ("upper", bool(upper))), None, define=False)
 
-    def masked(self, mask: _Val, body: Callable[[], Any], other: Any) -> _Val:
+    def masked(self, mask: _Value, body: Callable[[], Any], other: Any) -> _Value:
         sub = _Recorder(self.state, self.counter, self.indirect)
         with compat.inductor().V.set_ops_handler(sub):
             result = body()
-        if not isinstance(result, _Val):
+        if not isinstance(result, _Value):
             raise LoopIRUnsupported(f"masked sub-block returned {result!r}")
         sub.stmts.append(Stmt(None, "yield", (result.name,)))
         return self._emit("masked", (mask,), (("other", _attr_value(other, {})),), result.dtype, sub.stmts)
 
-    def frexp(self, x: _Val) -> tuple[_Val, _Val]:
+    def frexp(self, x: _Value) -> tuple[_Value, _Value]:
         out = self._emit("frexp", (x,), (), None)
         return (self._emit("getitem", (out,), (("index", 0),), x.dtype),
                 self._emit("getitem", (out,), (("index", 1),), torch.int32))
@@ -315,50 +316,55 @@ def convert_nodes(snodes: Sequence[Any], state: _GraphState, name: str) -> Kerne
     """One kernel from the SchedulerNodes of a (possibly fused) scheduler node."""
     counter, indirect = itertools.count(), itertools.count()
     nests = []
-    for sn in snodes:
-        body, (isz, rsz) = compat.loop_body_of(sn)
+    for snode in snodes:
+        body, (iteration_sizes, reduction_sizes) = compat.loop_body_of(snode)
         if body is None:
-            raise LoopIRUnsupported(f"scheduler node {sn.get_name()} has no LoopBody (a template?)")
-        ivars = [sympy.Symbol(f"i{k}", integer=True, nonnegative=True) for k in range(len(isz))]
-        rvars = [sympy.Symbol(f"r{k}", integer=True, nonnegative=True) for k in range(len(rsz))]
-        rec = _Recorder(state, counter, indirect)
-        with compat.inductor().V.set_ops_handler(rec):
-            body(ivars, rvars)
-        nests.append(LoopNest(sn.get_name(), tuple(format_expr(s, state.rename) for s in isz),
-                              tuple(format_expr(s, state.rename) for s in rsz), tuple(rec.stmts)))
-    group: tuple[tuple[str, ...], ...] = ()
-    g = getattr(snodes[0], "group", None)
-    if g:
-        try:
-            group = tuple(tuple(format_expr(e, state.rename) for e in (part if isinstance(part, (tuple, list)) else (part,)))
-                          for part in g[1])
-        except Exception:
-            group = ()
-    return Kernel(name, tuple(nests), group)
+            raise LoopIRUnsupported(f"scheduler node {snode.get_name()} has no LoopBody (a template?)")
+        iteration_vars = [sympy.Symbol(f"i{k}", integer=True, nonnegative=True) for k in range(len(iteration_sizes))]
+        reduction_vars = [sympy.Symbol(f"r{k}", integer=True, nonnegative=True) for k in range(len(reduction_sizes))]
+        recorder = _Recorder(state, counter, indirect)
+        with compat.inductor().V.set_ops_handler(recorder):
+            body(iteration_vars, reduction_vars)
+        nests.append(LoopNest(snode.get_name(), tuple(format_expr(s, state.rename) for s in iteration_sizes),
+                              tuple(format_expr(s, state.rename) for s in reduction_sizes), tuple(recorder.stmts)))
+    return Kernel(name, tuple(nests), _tiling_group(snodes[0], state))
+
+
+def _tiling_group(snode: Any, state: _GraphState) -> tuple[tuple[str, ...], ...]:
+    """The (pointwise, reduction) tiling Inductor's SIMD scheduling chose, if any (a hint)."""
+    group = getattr(snode, "group", None)
+    if not group:
+        return ()
+    try:
+        return tuple(tuple(format_expr(e, state.rename) for e in (part if isinstance(part, (tuple, list)) else (part,)))
+                     for part in group[1])
+    except Exception:  # a hint only: a tiling we cannot print is left out
+        return ()
 
 
 # ---- Scheduling and wrapper ------------------------------------------------------------------------
 def _emit_kernel_call(node: Any) -> None:
     """Convert a (fused) node, allocate its outputs, and emit a call into the interpreter."""
     state = _state()
-    V = compat.inductor().V
+    inductor = compat.inductor()
     snodes = list(node.get_nodes())
-    kname = f"loop_kernel{next(state.kernel_counter)}"
-    kernel = convert_nodes(snodes, state, kname)
+    kernel_name = f"loop_kernel{next(state.kernel_counter)}"
+    kernel = convert_nodes(snodes, state, kernel_name)
     state.kernels[snodes[0].get_name()] = kernel
-    for sn in snodes:  # OuterLoopFusedSchedulerNode has no mark_run of its own
-        sn.mark_run()
-    wrapper = V.graph.wrapper_code
+    for snode in snodes:  # OuterLoopFusedSchedulerNode has no mark_run of its own
+        snode.mark_run()
+    wrapper = inductor.V.graph.wrapper_code
     wrapper.add_import_once("from torchvendor.ir.loop_ir.interpreter import load_kernel as _tv_load_kernel")
-    wrapper.header.splice(f"{kname} = _tv_load_kernel({kernel_json(kernel)!r})")
-    bufs = list(dict.fromkeys((*kernel.reads(), *kernel.writes())))
-    inv = {v: k for k, v in state.rename.items()}
-    syms = sorted({s for n in kernel.nests for e in (*n.ranges, *n.reduction_ranges) for s in _symbols_in(e)}
-                  | {s for n in kernel.nests for st in n.stmts() for s in _symbols_in_stmt(st)})
-    pexpr = compat.inductor().common.PythonPrinter().doprint if hasattr(compat.inductor().common, "PythonPrinter") else str
-    sizes = ", ".join(f"{s}={pexpr(inv.get(sympy.Symbol(s, integer=True, positive=True), sympy.Symbol(s)))}"
-                      for s in syms)
-    wrapper.writeline(f"{kname}(dict({', '.join(f'{b}={b}' for b in bufs)}), dict({sizes}))")
+    wrapper.header.splice(f"{kernel_name} = _tv_load_kernel({kernel_json(kernel)!r})")
+    buffers = list(dict.fromkeys((*kernel.reads(), *kernel.writes())))
+    # the wrapper binds our renamed size symbols (s0, s1, ...) to Inductor's own
+    inductor_symbol = {v: k for k, v in state.rename.items()}
+    symbols = sorted({s for n in kernel.nests for e in (*n.ranges, *n.reduction_ranges) for s in _symbols_in(e)}
+                     | {s for n in kernel.nests for st in n.stmts() for s in _symbols_in_stmt(st)})
+    python_expr = inductor.common.PythonPrinter().doprint if hasattr(inductor.common, "PythonPrinter") else str
+    ours = {s: sympy.Symbol(s, integer=True, positive=True) for s in symbols}
+    sizes = ", ".join(f"{s}={python_expr(inductor_symbol.get(ours[s], sympy.Symbol(s)))}" for s in symbols)
+    wrapper.writeline(f"{kernel_name}(dict({', '.join(f'{b}={b}' for b in buffers)}), dict({sizes}))")
 
 
 def _symbols_in(text: str) -> set[str]:
@@ -505,7 +511,8 @@ class _Assembler:
         self.views: dict[str, Buffer] = {}
         self.extra_buffers: dict[str, Buffer] = {}
 
-    def x(self, e: Any) -> str:
+    def expr(self, e: Any) -> str:
+        """The schema string of a sympy expression (size symbols renamed)."""
         return format_expr(e, self.state.rename)
 
     def device(self, node: Any) -> str:
@@ -519,9 +526,9 @@ class _Assembler:
         if isinstance(node, (list, tuple)):
             return tuple(self.ref(n) for n in node)
         if isinstance(node, sympy.Basic):
-            return SizeExpr(self.x(node))
+            return SizeExpr(self.expr(node))
         if isinstance(node, ir.ShapeAsConstantBuffer):
-            return SizeExpr(self.x(node.expr))
+            return SizeExpr(self.expr(node.expr))
         if isinstance(node, ir.NoneAsConstantBuffer):
             return None
         if isinstance(node, ir.IRNode):
@@ -532,12 +539,13 @@ class _Assembler:
             if isinstance(node, ir.BaseView):
                 raise LoopIRUnsupported(f"unrealized view {type(node).__name__} as an extern argument")
             return BufferRef(self.state.real_name(node.get_name()))
-        return _plain(node, self.x)
+        return _plain(node, self.expr)
 
     def view_buffer(self, view: Any) -> str:
         base = self.state.real_name(view.data.get_name())
-        lay = view.layout
-        size, stride, off = tuple(map(self.x, lay.size)), tuple(map(self.x, lay.stride)), self.x(lay.offset)
+        layout = view.layout
+        size, stride = tuple(map(self.expr, layout.size)), tuple(map(self.expr, layout.stride))
+        off = self.expr(layout.offset)
         base_buf = self.buffer_for(base)
         if base_buf is not None and base_buf.view_of is None and (base_buf.size, base_buf.stride, base_buf.offset) == (size, stride, off):
             return base
@@ -545,7 +553,7 @@ class _Assembler:
             if (b.view_of, b.size, b.stride, b.offset) == (base, size, stride, off):
                 return b.name
         name = f"{base}_v{sum(1 for b in self.views.values() if b.view_of == base)}"
-        self.views[name] = Buffer(name, _dtype(lay.dtype), size, stride, str(lay.device.type), "intermediate", off, base)
+        self.views[name] = Buffer(name, _dtype(layout.dtype), size, stride, str(layout.device.type), "intermediate", off, base)
         return name
 
     def buffer_for(self, name: str) -> Buffer | None:
@@ -556,8 +564,8 @@ class _Assembler:
             return self.extra_buffers[name]
         if name in g.graph_inputs and not isinstance(g.graph_inputs[name], sympy.Basic):
             t = g.graph_inputs[name]
-            return Buffer(name, _dtype(t.get_dtype()), tuple(map(self.x, t.get_size())),
-                          tuple(map(self.x, t.get_stride())), self.device(t), "input")
+            return Buffer(name, _dtype(t.get_dtype()), tuple(map(self.expr, t.get_size())),
+                          tuple(map(self.expr, t.get_stride())), self.device(t), "input")
         if name in g.constants:
             c = g.constants[name]
             return Buffer(name, _dtype(c.dtype), tuple(map(str, c.shape)), tuple(map(str, c.stride())),
@@ -566,18 +574,16 @@ class _Assembler:
             buf = g.get_buffer(name)
         except Exception:
             buf = None
-        lay = getattr(buf, "layout", None)
-        if lay is None:
+        layout = getattr(buf, "layout", None)
+        if layout is None or isinstance(layout, (ir.NoneLayout, ir.MultiOutputLayout)):
             return None
-        if isinstance(lay, (ir.NoneLayout, ir.MultiOutputLayout)):
-            return None
-        view_of, off = None, self.x(getattr(lay, "offset", 0))
-        if isinstance(lay, ir.NonOwningLayout):
-            v = lay.view
-            view_of = self.state.real_name(v.data.get_name())
-            off = self.x(v.get_layout().offset)
-        return Buffer(name, _dtype(lay.dtype), tuple(map(self.x, lay.size)), tuple(map(self.x, lay.stride)),
-                      str(lay.device.type), "intermediate", off, view_of)
+        view_of, off = None, self.expr(getattr(layout, "offset", 0))
+        if isinstance(layout, ir.NonOwningLayout):
+            view = layout.view
+            view_of = self.state.real_name(view.data.get_name())
+            off = self.expr(view.get_layout().offset)
+        return Buffer(name, _dtype(layout.dtype), tuple(map(self.expr, layout.size)), tuple(map(self.expr, layout.stride)),
+                      str(layout.device.type), "intermediate", off, view_of)
 
     # ops ---------------------------------------------------------------------------------------------
     def extern(self, node: Any) -> ExternKernel:
@@ -590,110 +596,116 @@ class _Assembler:
             return ExternKernel(name, "getitem", (BufferRef(parent), *idx), (), (name,), "multi_output")
         if isinstance(node, (compat.inductor().Conditional, ir.WhileLoop, ir.InvokeSubgraph)) or isinstance(node, ir.UserDefinedTritonKernel):
             raise LoopIRUnsupported(f"{type(node).__name__} is not captured at loop level")
-        opo = getattr(node, "op_overload", None)
         tensor_refs = [self.ref(i) for i in node.inputs]
         if isinstance(node, ir.ScatterFallback):
             dim, *rest = node.constant_args
-            x_, index_, *src_ = tensor_refs
-            args, kwargs = [x_, dim, index_, *(src_ or rest)], {k: v for k, v in node.kwargs.items() if v is not None}
+            target, index, *source = tensor_refs  # scatter_(target, dim, index, source or value)
+            args, kwargs = [target, dim, index, *(source or rest)], {k: v for k, v in node.kwargs.items() if v is not None}
             if not kwargs.get("include_self", False) and "reduce" not in kwargs:
                 kwargs.pop("include_self", None)
         elif isinstance(node, ir.IndexPutFallback):
-            x_, values_, *valid = tensor_refs
-            it = iter(valid)
-            indices_ = tuple(None if i is None else next(it) for i in node.indices)
-            args, kwargs = [x_, indices_, values_, *node.constant_args], {}
+            target, values, *index_tensors = tensor_refs  # index_put_(target, indices, values)
+            tensors = iter(index_tensors)
+            indices = tuple(None if i is None else next(tensors) for i in node.indices)
+            args, kwargs = [target, indices, values, *node.constant_args], {}
         elif compat.is_fallback_kernel(node) and getattr(node, "unflatten_args", None) is not None:
             args, kwargs = node.unflatten_args(tensor_refs, [self.ref(a) if isinstance(a, sympy.Basic) else a
                                                              for a in node.constant_args])
             kwargs = {**kwargs, **node.kwargs}
         else:
             args, kwargs = [*tensor_refs, *node.constant_args], dict(node.kwargs)
-        op = _op_name(opo, kernel)
-        lay = getattr(node, "layout", None)
+        op = _op_name(getattr(node, "op_overload", None), kernel)
         mutated = tuple(self.state.real_name(n) for n in node.get_mutation_names())
-        if isinstance(lay, ir.MultiOutputLayout):
-            outputs: tuple[str, ...] = ()
-        elif isinstance(lay, ir.NoneLayout):
-            outputs = ()
-        else:
-            outputs = (name,)
-        kw = tuple((k, _plain(v, self.x, self.ref)) for k, v in kwargs.items() if k != "out")
-        return ExternKernel(name, op, tuple(_plain(a, self.x, self.ref) for a in args), kw, outputs, kernel, mutated)
+        # a multi-output kernel's results are taken by the MultiOutput nodes after it
+        writes_itself = not isinstance(getattr(node, "layout", None), (ir.MultiOutputLayout, ir.NoneLayout))
+        outputs: tuple[str, ...] = (name,) if writes_itself else ()
+        schema_kwargs = tuple((k, _plain(v, self.expr, self.ref)) for k, v in kwargs.items() if k != "out")
+        schema_args = tuple(_plain(a, self.expr, self.ref) for a in args)
+        return ExternKernel(name, op, schema_args, schema_kwargs, outputs, kernel, mutated)
 
     def run(self) -> LoopProgram:
-        ns, g, st, ir = compat.inductor(), self.g, self.state, self.ir
-        ops: list[Any] = []
-        for node in g.scheduler.nodes:
+        graph, state = self.g, self.state
+        ops = self.operations()
+        inputs = tuple(graph.graph_input_names)
+        scalars = tuple((name, self.expr(graph.graph_inputs[name])) for name in inputs
+                        if isinstance(graph.graph_inputs[name], sympy.Basic))
+        outputs = tuple(self.ref(o) for o in graph.graph_outputs)
+        buffers = self.buffers(inputs, ops, outputs)
+        constants = tuple((n, tuple(graph.constants[n].detach().cpu().flatten().tolist()))
+                          for n in buffers if n in graph.constants)
+        kind = "backward" if graph.is_backward else "inference" if graph.is_inference else "forward"
+        # base buffers before their views, otherwise first-use order
+        ordered = [b for b in buffers.values() if b.view_of is None] + [b for b in buffers.values() if b.view_of]
+        return LoopProgram(kind, str(graph.device_type), tuple(ordered), inputs, outputs, tuple(ops),
+                           scalars, tuple(str(s) for s in state.rename.values()), self.output_fx_names(), constants)
+
+    def operations(self) -> list[Kernel | ExternKernel]:
+        """The kernels and extern kernels of the graph, in the scheduler's order."""
+        ns, state = compat.inductor(), self.state
+        ops: list[Kernel | ExternKernel] = []
+        for node in self.g.scheduler.nodes:
             if isinstance(node, ns.NopKernelSchedulerNode):
                 continue
             if isinstance(node, ns.ExternKernelSchedulerNode):
                 ops.append(self.extern(node.node))
                 continue
-            if isinstance(node, (ns.SchedulerNode, ns.FusedSchedulerNode)):
-                snodes = list(node.get_nodes())
-                if not all(isinstance(s, ns.SchedulerNode) for s in snodes):
-                    raise LoopIRUnsupported(f"{type(node).__name__} mixes templates or externs into a kernel")
-                k = st.kernels.get(snodes[0].get_name())
-                if k is None:
-                    k = convert_nodes(snodes, st, f"loop_kernel{next(st.kernel_counter)}")
-                ops.append(k)
-                continue
-            raise LoopIRUnsupported(f"scheduler node {type(node).__name__} ({node.get_name()}) is not captured")
-        # inputs
-        inputs, scalars = [], []
-        for name in g.graph_input_names:
-            inputs.append(name)
-            v = g.graph_inputs[name]
-            if isinstance(v, sympy.Basic):
-                scalars.append((name, self.x(v)))
-        outputs = tuple(self.ref(o) for o in g.graph_outputs)
-        # buffers referenced
-        names: dict[str, None] = {}
-        for n in inputs:
-            if not isinstance(g.graph_inputs[n], sympy.Basic):
-                names[n] = None
-        for o in ops:
-            for n in (*o.reads(), *o.writes()):
-                names[n] = None
-        for o in outputs:
-            if isinstance(o, BufferRef):
-                names[o.name] = None
-        out_names = {o.name for o in outputs if isinstance(o, BufferRef)}
+            if not isinstance(node, (ns.SchedulerNode, ns.FusedSchedulerNode)):
+                raise LoopIRUnsupported(f"scheduler node {type(node).__name__} ({node.get_name()}) is not captured")
+            snodes = list(node.get_nodes())
+            if not all(isinstance(s, ns.SchedulerNode) for s in snodes):
+                raise LoopIRUnsupported(f"{type(node).__name__} mixes templates or externs into a kernel")
+            kernel = state.kernels.get(snodes[0].get_name())
+            if kernel is None:
+                kernel = convert_nodes(snodes, state, f"loop_kernel{next(state.kernel_counter)}")
+            ops.append(kernel)
+        return ops
+
+    def buffers(self, inputs: Sequence[str], ops: Sequence[Kernel | ExternKernel],
+                outputs: Sequence[Any]) -> dict[str, Buffer]:
+        """Every buffer the program names, and the bases of its views, in first-use order."""
+        graph = self.g
+        names: dict[str, None] = dict.fromkeys(n for n in inputs if not isinstance(graph.graph_inputs[n], sympy.Basic))
+        for op in ops:
+            names.update(dict.fromkeys((*op.reads(), *op.writes())))
+        output_names = [o.name for o in outputs if isinstance(o, BufferRef)]
+        names.update(dict.fromkeys(output_names))
+        # results of multi-output externs exist only as their MultiOutput parts
         multi = {o.name for o in ops if isinstance(o, ExternKernel) and not o.outputs and not o.mutated}
         buffers: dict[str, Buffer] = {}
         pending = list(names)
         while pending:
-            n = pending.pop(0)
-            if n in buffers:
+            name = pending.pop(0)
+            if name in buffers:
                 continue
-            b = self.buffer_for(n)
-            if b is None:
-                if n in multi:
+            buf = self.buffer_for(name)
+            if buf is None:
+                if name in multi:
                     continue
-                raise LoopIRUnsupported(f"buffer {n!r} has no layout the loop IR can describe")
-            if b.kind == "intermediate" and n in out_names:
-                b = Buffer(b.name, b.dtype, b.size, b.stride, b.device, "output", b.offset, b.view_of)
-            buffers[n] = b
-            if b.view_of and b.view_of not in buffers:
-                pending.append(b.view_of)
-        # base buffers before their views, otherwise first-use order
-        ordered = [b for b in buffers.values() if b.view_of is None] + [b for b in buffers.values() if b.view_of]
-        constants = tuple((n, tuple(g.constants[n].detach().cpu().flatten().tolist()))
-                          for n in buffers if n in g.constants)
-        out_node = next(n for n in reversed(g.module.graph.nodes) if n.op == "output") if hasattr(g, "module") and hasattr(g.module, "graph") else None
-        out_fx = tuple(getattr(a, "name", "") for a in (out_node.args[0] if out_node is not None else ())) \
-            if out_node is not None and isinstance(out_node.args[0], (list, tuple)) else ()
-        kind = "backward" if g.is_backward else "inference" if g.is_inference else "forward"
-        return LoopProgram(kind, str(g.device_type), tuple(ordered), tuple(inputs), outputs, tuple(ops),
-                           tuple(scalars), tuple(str(s) for s in st.rename.values()), out_fx, constants)
+                raise LoopIRUnsupported(f"buffer {name!r} has no layout the loop IR can describe")
+            if buf.kind == "intermediate" and name in output_names:
+                buf = dataclasses.replace(buf, kind="output")
+            buffers[name] = buf
+            if buf.view_of and buf.view_of not in buffers:
+                pending.append(buf.view_of)
+        return buffers
+
+    def output_fx_names(self) -> tuple[str, ...]:
+        """The FX names of the graph's outputs (how the ATen graph named them), if known."""
+        module_graph = getattr(getattr(self.g, "module", None), "graph", None)
+        if module_graph is None:
+            return ()
+        out_node = next(n for n in reversed(module_graph.nodes) if n.op == "output")
+        if not isinstance(out_node.args[0], (list, tuple)):
+            return ()
+        return tuple(getattr(a, "name", "") for a in out_node.args[0])
 
 
-def _op_name(opo: Any, kernel: str) -> str:
+def _op_name(op_overload: Any, kernel: str) -> str:
+    """The schema's op name of an extern kernel: its functional ATen overload where known."""
     from ..fx_view import op_key
 
-    if opo is not None and not isinstance(opo, str):
-        return _functional(op_key(opo))
+    if op_overload is not None and not isinstance(op_overload, str):
+        return _functional(op_key(op_overload))
     if kernel.startswith("aten.") and kernel.count(".") == 2:
         return _functional(kernel)
     short = kernel.rsplit(".", 1)[-1]
@@ -718,20 +730,20 @@ def _functional(key: str) -> str:
     return f"{ns}.{name}.{overload}" if packet is not None and hasattr(packet, overload) else key
 
 
-def _plain(v: Any, x: Callable[[Any], str], ref: Callable[[Any], Any] | None = None) -> Any:
+def _plain(v: Any, expr: Callable[[Any], str], ref: Callable[[Any], Any] | None = None) -> Any:
     """Schema-native form of an extern argument."""
     if isinstance(v, (BufferRef, SizeExpr)) or v is None or isinstance(v, (bool, int, float, str)):
         return v
     if isinstance(v, sympy.Basic):
         if v.is_Integer:
             return int(v)
-        return SizeExpr(x(v))
+        return SizeExpr(expr(v))
     if isinstance(v, (torch.dtype, torch.memory_format, torch.layout)):
         return TorchValue(str(v))
     if isinstance(v, torch.device):
         return TorchValue(f"device:{v}")
     if isinstance(v, (list, tuple)):
-        return tuple(_plain(a, x, ref) for a in v)
+        return tuple(_plain(a, expr, ref) for a in v)
     if ref is not None:
         r = ref(v)
         if isinstance(r, (BufferRef, SizeExpr)) or r is None:

@@ -1,9 +1,23 @@
-"""The reference interpreter of the loop IR: exact, not fast.
+"""The reference interpreter of the loop IR: exact, not fast. It is the executable meaning of the
+schema (``docs/loop_ir.md``): where a vendor's code generator and this file disagree, this file
+says what the program computes.
 
 A loop nest is evaluated over its whole iteration space at once: iteration variables are
 broadcast ``arange`` s (``i*`` then ``r*`` dimensions), index expressions are evaluated on them,
 loads gather from the buffer's flat storage, compute ops are eager torch ops, reductions reduce
 the ``r`` dimensions, stores scatter. Extern kernels call the ATen op they name.
+
+The file reads top to bottom, one table per kind of thing, each entry a small function:
+
+- ``INDEX_EVALUATORS``: the functions of index expressions (``FloorDiv``, ``ModularIndexing``...),
+  by sympy class name;
+- ``COMPUTE_OPS``: the ``ops.*`` compute ops, by name (anything else resolves to ``torch.<name>``);
+- ``REDUCTIONS``: the kinds of ``reduction``;
+- ``STATEMENTS``: one handler per statement kind, ``handler(st, ctx)`` over a :class:`Context`
+  (what the nest sees: values, index symbols, buffers, shape, mask), returning the statement's
+  value; a kind not listed is a compute op;
+- then kernels (:func:`run_kernel`), extern kernels (:func:`run_extern`) and whole programs
+  (:func:`run_program`).
 
 Example::
 
@@ -21,8 +35,11 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
+import operator
 from typing import Any, Callable, Mapping, Sequence
 
 import sympy
@@ -32,100 +49,162 @@ from .schema import (BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, Siz
                      TorchValue, _op_from_dict, parse_expr)
 
 __all__ = ["run_program", "run_kernel", "run_extern", "eval_index", "load_kernel", "LoopIRRuntimeError",
-           "COMPUTE_OPS"]
+           "COMPUTE_OPS", "STATEMENTS", "INDEX_EVALUATORS", "REDUCTIONS", "Context"]
 
 
 class LoopIRRuntimeError(RuntimeError):
     """The interpreter met something it cannot execute; the message names the kernel and statement."""
 
 
-def _dt(name: str | None) -> torch.dtype | None:
+def _dtype(name: str | None) -> torch.dtype | None:
     return None if name is None else getattr(torch, name)
 
 
 # ---- index expressions -----------------------------------------------------------------------------
-def _minmax(fn: Callable[..., Any], args: list[Any]) -> Any:
+# An index expression is a sympy tree. Its leaves are integers, rationals, floats, booleans and
+# symbols (size symbols, iteration variables ``i*``/``r*``, indirect indices); every other node is
+# a function applied to its evaluated arguments, looked up by sympy class name in INDEX_EVALUATORS.
+# Values are Python ints or int64 tensors (for iteration variables), so one expression evaluates a
+# whole iteration space at once.
+
+#: sympy class name -> the function computing that node from its evaluated arguments.
+INDEX_EVALUATORS: dict[str, Callable[..., Any]] = {}
+
+
+def _index_function(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            INDEX_EVALUATORS[name] = fn
+        return fn
+
+    return register
+
+
+@_index_function("Add")
+def _add(*args: Any) -> Any:
+    return functools.reduce(operator.add, args)
+
+
+@_index_function("Mul")
+def _mul(*args: Any) -> Any:
+    return functools.reduce(operator.mul, args)
+
+
+@_index_function("Pow", "PowByNatural")
+def _pow(base: Any, exponent: Any) -> Any:
+    return base ** exponent
+
+
+@_index_function("FloorDiv", "CleanDiv")
+def _floor_div(a: Any, b: Any) -> Any:
+    return a // b
+
+
+@_index_function("IntTrueDiv")
+def _int_true_div(a: Any, b: Any) -> Any:
+    return a / b
+
+
+@_index_function("CeilDiv")
+def _ceil_div(a: Any, b: Any) -> Any:
+    return -((-a) // b)
+
+
+@_index_function("ModularIndexing")
+def _modular_indexing(x: Any, divisor: Any, modulus: Any) -> Any:
+    return (x // divisor) % modulus
+
+
+@_index_function("PythonMod", "Mod")
+def _mod(a: Any, b: Any) -> Any:
+    return a % b
+
+
+def _fold(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], python: Callable[..., int], args: tuple) -> Any:
     if all(isinstance(a, int) for a in args):
-        return (min if fn is torch.minimum else max)(args)
-    out = args[0]
-    for a in args[1:]:
-        out = fn(torch.as_tensor(out), torch.as_tensor(a))
-    return out
+        return python(args)
+    return functools.reduce(lambda a, b: fn(torch.as_tensor(a), torch.as_tensor(b)), args)
 
 
-def _ev(e: Any, env: Mapping[str, Any]) -> Any:
+@_index_function("Min")
+def _min(*args: Any) -> Any:
+    return _fold(torch.minimum, min, args)
+
+
+@_index_function("Max")
+def _max(*args: Any) -> Any:
+    return _fold(torch.maximum, max, args)
+
+
+@_index_function("Identity")
+def _identity(x: Any) -> Any:
+    return x
+
+
+@_index_function("Where")
+def _where(condition: Any, a: Any, b: Any) -> Any:
+    if isinstance(condition, bool):
+        return a if condition else b
+    return torch.where(condition, torch.as_tensor(a), torch.as_tensor(b))
+
+
+def _to_int(python: Callable[[Any], int], tensor: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Any], Any]:
+    def to_int(x: Any) -> Any:
+        return tensor(x).long() if isinstance(x, torch.Tensor) else python(x)
+
+    return to_int
+
+
+INDEX_EVALUATORS.update(TruncToInt=_to_int(math.trunc, torch.trunc), FloorToInt=_to_int(math.floor, torch.floor),
+                       CeilToInt=_to_int(math.ceil, torch.ceil), RoundToInt=_to_int(round, torch.round))
+INDEX_EVALUATORS.update(BitwiseFn_bitwise_and=operator.and_, BitwiseFn_bitwise_or=operator.or_,
+                       LShift=operator.lshift, RShift=operator.rshift)
+
+
+def _comparison(method: str) -> Callable[[Any, Any], Any]:
+    def compare(a: Any, b: Any) -> Any:
+        return getattr(a if isinstance(a, torch.Tensor) else torch.as_tensor(a), method)(b)
+
+    return compare
+
+
+INDEX_EVALUATORS.update(StrictLessThan=_comparison("__lt__"), LessThan=_comparison("__le__"),
+                       StrictGreaterThan=_comparison("__gt__"), GreaterThan=_comparison("__ge__"),
+                       Equality=_comparison("__eq__"), Unequality=_comparison("__ne__"))
+
+
+@_index_function("And")
+def _and(*args: Any) -> Any:
+    return functools.reduce(operator.and_, args)
+
+
+@_index_function("Or")
+def _or(*args: Any) -> Any:
+    return functools.reduce(operator.or_, args)
+
+
+@_index_function("Not")
+def _not(x: Any) -> Any:
+    return ~x if isinstance(x, torch.Tensor) else not x
+
+
+def _evaluate(e: sympy.Basic, symbols: Mapping[str, Any]) -> Any:
+    """The value of the sympy expression ``e``, with ``symbols`` bound."""
     if e.is_Integer:
         return int(e)
     if e.is_Symbol:
         try:
-            return env[e.name]
+            return symbols[e.name]
         except KeyError:
-            raise LoopIRRuntimeError(f"unbound symbol {e.name!r} in index expression (bound: {sorted(env)})") from None
+            raise LoopIRRuntimeError(f"unbound symbol {e.name!r} in index expression (bound: {sorted(symbols)})") from None
     if e.is_Rational or e.is_Float:
         return float(e)
-    if e is sympy.true:
-        return True
-    if e is sympy.false:
-        return False
-    name = type(e).__name__
-    args = [_ev(a, env) for a in e.args]
-    if isinstance(e, sympy.Add):
-        out = args[0]
-        for a in args[1:]:
-            out = out + a
-        return out
-    if isinstance(e, sympy.Mul):
-        out = args[0]
-        for a in args[1:]:
-            out = out * a
-        return out
-    if isinstance(e, sympy.Pow):
-        return args[0] ** args[1]
-    if name in ("FloorDiv", "CleanDiv", "IntTrueDiv") and name != "IntTrueDiv":
-        return args[0] // args[1]
-    if name == "IntTrueDiv":
-        return args[0] / args[1]
-    if name == "CeilDiv":
-        return -((-args[0]) // args[1])
-    if name == "ModularIndexing":
-        return (args[0] // args[1]) % args[2]
-    if name in ("PythonMod", "Mod"):
-        return args[0] % args[1]
-    if name == "Min":
-        return _minmax(torch.minimum, args)
-    if name == "Max":
-        return _minmax(torch.maximum, args)
-    if name == "Identity":
-        return args[0]
-    if name == "Where":
-        c, a, b = args
-        return (a if c else b) if isinstance(c, bool) else torch.where(c, torch.as_tensor(a), torch.as_tensor(b))
-    if name in ("TruncToInt", "FloorToInt", "CeilToInt", "RoundToInt"):
-        f = {"TruncToInt": math.trunc, "FloorToInt": math.floor, "CeilToInt": math.ceil, "RoundToInt": round}[name]
-        t = {"TruncToInt": torch.trunc, "FloorToInt": torch.floor, "CeilToInt": torch.ceil, "RoundToInt": torch.round}[name]
-        return f(args[0]) if not isinstance(args[0], torch.Tensor) else t(args[0]).long()
-    if name == "BitwiseFn_bitwise_and":
-        return args[0] & args[1]
-    if name == "BitwiseFn_bitwise_or":
-        return args[0] | args[1]
-    if name == "LShift":
-        return args[0] << args[1]
-    if name == "RShift":
-        return args[0] >> args[1]
-    if name == "PowByNatural":
-        return args[0] ** args[1]
-    rel = {"StrictLessThan": "__lt__", "LessThan": "__le__", "StrictGreaterThan": "__gt__",
-           "GreaterThan": "__ge__", "Equality": "__eq__", "Unequality": "__ne__"}
-    if name in rel:
-        return getattr(args[0] if isinstance(args[0], torch.Tensor) else torch.as_tensor(args[0]), rel[name])(args[1])
-    if name in ("And", "Or"):
-        out = args[0]
-        for a in args[1:]:
-            out = (out & a) if name == "And" else (out | a)
-        return out
-    if name == "Not":
-        return ~args[0] if isinstance(args[0], torch.Tensor) else not args[0]
-    raise LoopIRRuntimeError(f"index function {name} is not supported by the interpreter")
+    if e is sympy.true or e is sympy.false:
+        return bool(e)
+    fn = INDEX_EVALUATORS.get(type(e).__name__)
+    if fn is None:
+        raise LoopIRRuntimeError(f"index function {type(e).__name__} is not supported by the interpreter")
+    return fn(*(_evaluate(a, symbols) for a in e.args))
 
 
 def eval_index(text: str, env: Mapping[str, Any]) -> Any:
@@ -134,7 +213,7 @@ def eval_index(text: str, env: Mapping[str, Any]) -> Any:
     >>> eval_index("ModularIndexing(i0, 2, 3) + s0", {"i0": 7, "s0": 10})
     10
     """
-    return _ev(parse_expr(text), env)
+    return _evaluate(parse_expr(text), env)
 
 
 def _size(text: str, sizes: Mapping[str, int]) -> int:
@@ -242,194 +321,367 @@ COMPUTE_OPS.update({"rand": _rand, "randn": _randn, "randint64": _randint64})
 
 
 # ---- reductions --------------------------------------------------------------------------------------
-def _reduce(kind: str, values: list[torch.Tensor], nred: int, acc: torch.dtype | None) -> Any:
-    dims = tuple(range(-nred, 0))
+# ``reduction(kind, values...)`` reduces the trailing ``reduction_dims`` dimensions of its (broadcast)
+# inputs, keeping them with size 1. ``acc`` is the accumulation dtype (the statement's ``dtype``).
+
+#: reduction kind -> ``fn(values, dims, acc)``; ``dims`` are the (negative) reduction dimensions
+REDUCTIONS: dict[str, Callable[[list[torch.Tensor], tuple[int, ...], torch.dtype | None], Any]] = {}
+
+
+def _reduction_kind(*kinds: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for kind in kinds:
+            REDUCTIONS[kind] = fn
+        return fn
+
+    return register
+
+
+def _accumulate_in(v: torch.Tensor, acc: torch.dtype | None) -> torch.Tensor:
+    return v.to(acc) if acc else v
+
+
+@_reduction_kind("sum")
+def _sum(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None) -> torch.Tensor:
+    return _accumulate_in(values[0], acc).sum(dims, keepdim=True)
+
+
+@_reduction_kind("prod")
+def _prod(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None) -> torch.Tensor:
+    return functools.reduce(lambda out, d: out.prod(d, keepdim=True), dims, _accumulate_in(values[0], acc))
+
+
+@_reduction_kind("max")
+def _amax(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None) -> torch.Tensor:
+    return values[0].amax(dims, keepdim=True)
+
+
+@_reduction_kind("min")
+def _amin(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None) -> torch.Tensor:
+    return values[0].amin(dims, keepdim=True)
+
+
+@_reduction_kind("any")
+def _any(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None) -> torch.Tensor:
+    return (values[0] != 0).any(dim=dims, keepdim=True) if dims else values[0] != 0
+
+
+@_reduction_kind("xor_sum")
+def _xor_sum(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None) -> torch.Tensor:
+    out = values[0]
+    for d in dims:
+        out = functools.reduce(operator.xor, out.unbind(d)).unsqueeze(d)
+    return out
+
+
+@_reduction_kind("argmax")
+def _arg_extreme(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None, *,
+                 largest: bool = True) -> torch.Tensor:
+    """The flat index, within the reduction dimensions, of the first maximum (minimum)."""
     v = values[0]
-    if kind == "sum":
-        return (v.to(acc) if acc else v).sum(dims, keepdim=True)
-    if kind == "prod":
-        out = v.to(acc) if acc else v
-        for d in dims:
-            out = out.prod(d, keepdim=True)
-        return out
-    if kind in ("max", "min"):
-        return (v.amax if kind == "max" else v.amin)(dims, keepdim=True)
-    if kind == "any":
-        return (v != 0).any(dim=dims, keepdim=True) if nred else v != 0
-    if kind == "xor_sum":
-        out = v
-        for d in dims:
-            parts = out.unbind(d)
-            acc_v = parts[0]
-            for p in parts[1:]:
-                acc_v = acc_v ^ p
-            out = acc_v.unsqueeze(d)
-        return out
-    if kind in ("argmax", "argmin"):
-        lead = v.shape[: v.dim() - nred]
-        flat = v.reshape(*lead, -1)
-        idx = (flat.argmax if kind == "argmax" else flat.argmin)(-1)
-        return idx.reshape(*lead, *([1] * nred))
-    if kind == "welford_reduce":
-        x = v.to(acc) if acc else v
-        n = 1
-        for d in dims:
-            n *= x.shape[d]
-        mean = x.mean(dims, keepdim=True)
-        m2 = ((x - mean) ** 2).sum(dims, keepdim=True)
-        return (mean, m2, torch.full_like(mean, float(n)))
-    if kind == "welford_combine":
-        mean, m2, w = values
-        wt = w.sum(dims, keepdim=True)
-        safe = torch.where(wt == 0, torch.ones_like(wt), wt)
-        new_mean = (mean * w).sum(dims, keepdim=True) / safe
-        new_m2 = (m2 + w * (mean - new_mean) ** 2).sum(dims, keepdim=True)
-        return (new_mean, new_m2, wt)
-    if kind == "online_softmax_reduce":
-        m = v.amax(dims, keepdim=True)
-        return (m, torch.exp(v - m).sum(dims, keepdim=True))
-    raise LoopIRRuntimeError(f"reduction kind {kind!r} is not supported by the interpreter")
+    lead = v.shape[: v.dim() - len(dims)]
+    flat = v.reshape(*lead, -1)
+    return (flat.argmax(-1) if largest else flat.argmin(-1)).reshape(*lead, *([1] * len(dims)))
+
+
+REDUCTIONS["argmin"] = functools.partial(_arg_extreme, largest=False)
+
+
+@_reduction_kind("welford_reduce")
+def _welford_reduce(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None) -> tuple:
+    """(mean, sum of squared deviations, count) of the values."""
+    x = _accumulate_in(values[0], acc)
+    mean = x.mean(dims, keepdim=True)
+    m2 = ((x - mean) ** 2).sum(dims, keepdim=True)
+    return (mean, m2, torch.full_like(mean, float(math.prod(x.shape[d] for d in dims))))
+
+
+@_reduction_kind("welford_combine")
+def _welford_combine(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None) -> tuple:
+    """Combine partial (mean, m2, weight) triples into one."""
+    mean, m2, w = values
+    total = w.sum(dims, keepdim=True)
+    safe = torch.where(total == 0, torch.ones_like(total), total)
+    new_mean = (mean * w).sum(dims, keepdim=True) / safe
+    new_m2 = (m2 + w * (mean - new_mean) ** 2).sum(dims, keepdim=True)
+    return (new_mean, new_m2, total)
+
+
+@_reduction_kind("online_softmax_reduce")
+def _online_softmax(values: list[torch.Tensor], dims: tuple[int, ...], acc: torch.dtype | None) -> tuple:
+    """(max, sum of exp(value - max)): a softmax's two statistics in one pass."""
+    m = values[0].amax(dims, keepdim=True)
+    return (m, torch.exp(values[0] - m).sum(dims, keepdim=True))
+
+
+def _reduce(kind: str, values: list[torch.Tensor], reduction_dims: int, acc: torch.dtype | None) -> Any:
+    fn = REDUCTIONS.get(kind)
+    if fn is None:
+        raise LoopIRRuntimeError(f"reduction kind {kind!r} is not supported by the interpreter "
+                                 f"(supported: {sorted(REDUCTIONS)})")
+    return fn(values, tuple(range(-reduction_dims, 0)), acc)
 
 
 # ---- kernels ------------------------------------------------------------------------------------------
-class _Flat:
+class _FlatBuffers:
     """Flat element views of the buffers a kernel touches (cpu copies for other devices)."""
 
     def __init__(self, buffers: Mapping[str, torch.Tensor]) -> None:
-        self.buffers, self.flat, self.dirty = buffers, {}, set()
+        self.buffers = buffers
+        self.flat: dict[str, torch.Tensor] = {}
+        self.written: set[str] = set()
 
     def get(self, name: str) -> torch.Tensor:
-        f = self.flat.get(name)
-        if f is None:
+        flat = self.flat.get(name)
+        if flat is None:
             try:
                 t = self.buffers[name]
             except KeyError:
                 raise LoopIRRuntimeError(f"buffer {name!r} was not passed to the kernel") from None
             n = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
-            f = t.as_strided((max(n, 0),), (1,), t.storage_offset())
-            if f.device.type != "cpu":
-                f = f.cpu()
-            self.flat[name] = f
-        return f
+            flat = t.as_strided((max(n, 0),), (1,), t.storage_offset())
+            if flat.device.type != "cpu":
+                flat = flat.cpu()
+            self.flat[name] = flat
+        return flat
 
     def write_back(self) -> None:
-        for name in self.dirty:
+        for name in self.written:
             t = self.buffers[name]
             if t.device.type != "cpu":
                 n = self.flat[name].numel()
                 t.as_strided((n,), (1,), t.storage_offset()).copy_(self.flat[name])
 
 
-def _bcast(v: Any, shape: Sequence[int]) -> torch.Tensor:
+def _broadcast(v: Any, shape: Sequence[int]) -> torch.Tensor:
     t = torch.as_tensor(v)
     if t.dim() < len(shape):
         t = t.reshape(*([1] * (len(shape) - t.dim())), *t.shape)
     return t.expand(list(shape))
 
 
-def _run_nest(nest: LoopNest, flat: _Flat, sizes: Mapping[str, int], where: str) -> None:
-    isz = [_size(s, sizes) for s in nest.ranges]
-    rsz = [_size(s, sizes) for s in nest.reduction_ranges]
-    full = isz + rsz
-    if any(s == 0 for s in isz):
-        return
-    dims = len(full)
-    env: dict[str, Any] = dict(sizes)
-    for k, s in enumerate(full):
-        shape = [1] * dims
-        shape[k] = s
-        env[(f"i{k}" if k < len(isz) else f"r{k - len(isz)}")] = torch.arange(s, dtype=torch.int64).reshape(shape)
-    vals: dict[str, Any] = {}
-    _run_block(nest.body, vals, env, flat, full, len(rsz), None, where)
+@dataclasses.dataclass
+class Context:
+    """What a statement of a loop nest sees while the nest runs over its whole iteration space.
+
+    Every value is a tensor broadcastable to ``shape``: the nest's iteration sizes, pointwise
+    dimensions first, then ``reduction_dims`` reduction dimensions. A statement handler reads
+    its arguments and index symbols here:
+
+    >>> ctx = Context({}, {"i0": torch.arange(3)}, _FlatBuffers({"x": torch.tensor([5.0, 6.0, 7.0])}),
+    ...               [3], 0, None, "k0/op0")
+    >>> STATEMENTS["load"](Stmt("t0", "load", (), (("buffer", "x"), ("index", "2 - i0"))), ctx)
+    tensor([7., 6., 5.])
+    """
+
+    #: SSA values by statement name
+    values: dict[str, Any]
+    #: what index expressions may name: size symbols, the iteration variables (``i0``, ``i1``, ...
+    #: then ``r0``, ...; each an int64 ``arange`` along its own dimension) and indirect indices
+    symbols: dict[str, Any]
+    buffers: _FlatBuffers
+    shape: list[int]
+    reduction_dims: int
+    #: inside ``masked``: where its condition holds (loads and indirect indices elsewhere read 0)
+    mask: torch.Tensor | None
+    #: ``kernel/nest``, for error messages
+    where: str
+
+    def input(self, st: Stmt, k: int = 0) -> Any:
+        """The value of the statement's ``k``-th argument."""
+        return self.values[st.args[k]]
+
+    def inputs(self, st: Stmt) -> list[Any]:
+        return [self.values[name] for name in st.args]
+
+    def index(self, text: str) -> Any:
+        return eval_index(text, self.symbols)
+
+    def full_rank(self, v: torch.Tensor) -> torch.Tensor:
+        """``v`` with leading size-1 dimensions up to the rank of the iteration space."""
+        return v.reshape(*([1] * (len(self.shape) - v.dim())), *v.shape) if v.dim() < len(self.shape) else v
 
 
-def _run_block(body: Sequence[Stmt], vals: dict[str, Any], env: dict[str, Any], flat: _Flat,
-               full: list[int], nred: int, mask: torch.Tensor | None, where: str) -> Any:
-    dims = len(full)
+# ---- statements ---------------------------------------------------------------------------------------
+# One handler per statement kind: ``handler(st, ctx)`` returns the statement's value (stored under
+# ``st.name``) or None. A kind not listed here is a compute op (COMPUTE_OPS), and ``yield`` ends a
+# ``masked`` block with the value of its argument.
+
+#: statement op -> its handler
+STATEMENTS: dict[str, Callable[[Stmt, Context], Any]] = {}
+
+
+def _statement(op: str) -> Callable[[Callable[[Stmt, Context], Any]], Callable[[Stmt, Context], Any]]:
+    def register(fn: Callable[[Stmt, Context], Any]) -> Callable[[Stmt, Context], Any]:
+        STATEMENTS[op] = fn
+        return fn
+
+    return register
+
+
+@_statement("load")
+def _load(st: Stmt, ctx: Context) -> torch.Tensor:
+    """``buffer[index]``; under a mask, masked-off lanes read element 0."""
+    index = ctx.index(st.attr("index"))
+    if ctx.mask is not None:
+        index = torch.where(ctx.mask, torch.as_tensor(index), 0)
+    return ctx.full_rank(ctx.buffers.get(st.attr("buffer"))[torch.as_tensor(index, dtype=torch.int64)])
+
+
+def _scatter(st: Stmt, ctx: Context, shape: list[int]) -> None:
+    name = st.attr("buffer")
+    dst = ctx.buffers.get(name)
+    index = _broadcast(torch.as_tensor(ctx.index(st.attr("index")), dtype=torch.int64), shape)
+    value = _broadcast(ctx.input(st), shape).to(dst.dtype)
+    dst.index_put_((index.reshape(-1),), value.reshape(-1), accumulate=st.attr("mode") == "atomic_add")
+    ctx.buffers.written.add(name)
+
+
+@_statement("store")
+def _store(st: Stmt, ctx: Context) -> None:
+    """``buffer[index] = value`` over the whole iteration space (``mode="atomic_add"``: +=)."""
+    _scatter(st, ctx, ctx.shape)
+
+
+@_statement("store_reduction")
+def _store_reduction(st: Stmt, ctx: Context) -> None:
+    """Store a reduced value: the reduction dimensions have size 1."""
+    pointwise = ctx.shape[: len(ctx.shape) - ctx.reduction_dims]
+    _scatter(st, ctx, pointwise + [1] * ctx.reduction_dims)
+
+
+@_statement("load_seed")
+def _load_seed(st: Stmt, ctx: Context) -> torch.Tensor:
+    """An element of the seed buffer, at the argument's offset or the ``offset`` attribute."""
+    offset = ctx.input(st) if st.args else torch.tensor(st.attr("offset"))
+    return ctx.buffers.get(st.attr("buffer"))[torch.as_tensor(offset, dtype=torch.int64)]
+
+
+@_statement("constant")
+def _constant(st: Stmt, ctx: Context) -> torch.Tensor:
+    return torch.tensor(st.attr("value"), dtype=_dtype(st.attr("dtype"))).reshape([1] * len(ctx.shape))
+
+
+@_statement("index_expr")
+def _index_expr(st: Stmt, ctx: Context) -> torch.Tensor:
+    """An index expression used as a value, converted to ``dtype``."""
+    return ctx.full_rank(torch.as_tensor(ctx.index(st.attr("expr"))).to(_dtype(st.attr("dtype"))))
+
+
+@_statement("to_dtype")
+def _to_dtype(st: Stmt, ctx: Context) -> torch.Tensor:
+    return ctx.input(st).to(_dtype(st.attr("dtype")))
+
+
+@_statement("to_dtype_bitcast")
+def _to_dtype_bitcast(st: Stmt, ctx: Context) -> torch.Tensor:
+    return ctx.input(st).contiguous().view(_dtype(st.attr("dtype")))
+
+
+@_statement("indirect_indexing")
+def _indirect_indexing(st: Stmt, ctx: Context) -> torch.Tensor:
+    """A value turned into an index symbol (named like the statement) that later indices may use.
+
+    ``wrap_neg`` (default true) adds ``size`` to negative values; ``check`` (default true) raises
+    on an index outside ``[0, size)``.
+    """
+    x = ctx.input(st).to(torch.int64)
+    size = ctx.index(st.attr("size"))
+    if st.attr("wrap_neg", True):
+        x = torch.where(x < 0, x + size, x)
+    if ctx.mask is not None:
+        x = torch.where(ctx.mask, x, 0)
+    if st.attr("check", True) and x.numel() and (int(x.min()) < 0 or int(x.max()) >= int(size)):
+        raise LoopIRRuntimeError(f"indirect index out of bounds [0, {size})")
+    ctx.symbols[st.name] = x
+    return x
+
+
+@_statement("check_bounds")
+def _check_bounds(st: Stmt, ctx: Context) -> None:
+    """Nothing to do: indirect_indexing already checked."""
+
+
+@_statement("reduction")
+def _reduction(st: Stmt, ctx: Context) -> Any:
+    """Reduce the reduction dimensions (kept, with size 1); see _reduce for the kinds."""
+    inputs = [_broadcast(v, ctx.shape) for v in ctx.inputs(st)]
+    return _reduce(st.attr("kind"), inputs, ctx.reduction_dims, _dtype(st.attr("dtype")))
+
+
+@_statement("getitem")
+def _getitem(st: Stmt, ctx: Context) -> Any:
+    """An element of a tuple value (welford and online-softmax reductions, frexp)."""
+    return ctx.input(st)[st.attr("index")]
+
+
+@_statement("masked")
+def _masked(st: Stmt, ctx: Context) -> torch.Tensor:
+    """Run ``st.body`` where the argument is true; elsewhere the value is ``other``."""
+    condition = ctx.input(st).to(torch.bool)
+    inner = dataclasses.replace(ctx, mask=condition if ctx.mask is None else condition & ctx.mask)
+    result = _run_block(st.body, inner)
+    return torch.where(condition, result, torch.tensor(st.attr("other"), dtype=result.dtype))
+
+
+_ABSENT = object()
+
+
+def _compute(st: Stmt, ctx: Context) -> Any:
+    """A compute op: the eager torch function of COMPUTE_OPS on the arguments.
+
+    With ``nargs``, positional argument ``k`` is the attribute ``arg<k>`` if present (a
+    constant), else the next statement argument; other attributes are keyword arguments.
+    """
+    inputs = ctx.inputs(st)
+    nargs = st.attr("nargs")
+    if nargs is None:
+        args = inputs
+    else:
+        remaining = iter(inputs)
+        args = [st.attr(f"arg{k}", _ABSENT) for k in range(nargs)]
+        args = [next(remaining) if a is _ABSENT else a for a in args]
+    kwargs = {k: v for k, v in st.attrs if not (k.startswith("arg") and k[3:].isdigit()) and k != "nargs"}
+    out = _compute_fn(st.op)(*args, **kwargs)
+    if st.dtype is not None and isinstance(out, torch.Tensor) and st.op != "frexp":
+        out = out.to(_dtype(st.dtype))
+    return out
+
+
+def _run_block(body: Sequence[Stmt], ctx: Context) -> Any:
+    """Run statements in order; return the value of a ``yield`` (the end of a masked block)."""
     for st in body:
         try:
-            a = [vals[n] for n in st.args]
-            op = st.op
-            if op == "load":
-                idx = eval_index(st.attr("index"), env)
-                if mask is not None:
-                    idx = torch.where(mask, torch.as_tensor(idx), 0)
-                src = flat.get(st.attr("buffer"))
-                idx_t = torch.as_tensor(idx, dtype=torch.int64)
-                out = src[idx_t]
-                vals[st.name] = out.reshape(*([1] * (dims - out.dim())), *out.shape) if out.dim() < dims else out
-            elif op in ("store", "store_reduction"):
-                name = st.attr("buffer")
-                dst = flat.get(name)
-                shape = full if op == "store" else full[: dims - nred] + [1] * nred
-                idx = _bcast(torch.as_tensor(eval_index(st.attr("index"), env), dtype=torch.int64), shape)
-                v = _bcast(a[0], shape).to(dst.dtype)
-                dst.index_put_((idx.reshape(-1),), v.reshape(-1), accumulate=st.attr("mode") == "atomic_add")
-                flat.dirty.add(name)
-            elif op == "load_seed":
-                src = flat.get(st.attr("buffer"))
-                off = a[0] if a else torch.tensor(st.attr("offset"))
-                vals[st.name] = src[torch.as_tensor(off, dtype=torch.int64)]
-            elif op == "constant":
-                vals[st.name] = torch.tensor(st.attr("value"), dtype=_dt(st.attr("dtype"))).reshape([1] * dims)
-            elif op == "index_expr":
-                v = torch.as_tensor(eval_index(st.attr("expr"), env))
-                vals[st.name] = v.to(_dt(st.attr("dtype"))).reshape(*([1] * (dims - v.dim())), *v.shape)
-            elif op == "to_dtype":
-                vals[st.name] = a[0].to(_dt(st.attr("dtype")))
-            elif op == "to_dtype_bitcast":
-                vals[st.name] = a[0].contiguous().view(_dt(st.attr("dtype")))
-            elif op == "indirect_indexing":
-                x = a[0].to(torch.int64)
-                size = eval_index(st.attr("size"), env)
-                if st.attr("wrap_neg", True):
-                    x = torch.where(x < 0, x + size, x)
-                if mask is not None:
-                    x = torch.where(mask, x, 0)
-                if st.attr("check", True) and x.numel() and (int(x.min()) < 0 or int(x.max()) >= int(size)):
-                    raise LoopIRRuntimeError(f"indirect index out of bounds [0, {size})")
-                env[st.name] = x
-                vals[st.name] = x
-            elif op == "check_bounds":
-                pass
-            elif op == "reduction":
-                shape = full
-                ins = [_bcast(v, shape) for v in a]
-                vals[st.name] = _reduce(st.attr("kind"), ins, nred, _dt(st.attr("dtype")))
-            elif op == "getitem":
-                vals[st.name] = a[0][st.attr("index")]
-            elif op == "masked":
-                m = a[0].to(torch.bool)
-                mm = m if mask is None else (m & mask)
-                res = _run_block(st.body, vals, env, flat, full, nred, mm, where)
-                other = st.attr("other")
-                vals[st.name] = torch.where(m, res, torch.tensor(other, dtype=res.dtype))
-            elif op == "yield":
-                return a[0]
-            else:
-                args, k = [], iter(a)
-                nargs = st.attr("nargs")
-                if nargs is None:
-                    args = list(a)
-                else:
-                    for i in range(nargs):
-                        key = f"arg{i}"
-                        args.append(st.attr(key) if any(kk == key for kk, _ in st.attrs) else next(k))
-                kwargs = {kk: v for kk, v in st.attrs if not (kk.startswith("arg") and kk[3:].isdigit()) and kk != "nargs"}
-                out = _compute_fn(op)(*args, **kwargs)
-                if st.dtype is not None and isinstance(out, torch.Tensor) and op not in ("frexp",):
-                    out = out.to(_dt(st.dtype))
-                vals[st.name] = out
+            if st.op == "yield":
+                return ctx.input(st)
+            value = STATEMENTS.get(st.op, _compute)(st, ctx)
+            if st.name is not None:
+                ctx.values[st.name] = value
         except LoopIRRuntimeError as e:
-            raise LoopIRRuntimeError(f"{where}: {st.op} {st.name or ''}: {e}") from None
+            raise LoopIRRuntimeError(f"{ctx.where}: {st.op} {st.name or ''}: {e}") from None
         except Exception as e:  # add the statement to torch's message
-            raise LoopIRRuntimeError(f"{where}: while executing {st}: {type(e).__name__}: {e}") from e
+            raise LoopIRRuntimeError(f"{ctx.where}: while executing {st}: {type(e).__name__}: {e}") from e
     return None
+
+
+def _run_nest(nest: LoopNest, buffers: _FlatBuffers, sizes: Mapping[str, int], where: str) -> None:
+    iteration = [_size(s, sizes) for s in nest.ranges]
+    reduction = [_size(s, sizes) for s in nest.reduction_ranges]
+    if any(s == 0 for s in iteration):
+        return
+    shape = iteration + reduction
+    symbols: dict[str, Any] = dict(sizes)
+    names = [f"i{k}" for k in range(len(iteration))] + [f"r{k}" for k in range(len(reduction))]
+    for k, (name, size) in enumerate(zip(names, shape)):
+        along_k = [1] * len(shape)
+        along_k[k] = size
+        symbols[name] = torch.arange(size, dtype=torch.int64).reshape(along_k)
+    _run_block(nest.body, Context({}, symbols, buffers, shape, len(reduction), None, where))
 
 
 def run_kernel(kernel: Kernel, buffers: Mapping[str, torch.Tensor], sizes: Mapping[str, int] | None = None) -> None:
     """Execute a kernel on named tensors (read and written in place); ``sizes`` binds size symbols."""
-    flat = _Flat(buffers)
+    flat = _FlatBuffers(buffers)
     for nest in kernel.nests:
         _run_nest(nest, flat, dict(sizes or {}), f"{kernel.name}/{nest.name}")
     flat.write_back()
@@ -541,6 +793,23 @@ def run_program(program: LoopProgram, inputs: Sequence[Any]) -> list[Any]:
         raise LoopIRRuntimeError(f"program {program.name!r} takes {len(program.inputs)} inputs "
                                  f"({list(program.inputs)}), got {len(inputs)}")
     sizes = _bind_sizes(program, inputs)
+    env, restrided = _bind_inputs(program, inputs, sizes)
+    _allocate(program, env, sizes)
+    for op in program.ops:
+        if isinstance(op, Kernel):
+            run_kernel(op, {n: env[n] for n in (*op.reads(), *op.writes())}, sizes)
+        else:
+            run_extern(op, env, sizes)
+    for original, copy in restrided:
+        if original.data_ptr() != copy.data_ptr() and any(copy is env.get(n) for n in _written(program)):
+            original.copy_(copy)
+    return [_output(o, env, sizes) for o in program.outputs]
+
+
+def _bind_inputs(program: LoopProgram, inputs: Sequence[Any], sizes: Mapping[str, int]
+                 ) -> tuple[dict[str, Any], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The environment of tensor inputs by name, and (input, copy) for each input interpreted on
+    a copy with the declared strides (written back after the run if the program wrote it)."""
     env: dict[str, Any] = {}
     scalar = {n for n, _ in program.scalar_inputs}
     restrided: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -548,8 +817,7 @@ def run_program(program: LoopProgram, inputs: Sequence[Any]) -> list[Any]:
         if name in scalar:
             continue
         if isinstance(value, torch.Tensor):
-            b = program.buffer(name)
-            stride = [_size(s, sizes) for s in b.stride]
+            stride = [_size(s, sizes) for s in program.buffer(name).stride]
             if value.dim() == len(stride) and value.numel() > 1 and any(
                     st != got for st, got, n in zip(stride, value.stride(), value.shape) if n > 1):
                 # Inductor compiled for the declared strides (AOTAutograd coerces e.g. tangents
@@ -559,38 +827,34 @@ def run_program(program: LoopProgram, inputs: Sequence[Any]) -> list[Any]:
                 restrided.append((value, copy))
                 value = copy
         env[name] = value
+    return env, restrided
+
+
+def _allocate(program: LoopProgram, env: dict[str, Any], sizes: Mapping[str, int]) -> None:
+    """Constants, intermediate and output buffers with their declared layout, then the views."""
     consts = dict(program.constants)
     for b in program.buffers:
         if b.name in env:
             continue
-        dev = torch.device(b.device)
+        size, device = [_size(s, sizes) for s in b.size], torch.device(b.device)
         if b.kind == "constant":
-            env[b.name] = torch.tensor(consts[b.name], dtype=_dt(b.dtype)).reshape(
-                [_size(s, sizes) for s in b.size]).to(dev)
+            env[b.name] = torch.tensor(consts[b.name], dtype=_dtype(b.dtype)).reshape(size).to(device)
         elif b.view_of is None:
-            env[b.name] = torch.empty_strided([_size(s, sizes) for s in b.size], [_size(s, sizes) for s in b.stride],
-                                              dtype=_dt(b.dtype), device=dev)
+            env[b.name] = torch.empty_strided(size, [_size(s, sizes) for s in b.stride], dtype=_dtype(b.dtype),
+                                              device=device)
     for b in program.buffers:  # bases come first in the table
         if b.view_of is not None:
             base = env[b.view_of]
             env[b.name] = base.as_strided([_size(s, sizes) for s in b.size], [_size(s, sizes) for s in b.stride],
                                           base.storage_offset() + _size(b.offset, sizes))
-    for op in program.ops:
-        if isinstance(op, Kernel):
-            run_kernel(op, {n: env[n] for n in (*op.reads(), *op.writes())}, sizes)
-        else:
-            run_extern(op, env, sizes)
-    for original, copy in restrided:
-        if original.data_ptr() != copy.data_ptr() and any(copy is env.get(n) for n in _written(program)):
-            original.copy_(copy)
-    outs: list[Any] = []
-    for o in program.outputs:
-        if isinstance(o, str):
-            outs.append(env[o])
-        elif isinstance(o, BufferRef):
-            outs.append(env[o.name])
-        elif isinstance(o, SizeExpr):
-            outs.append(eval_index(o.expr, sizes))
-        else:
-            outs.append(o)
-    return outs
+
+
+def _output(o: Any, env: Mapping[str, Any], sizes: Mapping[str, int]) -> Any:
+    """One program output: a buffer (by name or BufferRef), a size expression, or a constant."""
+    if isinstance(o, str):
+        return env[o]
+    if isinstance(o, BufferRef):
+        return env[o.name]
+    if isinstance(o, SizeExpr):
+        return eval_index(o.expr, sizes)
+    return o

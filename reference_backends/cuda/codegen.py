@@ -433,6 +433,33 @@ def _const(value: Any, dtype: str | None) -> str:
     return f"(({t}){int(value)}LL)"
 
 
+@dataclass
+class _Scope:
+    """Where :meth:`_Gen._stmts` emits: the nest ``c``; ``names``: C names of index symbols;
+    ``ind``: indentation; ``locals_``: buffers kept in registers (their producing nest and
+    store); ``vec``: (vectorized buffers, lane) or None; ``prefix``: prepended to SSA names
+    (inlined nests); ``guard``: only thread 0 stores (after a row reduction); ``vals``: C names
+    of SSA values so far; ``inline``: skip stores (an inlined producer); ``top``: not inside a
+    masked block."""
+
+    c: _Nest
+    names: dict[str, str]
+    ind: str
+    locals_: Mapping[str, Any]
+    vec: tuple[set[str], str] | None
+    prefix: str
+    guard: bool
+    vals: dict[str, str]
+    inline: bool
+    top: bool
+
+    def args(self, st: Stmt) -> list[str]:
+        return [self.vals.get(x, self.prefix + x) for x in st.args]
+
+    def name(self, st: Stmt) -> str:
+        return self.prefix + (st.name or "")
+
+
 class _Gen:
     """Emits the CUDA C of one kernel."""
 
@@ -812,126 +839,153 @@ class _Gen:
                vec: tuple[set[str], str] | None = None, prefix: str = "", include: set[int] | None = None,
                guard: bool = False, vals: dict[str, str] | None = None, inline: bool = False,
                top: bool = True) -> dict[str, str]:
-        vals = {} if vals is None else vals
-        out = self.lines
+        """Emit the statements of ``body`` (those in ``include``, if given); the C name of each
+        SSA value. See :class:`_Scope` for the parameters; one ``_emit_<op>`` method per kind."""
+        scope = _Scope(c, names, ind, locals_, vec, prefix, guard, {} if vals is None else vals, inline, top)
         for st in body:
             if include is not None and id(st) not in include:
                 continue
             if inline and st.op in ("store", "store_reduction"):
                 continue
-            a = [vals.get(x, prefix + x) for x in st.args]
-            nm = prefix + (st.name or "")
-            t = _ctype(st.dtype)
-            op = st.op
-            if op == "load":
-                buf = st.attr("buffer")
-                if buf in locals_:
-                    pc, pst = locals_[buf]
-                    self.counter += 1
-                    p = f"l{self.counter}_"
-                    out.append(f"{ind}{t if t != 'auto' else 'auto'} {nm};")
-                    out.append(f"{ind}{{")
-                    sub = self._nest_body(pc, {"X": "X", "C": "C"}, ind + "  ", locals_, prefix=p, inline=True)
-                    out.append(f"{ind}  {nm} = {sub.get(pst.args[0], p + pst.args[0])};")
-                    out.append(f"{ind}}}")
-                    vals[st.name] = nm
-                    continue
-                if vec and buf in vec[0]:
-                    expr = f"vl_{buf}.v[{vec[1]}]"
-                else:
-                    expr = f"{buf}[{self._index(st.attr('index'), names)}]"
-                key = (buf, str(_canon(st.attr("index"), c.env)))
-                if self.row_vals is not None and key in self.row_vals:
-                    expr = self.row_vals[key]   # a value this row computed earlier in the kernel
-                cached = self._cached_load(c, st, t, nm, expr) if top and not guard else None
-                out.append(f"{ind}{cached or f'const {t} {nm} = static_cast<{t}>({expr});'}")
-            elif op in ("store", "store_reduction"):
-                buf = st.attr("buffer")
-                if buf in locals_:
-                    continue
-                bt = CTYPES[self.buffers[buf].dtype]
-                val = f"static_cast<{bt}>({a[0]})"
-                if vec and buf in vec[0]:
-                    out.append(f"{ind}vs_{buf}.v[{vec[1]}] = {val};")
-                elif st.attr("mode") == "atomic_add":
-                    out.append(f"{ind}atomicAdd(&{buf}[{self._index(st.attr('index'), names)}], {val});")
-                elif st.attr("mode"):
-                    raise CodegenError(f"store mode {st.attr('mode')!r} is not supported")
-                else:
-                    guard_ = "if (tid == 0) " if guard else ""
-                    key = (buf, str(_canon(st.attr("index"), c.env)))
-                    if guard and top and self.row_vals is not None and "C" not in key[1]:
-                        rv = f"rv{len(self.row_vals)}"
-                        self.cache_decl.append(f"  {bt} {rv};")
-                        self.row_vals[key] = rv
-                        out.append(f"{ind}{rv} = {val};")
-                        val = rv
-                    out.append(f"{ind}{guard_}{buf}[{self._index(st.attr('index'), names)}] = {val};")
-            elif op == "constant":
-                out.append(f"{ind}const {t} {nm} = {_const(st.attr('value'), st.attr('dtype') or st.dtype)};")
-            elif op == "index_expr":
-                out.append(f"{ind}const {t} {nm} = static_cast<{t}>({self._index(st.attr('expr'), names)});")
-            elif op == "to_dtype":
-                dt = st.attr("dtype")
-                conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
-                        "float16": "__half2float(__float2half({0}))"}.get(dt, "static_cast<{t}>({0})")
-                out.append(f"{ind}const {t} {nm} = {conv.format(a[0], t=t)};")
-            elif op == "to_dtype_bitcast":
-                src = _ctype(st.attr("src_dtype"))
-                out.append(f"{ind}{t} {nm}; {{ {src} tmp_ = {a[0]}; memcpy(&{nm}, &tmp_, sizeof({nm})); }}")
-            elif op == "indirect_indexing":
-                size = self._index(st.attr("size"), names)
-                out.append(f"{ind}idx_t {nm} = (idx_t)({a[0]});")
-                if st.attr("wrap_neg", True):
-                    out.append(f"{ind}if ({nm} < 0) {nm} += {size};")
-                names[st.name] = nm
-                vals[st.name] = nm
-            elif op == "check_bounds":
-                continue
-            elif op == "masked":
-                other = _const(st.attr("other"), st.dtype)
-                out.append(f"{ind}{t} {nm} = {other};")
-                out.append(f"{ind}if ({a[0]}) {{")
-                res = self._stmts(c, st.body, dict(names), ind + "  ", locals_, None, prefix, None, guard, dict(vals),
-                                  inline, top=False)
-                out.append(f"{ind}  {nm} = {res['__yield']};")
-                out.append(f"{ind}}}")
-            elif op == "yield":
-                vals["__yield"] = a[0]
-            elif op == "load_seed":
-                off = a[0] if a else str(st.attr("offset"))
-                out.append(f"{ind}const long long {nm} = (long long){st.attr('buffer')}[{off}];")
-            elif op in ("rand", "randn"):
-                out.append(f"{ind}const {t} {nm} = tv_{op}({a[0]}, {a[1]});")
-            elif op == "randint64":
-                out.append(f"{ind}const {t} {nm} = tv_randint64({', '.join(a)});")
-            elif op == "reduction":
-                vals[st.name] = nm  # the accumulator: set by _reduce_nest
-            elif op == "getitem":
-                red = self._producer(c.nest.body, st.args[0])
-                if red is None or red.op != "reduction":
-                    raise CodegenError(f"getitem of {st.args[0]} is not supported")
-                f = _RED[red.attr("kind")][0][st.attr("index")]
-                out.append(f"{ind}const auto {nm} = acc_{prefix}{red.name}_{f};")
-            elif op in _UNARY or op.removeprefix("libdevice_") in _UNARY:
-                tmpl = _UNARY.get(op) or _UNARY[op.removeprefix("libdevice_")]
-                tt = t if t != "auto" else "float"
-                x = f"static_cast<{tt}>({a[0]})" if op not in ("logical_not", "isnan", "isinf", "signbit",
-                                                                "bitwise_not", "identity") else a[0]
-                out.append(f"{ind}const {t} {nm} = {tmpl.format(x, t=tt)};")
-            elif op in _BINARY or op.removeprefix("libdevice_") in _BINARY:
-                tmpl = _BINARY.get(op) or _BINARY[op.removeprefix("libdevice_")]
-                xs = [f"static_cast<{t}>({x})" for x in a] if op in _CAST_ARGS and t != "auto" else a
-                out.append(f"{ind}const {t} {nm} = {tmpl.format(*xs)};")
-            elif op == "where":
-                out.append(f"{ind}const {t} {nm} = ({a[0]} ? static_cast<{t}>({a[1]}) : static_cast<{t}>({a[2]}));")
-            elif op == "fma":
-                out.append(f"{ind}const {t} {nm} = fma({a[0]}, {a[1]}, {a[2]});")
-            else:
-                raise CodegenError(f"ops.{op} is not supported by the CUDA code generator")
-            if st.name and st.name not in vals:
-                vals[st.name] = nm
-        return vals
+            emit = _EMITTERS.get(st.op, _Gen._emit_compute)
+            emit(self, st, scope)
+            if st.name and st.name not in scope.vals:
+                scope.vals[st.name] = scope.name(st)
+        return scope.vals
+
+    def _emit_load(self, st: Stmt, s: _Scope) -> None:
+        buf, t, nm = st.attr("buffer"), _ctype(st.dtype), s.name(st)
+        if buf in s.locals_:
+            self._emit_local_load(st, s)
+            return
+        if s.vec and buf in s.vec[0]:
+            expr = f"vl_{buf}.v[{s.vec[1]}]"
+        else:
+            expr = f"{buf}[{self._index(st.attr('index'), s.names)}]"
+        key = (buf, str(_canon(st.attr("index"), s.c.env)))
+        if self.row_vals is not None and key in self.row_vals:
+            expr = self.row_vals[key]   # a value this row computed earlier in the kernel
+        cached = self._cached_load(s.c, st, t, nm, expr) if s.top and not s.guard else None
+        self.lines.append(f"{s.ind}{cached or f'const {t} {nm} = static_cast<{t}>({expr});'}")
+
+    def _emit_local_load(self, st: Stmt, s: _Scope) -> None:
+        """A buffer kept in registers: recompute its producing nest here, inline."""
+        out, t, nm = self.lines, _ctype(st.dtype), s.name(st)
+        pc, pst = s.locals_[st.attr("buffer")]
+        self.counter += 1
+        p = f"l{self.counter}_"
+        out.append(f"{s.ind}{t if t != 'auto' else 'auto'} {nm};")
+        out.append(f"{s.ind}{{")
+        sub = self._nest_body(pc, {"X": "X", "C": "C"}, s.ind + "  ", s.locals_, prefix=p, inline=True)
+        out.append(f"{s.ind}  {nm} = {sub.get(pst.args[0], p + pst.args[0])};")
+        out.append(f"{s.ind}}}")
+        s.vals[st.name] = nm
+
+    def _emit_store(self, st: Stmt, s: _Scope) -> None:
+        out, buf, ind = self.lines, st.attr("buffer"), s.ind
+        if buf in s.locals_:
+            return
+        bt = CTYPES[self.buffers[buf].dtype]
+        val = f"static_cast<{bt}>({s.args(st)[0]})"
+        if s.vec and buf in s.vec[0]:
+            out.append(f"{ind}vs_{buf}.v[{s.vec[1]}] = {val};")
+        elif st.attr("mode") == "atomic_add":
+            out.append(f"{ind}atomicAdd(&{buf}[{self._index(st.attr('index'), s.names)}], {val});")
+        elif st.attr("mode"):
+            raise CodegenError(f"store mode {st.attr('mode')!r} is not supported")
+        else:
+            guard_ = "if (tid == 0) " if s.guard else ""
+            key = (buf, str(_canon(st.attr("index"), s.c.env)))
+            if s.guard and s.top and self.row_vals is not None and "C" not in key[1]:
+                rv = f"rv{len(self.row_vals)}"
+                self.cache_decl.append(f"  {bt} {rv};")
+                self.row_vals[key] = rv
+                out.append(f"{ind}{rv} = {val};")
+                val = rv
+            out.append(f"{ind}{guard_}{buf}[{self._index(st.attr('index'), s.names)}] = {val};")
+
+    def _emit_constant(self, st: Stmt, s: _Scope) -> None:
+        t = _ctype(st.dtype)
+        self.lines.append(f"{s.ind}const {t} {s.name(st)} = {_const(st.attr('value'), st.attr('dtype') or st.dtype)};")
+
+    def _emit_index_expr(self, st: Stmt, s: _Scope) -> None:
+        t = _ctype(st.dtype)
+        self.lines.append(f"{s.ind}const {t} {s.name(st)} = static_cast<{t}>({self._index(st.attr('expr'), s.names)});")
+
+    def _emit_to_dtype(self, st: Stmt, s: _Scope) -> None:
+        t = _ctype(st.dtype)
+        conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
+                "float16": "__half2float(__float2half({0}))"}.get(st.attr("dtype"), "static_cast<{t}>({0})")
+        self.lines.append(f"{s.ind}const {t} {s.name(st)} = {conv.format(s.args(st)[0], t=t)};")
+
+    def _emit_to_dtype_bitcast(self, st: Stmt, s: _Scope) -> None:
+        t, nm, src = _ctype(st.dtype), s.name(st), _ctype(st.attr("src_dtype"))
+        self.lines.append(f"{s.ind}{t} {nm}; {{ {src} tmp_ = {s.args(st)[0]}; memcpy(&{nm}, &tmp_, sizeof({nm})); }}")
+
+    def _emit_indirect_indexing(self, st: Stmt, s: _Scope) -> None:
+        nm, size = s.name(st), self._index(st.attr("size"), s.names)
+        self.lines.append(f"{s.ind}idx_t {nm} = (idx_t)({s.args(st)[0]});")
+        if st.attr("wrap_neg", True):
+            self.lines.append(f"{s.ind}if ({nm} < 0) {nm} += {size};")
+        s.names[st.name] = nm
+        s.vals[st.name] = nm
+
+    def _emit_nothing(self, st: Stmt, s: _Scope) -> None:
+        """check_bounds: indices are not checked on the device."""
+
+    def _emit_masked(self, st: Stmt, s: _Scope) -> None:
+        out, t, nm = self.lines, _ctype(st.dtype), s.name(st)
+        out.append(f"{s.ind}{t} {nm} = {_const(st.attr('other'), st.dtype)};")
+        out.append(f"{s.ind}if ({s.args(st)[0]}) {{")
+        res = self._stmts(s.c, st.body, dict(s.names), s.ind + "  ", s.locals_, None, s.prefix, None, s.guard,
+                          dict(s.vals), s.inline, top=False)
+        out.append(f"{s.ind}  {nm} = {res['__yield']};")
+        out.append(f"{s.ind}}}")
+
+    def _emit_yield(self, st: Stmt, s: _Scope) -> None:
+        s.vals["__yield"] = s.args(st)[0]
+
+    def _emit_load_seed(self, st: Stmt, s: _Scope) -> None:
+        a = s.args(st)
+        off = a[0] if a else str(st.attr("offset"))
+        self.lines.append(f"{s.ind}const long long {s.name(st)} = (long long){st.attr('buffer')}[{off}];")
+
+    def _emit_random(self, st: Stmt, s: _Scope) -> None:
+        t, a = _ctype(st.dtype), s.args(st)
+        if st.op == "randint64":
+            self.lines.append(f"{s.ind}const {t} {s.name(st)} = tv_randint64({', '.join(a)});")
+        else:
+            self.lines.append(f"{s.ind}const {t} {s.name(st)} = tv_{st.op}({a[0]}, {a[1]});")
+
+    def _emit_reduction(self, st: Stmt, s: _Scope) -> None:
+        s.vals[st.name] = s.name(st)  # the accumulator: set by _reduce_nest
+
+    def _emit_getitem(self, st: Stmt, s: _Scope) -> None:
+        red = self._producer(s.c.nest.body, st.args[0])
+        if red is None or red.op != "reduction":
+            raise CodegenError(f"getitem of {st.args[0]} is not supported")
+        f = _RED[red.attr("kind")][0][st.attr("index")]
+        self.lines.append(f"{s.ind}const auto {s.name(st)} = acc_{s.prefix}{red.name}_{f};")
+
+    def _emit_compute(self, st: Stmt, s: _Scope) -> None:
+        """A compute op: a C expression from the _UNARY/_BINARY tables, where or fma."""
+        op, a, t, nm, ind = st.op, s.args(st), _ctype(st.dtype), s.name(st), s.ind
+        if op in _UNARY or op.removeprefix("libdevice_") in _UNARY:
+            tmpl = _UNARY.get(op) or _UNARY[op.removeprefix("libdevice_")]
+            tt = t if t != "auto" else "float"
+            x = f"static_cast<{tt}>({a[0]})" if op not in ("logical_not", "isnan", "isinf", "signbit",
+                                                            "bitwise_not", "identity") else a[0]
+            self.lines.append(f"{ind}const {t} {nm} = {tmpl.format(x, t=tt)};")
+        elif op in _BINARY or op.removeprefix("libdevice_") in _BINARY:
+            tmpl = _BINARY.get(op) or _BINARY[op.removeprefix("libdevice_")]
+            xs = [f"static_cast<{t}>({x})" for x in a] if op in _CAST_ARGS and t != "auto" else a
+            self.lines.append(f"{ind}const {t} {nm} = {tmpl.format(*xs)};")
+        elif op == "where":
+            self.lines.append(f"{ind}const {t} {nm} = ({a[0]} ? static_cast<{t}>({a[1]}) : static_cast<{t}>({a[2]}));")
+        elif op == "fma":
+            self.lines.append(f"{ind}const {t} {nm} = fma({a[0]}, {a[1]}, {a[2]});")
+        else:
+            raise CodegenError(f"ops.{op} is not supported by the CUDA code generator")
 
     def _producer(self, body: Sequence[Stmt], name: str) -> Stmt | None:
         return next((s for s in body if s.name == name), None)
@@ -946,18 +1000,39 @@ class _Gen:
         the whole row), combine across the row's threads, then run the statements after the
         reduction. ``partial``: stop after combining (split first pass); ``final``: combine the
         workspace slices instead of reading the row (split second pass)."""
-        out = self.lines
         reds = [st for st in c.nest.body if st.op == "reduction"]
+        names: dict[str, str] = {}
+        for v in c.row_vars:
+            self.lines.append(f"{ind}const idx_t {v} = {_cexpr(c.env[v], {'X': 'X'})};")
+            names[v] = v
+        infos, dups = self._accumulators(c, reds, ind)
+        if final is None:
+            self._accumulate(c, infos, reds, names, threads, ind, locals_, loop, column)
+        else:
+            self._combine_workspace(infos, final[0], ind, column)
+            threads, warp = 32, True
+        if not column:
+            self._combine_threads(infos, threads, warp, ind)
+        for name, orig, fields, ftypes in dups:
+            for f, ft in zip(fields, ftypes):
+                self.lines.append(f"{ind}const {ft} acc_{name}_{f} = acc_{orig}_{f};")
+        if partial:
+            return
+        # the statements after the reduction, once per row (every thread computes, thread 0 stores)
         post = _post_names(c.nest)
-        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post]
-        loop_set = _closure(c.nest.body, [a for r in reds for a in r.args], pre_stores)
         after_roots = [st for st in c.nest.body if st.op != "reduction" and (
             st.name in post or st.op == "store_reduction" or (st.op == "store" and st.args[0] in post))]
         after_set = _closure(c.nest.body, [], after_roots, stop={id(r) for r in reds})
-        names: dict[str, str] = {}
-        for v in c.row_vars:
-            out.append(f"{ind}const idx_t {v} = {_cexpr(c.env[v], {'X': 'X'})};")
-            names[v] = v
+        vals: dict[str, str] = {}
+        for red, kind, *_ in infos:
+            fields = _RED[kind][0]
+            vals[red.name] = f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else fields[0]}"
+        self._stmts(c, c.nest.body, names, ind, locals_, include=after_set, guard=not column, vals=vals)
+
+    def _accumulators(self, c: _Nest, reds: Sequence[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
+        """Declare and initialize each reduction's accumulator fields. Returns the reductions to
+        compute (red, kind, acc type, fields, field types, update, combine) and the duplicates of
+        one computed earlier in the row (name, earlier name, fields, field types)."""
         infos, dups = [], []
         for red in reds:
             kind = red.attr("kind")
@@ -975,34 +1050,47 @@ class _Gen:
                 if same is not None:      # visible to later nests of the segment
                     self.red_seen[same] = red.name
                     self.cache_decl.append(f"  {ft} acc_{red.name}_{f};")
-                    out.append(f"{ind}acc_{red.name}_{f} = {init.format(t=acc_t)};")
+                    self.lines.append(f"{ind}acc_{red.name}_{f} = {init.format(t=acc_t)};")
                 else:
-                    out.append(f"{ind}{ft} acc_{red.name}_{f} = {init.format(t=acc_t)};")
-        if final is None:
-            lo, hi = loop or ("0" if column else "tid", "L")
-            step = 1 if column else threads
-            out.append(self._col_loop(ind, lo, hi, step) if not column and loop is None else
-                       f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
-            for v in c.col_vars:
-                out.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
-                names[v] = v
-            vals = self._stmts(c, c.nest.body, names, ind + "  ", locals_, include=loop_set)
-            for red, kind, acc_t, fields, ftypes, upd, comb in infos:
-                args = [vals.get(x, x) for x in red.args]
-                out.append(ind + "  " + upd.format(a=f"acc_{red.name}_", v=args[0], i="C", t=acc_t,
-                                                   **{f"v{j}": x for j, x in enumerate(args)}))
+                    self.lines.append(f"{ind}{ft} acc_{red.name}_{f} = {init.format(t=acc_t)};")
+        return infos, dups
+
+    def _accumulate(self, c: _Nest, infos: Sequence[tuple], reds: Sequence[Stmt], names: dict[str, str],
+                    threads: int, ind: str, locals_: Mapping[str, Any], loop: tuple[str, str] | None,
+                    column: bool) -> None:
+        """The loop over the row's columns: the statements feeding the reductions, then each update."""
+        out = self.lines
+        post = _post_names(c.nest)
+        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post]
+        loop_set = _closure(c.nest.body, [a for r in reds for a in r.args], pre_stores)
+        lo, hi = loop or ("0" if column else "tid", "L")
+        step = 1 if column else threads
+        out.append(self._col_loop(ind, lo, hi, step) if not column and loop is None else
+                   f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
+        for v in c.col_vars:
+            out.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
+            names[v] = v
+        vals = self._stmts(c, c.nest.body, names, ind + "  ", locals_, include=loop_set)
+        for red, kind, acc_t, fields, ftypes, upd, comb in infos:
+            args = [vals.get(x, x) for x in red.args]
+            out.append(ind + "  " + upd.format(a=f"acc_{red.name}_", v=args[0], i="C", t=acc_t,
+                                               **{f"v{j}": x for j, x in enumerate(args)}))
+        out.append(f"{ind}}}")
+
+    def _combine_workspace(self, infos: Sequence[tuple], splits: int, ind: str, column: bool) -> None:
+        """Split second pass: combine the ``splits`` partial results of each row from the workspace."""
+        out = self.lines
+        for red, kind, acc_t, fields, ftypes, upd, comb in infos:
+            out.append(f"{ind}for (int s = {'0' if column else 'tid'}; s < {splits}; s += {1 if column else 32}) {{")
+            for j, (f, ft) in enumerate(zip(fields, ftypes)):
+                out.append(f"{ind}  const {ft} o_{f} = ws{j}[{'s * R + X' if column else f'X * {splits} + s'}];")
+            out.append(ind + "  " + comb.format(a=f"acc_{red.name}_", o="o_"))
             out.append(f"{ind}}}")
-        else:
-            splits, fields = final
-            for red, kind, acc_t, fields, ftypes, upd, comb in infos:
-                out.append(f"{ind}for (int s = {'0' if column else 'tid'}; s < {splits}; s += {1 if column else 32}) {{")
-                for j, (f, ft) in enumerate(zip(fields, ftypes)):
-                    out.append(f"{ind}  const {ft} o_{f} = ws{j}[{'s * R + X' if column else f'X * {splits} + s'}];")
-                out.append(ind + "  " + comb.format(a=f"acc_{red.name}_", o="o_"))
-                out.append(f"{ind}}}")
-            threads, warp = 32, True
-        # combine across the threads of the row: warp butterfly, then across warps
-        for red, kind, acc_t, fields, ftypes, upd, comb in (() if column else infos):
+
+    def _combine_threads(self, infos: Sequence[tuple], threads: int, warp: bool, ind: str) -> None:
+        """Combine across the threads of the row: a warp butterfly, then across warps."""
+        out = self.lines
+        for red, kind, acc_t, fields, ftypes, upd, comb in infos:
             a = f"acc_{red.name}_"
             out.append(f"{ind}for (int off = 16; off > 0; off >>= 1) {{")
             for f, ft in zip(fields, ftypes):
@@ -1017,24 +1105,24 @@ class _Gen:
                 for f in fields:
                     out.append(f"{ind}  sh_{red.name}_{f}[tid >> 5] = {a}{f};")
                 out.append(f"{ind}}}\n{ind}__syncthreads();")
-                for f, ft, init in zip(fields, ftypes, _RED[kind][1]):
+                for f in fields:
                     out.append(f"{ind}{a}{f} = sh_{red.name}_{f}[0];")
                 out.append(f"{ind}for (int w = 1; w < {nw}; w++) {{")
                 for f, ft in zip(fields, ftypes):
                     out.append(f"{ind}  const {ft} o_{f} = sh_{red.name}_{f}[w];")
                 out.append(ind + "  " + comb.format(a=a, o="o_"))
                 out.append(f"{ind}}}")
-        for name, orig, fields, ftypes in dups:
-            for f, ft in zip(fields, ftypes):
-                out.append(f"{ind}const {ft} acc_{name}_{f} = acc_{orig}_{f};")
-        if partial:
-            return
-        # the statements after the reduction, once per row (every thread computes, thread 0 stores)
-        vals: dict[str, str] = {}
-        for red, kind, *_ in infos:
-            fields = _RED[kind][0]
-            vals[red.name] = f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else fields[0]}"
-        self._stmts(c, c.nest.body, names, ind, locals_, include=after_set, guard=not column, vals=vals)
+
+
+#: statement op -> the _Gen method emitting it (anything else: _Gen._emit_compute)
+_EMITTERS = {
+    "load": _Gen._emit_load, "store": _Gen._emit_store, "store_reduction": _Gen._emit_store,
+    "constant": _Gen._emit_constant, "index_expr": _Gen._emit_index_expr, "to_dtype": _Gen._emit_to_dtype,
+    "to_dtype_bitcast": _Gen._emit_to_dtype_bitcast, "indirect_indexing": _Gen._emit_indirect_indexing,
+    "check_bounds": _Gen._emit_nothing, "masked": _Gen._emit_masked, "yield": _Gen._emit_yield,
+    "load_seed": _Gen._emit_load_seed, "rand": _Gen._emit_random, "randn": _Gen._emit_random,
+    "randint64": _Gen._emit_random, "reduction": _Gen._emit_reduction, "getitem": _Gen._emit_getitem,
+}
 
 
 def _uses(st: Stmt) -> set[str]:

@@ -1,4 +1,4 @@
-"""``capture``: one entry point for the three IR levels.
+"""``capture``: one entry point for the three IR levels (``torchvendor.ir.capture``).
 
 ``capture(fn_or_module, example_inputs, level=...)`` runs ``fn`` once under
 ``torch.compile(fullgraph=True)`` with a torchvendor backend and returns the program at that
@@ -26,9 +26,6 @@ Example::
 """
 from __future__ import annotations
 
-import importlib
-import sys
-import types
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import torch
@@ -62,8 +59,12 @@ def capture(fn_or_module: Callable[..., Any] | torch.nn.Module, example_inputs: 
             lists/tuples/dicts of them). ``"input<i>"`` names the ``i``-th flattened leaf.
         level: ``"torch"``, ``"aten"`` or ``"loop"``.
         training: capture for training: ``run_backward`` becomes available (at ATen level the
-            backward graph is captured). Needs example inputs with ``requires_grad=True`` or a
-            module with trainable parameters. With False the capture runs under ``no_grad``.
+            backward graph is captured). Needs example inputs with ``requires_grad=True`` or
+            trainable parameters: those of the module, or, as ``torch.compile`` trains them,
+            those of the modules a function reads from its closure or globals (gradients keyed
+            ``"<variable>.<name>"``, see :func:`~torchvendor.ir.torch_ir.closure_modules`).
+            Gradients of parameters are keyed as ``named_parameters()`` names them (a tied
+            parameter by its first name). With False the capture runs under ``no_grad``.
         dynamic: symbolic sizes (``torch.compile(dynamic=True)``): ``run`` accepts other sizes
             without recapture. Sizes 0 and 1 are specialized by Dynamo.
         decompositions: ATen level only: a table from :mod:`torchvendor.ir.decompositions`
@@ -77,7 +78,7 @@ def capture(fn_or_module: Callable[..., Any] | torch.nn.Module, example_inputs: 
     if level not in LEVELS:
         raise ValueError(f"unknown IR level {level!r}; choose one of {LEVELS}")
     if decompositions is not None and level == "torch":
-        raise ValueError("decompositions apply to the ATen and loop levels; torch IR is not decomposed")
+        raise ValueError("decompositions apply to the ATen level; torch IR is not decomposed")
     if level == "torch":
         from .torch_ir import capture_torch
 
@@ -87,26 +88,9 @@ def capture(fn_or_module: Callable[..., Any] | torch.nn.Module, example_inputs: 
 
         return capture_aten(fn_or_module, example_inputs, training=training, dynamic=dynamic,
                             decompositions=decompositions)
-    try:
-        loop_ir = importlib.import_module(".loop_ir", __package__)
-    except ModuleNotFoundError as e:
-        if e.name and e.name.endswith("loop_ir"):
-            raise NotImplementedError("level='loop' needs torchvendor.ir.loop_ir, which is not installed in this "
-                                      "tree yet; use level='torch' or 'aten'") from e
-        raise
     if decompositions is not None:
         raise ValueError("decompositions are chosen by Inductor at the loop level; pass decompositions=None")
-    return loop_ir.capture_loop(fn_or_module, example_inputs, training=training, dynamic=dynamic,
-                                device=_device_of(example_inputs))
+    from .loop_ir.capture import capture_loop
 
-
-class _CallableModule(types.ModuleType):
-    """``torchvendor.ir.capture`` names both this module and its function; once the module is
-    imported, Python binds the package attribute to the module, so the module forwards calls to
-    :func:`capture` (module ``__class__`` assignment is supported by Python for this purpose)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Program:
-        return capture(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+    return capture_loop(fn_or_module, example_inputs, training=training, dynamic=dynamic,
+                        device=_device_of(example_inputs))
