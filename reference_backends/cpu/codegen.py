@@ -454,7 +454,7 @@ def _reduction_open(w: _Writer, st: Stmt) -> None:
             f"std::numeric_limits<{ct}>::{'lowest' if 'max' in kind else 'max'}()"
         w.emit(f"{ct} {n}_acc = {'-' if 'max' in kind and dtype in FLOATS else ''}{big};")
         if kind in ("max", "min") and dtype in FLOATS:
-            w.emit(f"bool {n}_nan = false;")
+            w.emit(f"int {n}_nan = 0;  // int, not bool: GCC vectorizes no bool reduction")
         if kind.startswith("arg"):
             w.emit(f"int64_t {n}_idx = 0; bool {n}_nan = false;")
     elif kind in ("welford_reduce", "welford_combine"):
@@ -647,7 +647,7 @@ def _acc_parts(w: _Writer, st: Stmt) -> list[tuple[str, str]]:
     if kind == "online_softmax_reduce":
         return [("max", ct), ("sum", ct)]
     if kind in ("max", "min") and _acc_dtype(w, st) in FLOATS:
-        return [("acc", ct), ("nan", "bool")]
+        return [("acc", ct), ("nan", "int")]
     return [("acc", ct)]
 
 
