@@ -195,3 +195,64 @@ def test_bad_libraries_are_refused_with_nothing_registered(libs) -> None:
     assert "already served" in got["duplicate"] and "aten::mul.Tensor" in got["duplicate"]
     assert "Nothing it registered stays registered" in got["duplicate"]
     assert out.strip().splitlines()[-1] == "still works True"
+
+
+def _other_torch_pythons() -> list[str]:
+    """Interpreters with another torch release and a torchvendor built for it (the device layer
+    is rebuilt per release; the kernel library is not): TORCHVENDOR_OTHER_TORCH_PYTHONS
+    (os.pathsep-separated) and the usual side venvs of this project's machines."""
+    listed = [p for p in os.environ.get("TORCHVENDOR_OTHER_TORCH_PYTHONS", "").split(os.pathsep) if p]
+    found = []
+    for py in listed + ["/work/venv214/bin/python", "/tmp/venv214/bin/python"]:
+        if py in found or not os.path.exists(py):
+            continue
+        probe = subprocess.run([py, "-c", "import torchvendor._C"], capture_output=True, cwd="/")
+        if probe.returncode == 0:
+            found.append(py)
+    return found
+
+
+def test_one_binary_loads_on_every_supported_release(libs) -> None:
+    # The template was built once, against this torch's headers, with TORCH_TARGET 2.11; the very
+    # same file must load and pass its OpInfo comparisons under each torch release available.
+    import json
+
+    import torch
+
+    check = str(Path(__file__).with_name("stable_abi_release_check.py"))
+    seen = {}
+    for py in [sys.executable] + _other_torch_pythons():
+        proc = subprocess.run([py, check, libs["template"]], capture_output=True, text=True,
+                              timeout=900, cwd="/")
+        assert proc.returncode == 0, (py, proc.stdout[-2000:], proc.stderr[-3000:])
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert report["fallback_ops"] == [] and "mul.Tensor" in report["native_ops"], report
+        seen[report["torch"]] = report["results"]
+    assert torch.__version__ in seen
+    if len(seen) == 1:
+        pytest.skip(f"only torch {torch.__version__} here (passed); set TORCHVENDOR_OTHER_TORCH_PYTHONS "
+                    "to interpreters of other releases with torchvendor installed")
+
+
+CORPUS = """
+    import json
+    from torchvendor.sdk.conformance.opinfo import REPRESENTATIVE_OPS, run_opinfo_corpus
+    if {template!r}:
+        load_kernel_library({template!r})
+    warnings.simplefilter("ignore")
+    results = run_opinfo_corpus("acme", torch.float32, names=REPRESENTATIVE_OPS)
+    print(json.dumps({{k: r.status for k, r in results.items()}}))
+"""
+
+
+def test_representative_corpus_passes_as_before_with_the_template(libs) -> None:
+    # The template's kernels replace the fallback for add/mul/relu/mm/sum everywhere (also
+    # inside composite operators): every OpInfo of the representative float32 subset that
+    # passes through the fallback alone must still pass.
+    import json
+
+    before = json.loads(run(CORPUS, template="").strip().splitlines()[-1])
+    after = json.loads(run(CORPUS, template=libs["template"]).strip().splitlines()[-1])
+    assert set(before) == set(after) and len(after) > 40
+    lost = sorted(k for k, v in before.items() if v == "pass" and after[k] != "pass")
+    assert not lost, f"passed through the fallback, fail with the template kernels: {lost}"
