@@ -256,3 +256,29 @@ def test_representative_corpus_passes_as_before_with_the_template(libs) -> None:
     assert set(before) == set(after) and len(after) > 40
     lost = sorted(k for k, v in before.items() if v == "pass" and after[k] != "pass")
     assert not lost, f"passed through the fallback, fail with the template kernels: {lost}"
+
+
+def test_guards_streams_out_inplace_and_views_with_the_template(libs) -> None:
+    out = run("""
+        load_kernel_library({template!r})
+        a_c, b_c = torch.randn(4, 3), torch.randn(4, 3)
+        a, b = a_c.to("acme:1"), b_c.to("acme:1")      # not the current device (0)
+        assert torch.acme.current_device() == 0
+        r = a * b
+        print("guard", r.device, torch.allclose(r.cpu(), a_c * b_c))
+        s = torch.acme.Stream(device=1)
+        with torch.acme.stream(s):                     # launched on the side stream
+            r2 = torch.relu(a.t())                     # a view input
+        s.synchronize()
+        print("stream+view", torch.allclose(r2.cpu(), torch.relu(a_c.t())))
+        o = torch.empty(4, 3, device="acme:1")
+        torch.mul(a, b, out=o)                         # out=: mul.out reaches the fallback
+        print("out", torch.allclose(o.cpu(), a_c * b_c))
+        x = a.clone(); x.mul_(b)                       # in place: mul_.Tensor
+        print("inplace", torch.allclose(x.cpu(), a_c * b_c), x.device)
+        v = a.view(12)[2:8]
+        print("view", torch.allclose((v * 2).cpu(), a_c.view(12)[2:8] * 2))
+        """, template=libs["template"])
+    lines = out.strip().splitlines()
+    assert lines[-5:] == ["guard acme:1 True", "stream+view True", "out True",
+                          "inplace True acme:1", "view True"], out
