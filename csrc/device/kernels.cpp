@@ -361,8 +361,15 @@ std::vector<std::string> load_kernel_library(const std::string& path) {
   }
   if (!problems.empty()) {
     dlclose(handle);  // runs the library's static destructors, which deregister its kernels
+    // A library the loader cannot unload (GNU-unique symbols, another reference) keeps its
+    // kernels: say so rather than claim a clean state.
+    const bool clean = privateuse1_kernels() == before;
     TORCH_CHECK_VALUE(false, "torchvendor: the kernel library '", path, "' was not loaded.",
-                      problems, " Nothing it registered stays registered.");
+                      problems, clean ? " Nothing it registered stays registered."
+                                      : " It could not be unloaded (build it with "
+                                        "torchvendor_add_kernel_library, which avoids GNU-unique "
+                                        "symbols), so its kernels stay registered: restart the "
+                                        "process.");
   }
   for (const std::string& op : ops) {
     g_op_owner[op] = path;
