@@ -3,10 +3,10 @@
     .venv/bin/python bench/bench_device.py [--quick] [--out docs/bench_device.md]
 
 Measures, in one process:
-  1. per-call time of a small op (add of two 16-element float32 tensors) on the device vs CPU
-     eager - through the CPU fallback (an op with no native kernel), through a native kernel
-     when the device layer has one for it, and through examples/native_kernel.py's kernel when
-     that example exists - median microseconds per call;
+  1. per-call time of small ops (add, mul, relu of 16-element float32 tensors) on the device vs
+     CPU eager - through the CPU fallback, then through the stable-ABI kernel template
+     (examples/stable_kernels, loaded as examples/native_kernel.py does) - median microseconds
+     per call;
   2. copy bandwidth host->device, device->host (pinned and pageable host memory), device->device
      (same device and across devices) for 64 KiB .. 256 MiB, vs a plain host memcpy of the same
      size (torch CPU copy_ and numpy.copyto), GB/s (1 GB = 1e9 bytes).
@@ -98,75 +98,70 @@ def _falls_back(acme, fn) -> bool:
     return hit
 
 
-def _native_example(acme):
-    """Register examples/native_kernel.py's add.Tensor kernel: (label, Library) or (label, None).
-    """
+def _load_template():
+    """Build and load the stable-ABI kernel template (examples/stable_kernels, TORCH_TARGET 2.11)
+    through examples/native_kernel.py: (label, KernelLibrary) or (why not, None)."""
     path = ROOT / "examples" / "native_kernel.py"
-    if not path.exists():
-        return ("examples/native_kernel.py absent", None)
     import importlib.util
+
+    from torchvendor.sdk import load_kernel_library
 
     spec = importlib.util.spec_from_file_location("tv_native_kernel_example", path)
     mod = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(mod)
-        lib = mod.register_native_add(DEVICE)
-    except Exception as exc:  # the example changed or broke: say so in the report
-        return (f"examples/native_kernel.py unusable ({type(exc).__name__}: {exc!s:.80})", None)
-    return ("native kernel (examples/native_kernel.py, Python-registered)", lib)
+        lib = load_kernel_library(mod.build_template())
+    except Exception as exc:  # no cmake or compiler, or the template broke: say so in the report
+        return (f"stable-ABI kernel unavailable ({type(exc).__name__}: {exc!s:.80})", None)
+    return ("stable-ABI kernel (examples/stable_kernels)", lib)
+
+
+SMALL_OPS = {
+    "add": lambda a, b: torch.add(a, b),
+    "mul": lambda a, b: torch.mul(a, b),
+    "relu": lambda a, b: torch.relu(a),
+}
 
 
 def bench_overhead(acme, quick: bool):
+    """add/mul/relu on 16 float32 elements: CPU eager, then the device through the CPU fallback,
+    then (after loading the template, which replaces the fallback for them) the stable-ABI
+    kernels; plus add(out=) and empty(16) through the fallback and the caching allocator."""
     inner, repeats = (200, 7) if quick else (1000, 15)
     rows = []
     a_c, b_c = torch.randn(16), torch.randn(16)
     a_d, b_d = a_c.to(DEVICE), b_c.to(DEVICE)
     nosync = lambda: None  # noqa: E731
     sync = acme.synchronize
-
-    cpu_add = per_call_us(lambda: torch.add(a_c, b_c), nosync, inner=inner, repeats=repeats)
-    rows.append(("add, 16 x f32", "CPU eager", cpu_add, 1.0))
-    add_fb = _falls_back(acme, lambda: torch.add(a_d, b_d))
-    # (the fallback path: add has no native kernel in the device layer itself)
-    dev_add = per_call_us(lambda: torch.add(a_d, b_d), sync, inner=inner, repeats=repeats)
-    rows.append(("add, 16 x f32", f"{DEVICE} ({'CPU fallback' if add_fb else 'native kernel'})",
-                 dev_add, dev_add / cpu_add))
-    # an op that certainly has no native kernel: the fallback path, whatever add does
-    cpu_h = per_call_us(lambda: torch.hypot(a_c, b_c), nosync, inner=inner, repeats=repeats)
-    rows.append(("hypot, 16 x f32", "CPU eager", cpu_h, 1.0))
-    h_fb = _falls_back(acme, lambda: torch.hypot(a_d, b_d))
-    dev_h = per_call_us(lambda: torch.hypot(a_d, b_d), sync, inner=inner, repeats=repeats)
-    rows.append(("hypot, 16 x f32", f"{DEVICE} ({'CPU fallback' if h_fb else 'native kernel'})",
-                 dev_h, dev_h / cpu_h))
-    # the same call with the result written into a preallocated tensor (no allocation)
+    cpu = {}
+    for name, fn in SMALL_OPS.items():
+        cpu[name] = per_call_us(lambda: fn(a_c, b_c), nosync, inner=inner, repeats=repeats)
+        rows.append((f"{name}, 16 x f32", "CPU eager", cpu[name], 1.0))
+        assert _falls_back(acme, lambda: fn(a_d, b_d)), f"{name} has a native kernel already"
+        t = per_call_us(lambda: fn(a_d, b_d), sync, inner=inner, repeats=repeats)
+        rows.append((f"{name}, 16 x f32", f"{DEVICE} (CPU fallback)", t, t / cpu[name]))
     out_c, out_d = torch.empty(16), torch.empty(16, device=DEVICE)
     cpu_o = per_call_us(lambda: torch.add(a_c, b_c, out=out_c), nosync, inner=inner,
                         repeats=repeats)
     rows.append(("add(out=), 16 x f32", "CPU eager", cpu_o, 1.0))
     dev_o = per_call_us(lambda: torch.add(a_d, b_d, out=out_d), sync, inner=inner,
                         repeats=repeats)
-    rows.append(("add(out=), 16 x f32", f"{DEVICE}", dev_o, dev_o / cpu_o))
-    # empty allocation alone (the allocator's cost, cached)
+    rows.append(("add(out=), 16 x f32", f"{DEVICE} (CPU fallback)", dev_o, dev_o / cpu_o))
     cpu_e = per_call_us(lambda: torch.empty(16), nosync, inner=inner, repeats=repeats)
     rows.append(("empty(16)", "CPU eager", cpu_e, 1.0))
     dev_e = per_call_us(lambda: torch.empty(16, device=DEVICE), sync, inner=inner,
                         repeats=repeats)
     rows.append(("empty(16)", f"{DEVICE} (caching allocator)", dev_e, dev_e / cpu_e))
-    # last: the example's native add.Tensor kernel replaces the fallback for add in-process
-    label, lib = _native_example(acme)
-    if lib is None:
-        rows.append(("add, 16 x f32", label, None, None))
-    else:
-        acme.reset_fallback_counts()
-        c = torch.add(a_d, b_d)
-        acme.synchronize()
-        assert not any(k.startswith("aten::add") or k.startswith("add")
-                       for k in acme.fallback_counts()), acme.fallback_counts()
-        torch.testing.assert_close(c.cpu(), a_c + b_c)
-        t = per_call_us(lambda: torch.add(a_d, b_d), sync, inner=inner, repeats=repeats)
-        rows.append(("add, 16 x f32", f"{DEVICE} ({label})", t, t / cpu_add))
-        if hasattr(lib, "_destroy"):
-            lib._destroy()
+    # last: the template's kernels replace the fallback for add/mul/relu in this process
+    label, lib = _load_template()
+    for name, fn in SMALL_OPS.items():
+        if lib is None:
+            rows.append((f"{name}, 16 x f32", label, None, None))
+            continue
+        assert not _falls_back(acme, lambda: fn(a_d, b_d)), f"{name} still falls back"
+        torch.testing.assert_close(fn(a_d, b_d).cpu(), fn(a_c, b_c))
+        t = per_call_us(lambda: fn(a_d, b_d), sync, inner=inner, repeats=repeats)
+        rows.append((f"{name}, 16 x f32", f"{DEVICE} ({label})", t, t / cpu[name]))
     return rows
 
 
@@ -253,7 +248,21 @@ def render(machine, overhead, copies, wall, quick) -> str:
     for r in copies:
         out.append(f"| {_size(r['size'])} | " + " | ".join(f"{r[c]:.2f}" for c in cols) + " |")
     big = copies[-1]
-    out += ["", "## Reading", "",
+    out += ["", "## Reading", ""]
+    for path, target in (("CPU fallback", 3.0), ("stable-ABI kernel", 1.5)):
+        got = [(op.split(",")[0], r) for op, p, t, r in overhead if path in p and r is not None]
+        if got:
+            worst = max(r for _, r in got)
+            out.append(f"- Per-op overhead through the {path}: "
+                       + ", ".join(f"{op} {r:.1f}x" for op, r in got)
+                       + f" CPU eager (target {target:g}x or less: "
+                       + ("met" if worst <= target else "not met") + ").")
+    out.append("- The stable-ABI path pays the stable ABI's boxing (every argument converted to a "
+               "StableIValue, the output allocated through the dispatcher) and, on the "
+               "simulator, one hand-off per launch to the stream's worker thread; the fallback "
+               "path copies on the calling thread and never wakes a worker, so on a small, "
+               "loaded machine the hand-off dominates.")
+    out += [
             f"- At {_size(big['size'])}, H2D pinned reaches "
             f"{100 * big['H2D pinned'] / big['memcpy numpy']:.0f} % and D2H pinned "
             f"{100 * big['D2H pinned'] / big['memcpy numpy']:.0f} % of a host memcpy "

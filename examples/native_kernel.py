@@ -1,87 +1,57 @@
-"""A native kernel for aten::add.Tensor on a torchvendor device, written in Python.
+"""Native eager kernels for a torchvendor device, on PyTorch's LibTorch stable ABI.
 
-The vendor's compiled kernel (here ``tv_add_f32`` from the reference simulator's kernel module,
-``torchvendor/lib/libtorchvendor_sim_kernels.so``) is loaded through the runtime's
-``module_load_file``/``module_get_function`` entries and launched on the current stream with
-``launch``. Registering it for PrivateUse1 makes it take precedence over the CPU fallback, so
-``torch.<name>.fallback_counts()`` stops listing ``add``. Cases the kernel does not cover
-(other dtypes, broadcasting, non-contiguous inputs, alpha != 1) go to ``aten::add.out``, which
-reaches the counted CPU fallback as before.
+The kernel template (``examples/stable_kernels``: add, mul, relu, mm, sum, with broadcasting and
+type promotion) is built out of tree as docs/runtime.md says (CMake, ``find_package(torchvendor)``,
+``TORCH_TARGET 2.11`` so the binary loads on every later torch), loaded with
+``load_kernel_library``, and from then on serves those operators on the device: its host code
+(C++ on the stable ABI only) launches device code through the runtime's module and launch
+entries on the current stream. ``fallback_counts()`` stops listing them; ``native_counts()``
+lists them instead.
 
     $ python examples/native_kernel.py
     native add: ok; fallback counts after: {}
+    native calls: {'add.Tensor': 1, 'mul.Tensor': 1, 'relu': 1, 'sum.dim_IntList': 1}
 """
 from __future__ import annotations
 
-import importlib.resources
 import os
-import struct
+import subprocess
+from pathlib import Path
 
 import torch
 
-from torchvendor.sdk import get_function, launch, load_module, register_device
+from torchvendor.sdk import cmake_dir, load_kernel_library, register_device
+
+TEMPLATE = Path(__file__).resolve().parent / "stable_kernels"
 
 
-def kernels_path() -> str:
-    """The simulator's sample kernel module."""
-    return os.fspath(importlib.resources.files("torchvendor") / "lib"
-                     / "libtorchvendor_sim_kernels.so")
-
-
-def register_native_add(name: str = "acme") -> torch.library.Library:
-    """Register ``tv_add_f32`` as the ``name`` kernel of aten::add.Tensor; keep the returned
-    Library alive for as long as the kernel should stay registered.
+def build_template(build_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Build the template (once; CMake rebuilds only what changed) and return the library.
 
     Example::
 
-        >>> lib = register_native_add("acme")
-        >>> (torch.ones(4, device="acme") + torch.ones(4, device="acme")).cpu()
-        tensor([2., 2., 2., 2.])
+        >>> build_template().name
+        'libacme_kernels.so'
     """
-    device_module = register_device(name)  # idempotent: returns torch.<name>
-    functions: dict[int, int] = {}  # device index -> function handle (a module per device)
-
-    def add_f32(index: int) -> int:
-        if index not in functions:
-            functions[index] = get_function(load_module(kernels_path(), index), "tv_add_f32")
-        return functions[index]
-
-    def add_tensor(self: torch.Tensor, other: torch.Tensor | float, *, alpha: float = 1
-                   ) -> torch.Tensor:
-        native = (isinstance(other, torch.Tensor) and alpha == 1
-                  and self.dtype == other.dtype == torch.float32
-                  and self.device == other.device and self.shape == other.shape
-                  and self.is_contiguous() and other.is_contiguous())
-        if not native:  # not this kernel's case: the .out overload reaches the CPU fallback
-            if not isinstance(other, torch.Tensor):
-                other = torch.tensor(other)  # 0-dim CPU scalar, as the dispatcher allows
-            shape = torch.broadcast_shapes(self.shape, other.shape)
-            out = torch.empty(shape, dtype=torch.result_type(self, other), device=self.device)
-            return torch.ops.aten.add.out(self, other, alpha=alpha, out=out)
-        out = torch.empty_like(self, memory_format=torch.contiguous_format)
-        index = self.device.index
-        args = struct.pack("<qQQQ", self.numel(), self.data_ptr(), other.data_ptr(),
-                           out.data_ptr())
-        launch(add_f32(index), grid=(1,), block=(1,), args=args, pointer_offsets=(8, 16, 24),
-               stream=device_module.current_stream(index))
-        return out
-
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("add.Tensor", add_tensor, "PrivateUse1")
-    return lib
+    build = Path(build_dir or TEMPLATE.parents[1] / "build" / "examples" / "stable_kernels")
+    subprocess.run(["cmake", "-S", str(TEMPLATE), "-B", str(build),
+                    f"-Dtorchvendor_DIR={cmake_dir()}", "-DACME_TORCH_TARGET=2.11"],
+                   check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
+    return build / "libacme_kernels.so"
 
 
 def main() -> None:
     acme = register_device("acme")
-    lib = register_native_add("acme")
-    a = torch.randn(1000, device="acme")
-    b = torch.randn(1000, device="acme")
+    load_kernel_library(build_template())
+    a = torch.randn(4, 8, device="acme")
+    b = torch.randn(8, device="acme")
     acme.reset_fallback_counts()
-    c = a + b
-    assert torch.equal(c.cpu(), a.cpu() + b.cpu()), "native add disagrees with the CPU"
-    counts = {k: v for k, v in acme.fallback_counts().items() if k.startswith("add")}
-    print(f"native add: ok; fallback counts after: {counts}")
-    del lib
+    c = ((a + b) * 2).relu().sum(dim=1)
+    want = ((a.cpu() + b.cpu()) * 2).relu().sum(dim=1)
+    assert torch.allclose(c.cpu(), want), "the native kernels disagree with the CPU"
+    print(f"native add: ok; fallback counts after: {acme.fallback_counts()}")
+    print(f"native calls: {dict(sorted(acme.native_counts().items()))}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Example::
 
     $ torchvendor demo                         # the device demo on the reference runtime
     $ torchvendor diagnose --name acme --runtime ./libacme_tv.so
+    $ torchvendor config --cflags               # -I flags for an out-of-tree runtime library
     $ torchvendor conformance --backend torchvendor_cpu --device acme --profile minimal --report out/
 """
 from __future__ import annotations
@@ -19,9 +20,14 @@ def main(argv: list[str] | None = None) -> int:
         from .conformance.cli import main as conformance_main
 
         return conformance_main(argv[1:])
+    if argv[:1] == ["config"]:  # build flags for out-of-tree vendor libraries
+        from .build_config import main as config_main
+
+        return config_main(argv[1:])
     parser = argparse.ArgumentParser(prog="torchvendor", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("conformance", help="run the conformance suite (see: torchvendor conformance --help)")
+    sub.add_parser("config", help="build flags for vendor libraries (see: torchvendor config --help)")
     demo_p = sub.add_parser("demo", help="register a device (default: the reference simulator) and exercise it")
     demo_p.add_argument("--name", default="acme")
     demo_p.add_argument("--runtime", default=None)

@@ -38,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     c = (a * 2 + b).relu().sum(dim=1)
     print(f"(a * 2 + b).relu().sum(1) = {c.cpu().tolist()}")
     print(f"a.t() is a view: {a.t().untyped_storage().data_ptr() == a.untyped_storage().data_ptr()}")
-    other = a.to(f"{dev}:1") if acme.device_count() > 1 else a
-    print(f"cross-device copy to {other.device}: {torch.equal(other.cpu(), back)}")
+    if acme.device_count() > 1:
+        other = a.to(f"{dev}:1")
+        print(f"cross-device copy to {other.device}: {torch.equal(other.cpu(), back)}")
+    else:  # one device: a copy on it, which is not a cross-device copy
+        other = a.clone()
+        print(f"device-to-device copy on {other.device} (the only device): "
+              f"{torch.equal(other.cpu(), back)}")
 
     model = torch.nn.Linear(3, 2).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

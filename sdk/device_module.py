@@ -539,10 +539,39 @@ def diagnose() -> str:
         lines += [f"    {m}: {_OPTIONAL_FEATURES.get(m, '')}" for m in missing]
     else:
         lines.append("  optional runtime entries missing: none")
-    counts = sorted(ext.fallback_counts().items(), key=lambda kv: (-kv[1], kv[0]))
-    lines.append(f"  CPU fallback: {len(counts)} operator(s) fell back"
-                 + (": " + ", ".join(f"{k} x{v}" for k, v in counts[:8]) if counts else ""))
+    lines += _counts_lines(name, ext)
     return "\n".join(lines)
+
+
+def _counts_lines(name: str, ext: types.ModuleType) -> list[str]:
+    """diagnose()'s lines on what fell back to the CPU and what ran in kernel libraries; the
+    number of operators always agrees with the list, or says how many are left out."""
+    out = []
+    for what, counts in (("CPU fallback", ext.fallback_counts()),
+                         ("native kernels (kernel libraries)", ext.native_counts())):
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = ", ".join(f"{k} x{v}" for k, v in ranked[:8])
+        more = (f" (the 8 most used; {len(ranked) - 8} more in torch.{name}."
+                f"{'fallback' if what == 'CPU fallback' else 'native'}_counts())"
+                if len(ranked) > 8 else "")
+        verb = "fell back" if what == "CPU fallback" else "ran natively"
+        out.append(f"  {what}: {len(ranked)} operator(s) {verb}" + (f": {shown}{more}" if ranked else ""))
+    return out
+
+
+@device_api
+def native_counts() -> dict[str, int]:
+    """Calls served by kernel-library kernels (torchvendor.sdk.load_kernel_library), per
+    operator, most used first; keyed like fallback_counts().
+
+    Example::
+
+        >>> from torchvendor.sdk import register_device
+        >>> isinstance(register_device("acme").native_counts(), dict)
+        True
+    """
+    counts = _C().native_counts()
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _registration_lines(name: str, ext: types.ModuleType) -> list[str]:

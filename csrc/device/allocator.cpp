@@ -89,7 +89,7 @@ void process_pending(DeviceState& st) {
     for (tv_event e : b->events) {
       tv_status s = rt().event_query(e);
       if (s == TV_ERROR_NOT_READY) { done = false; break; }
-      if (s != TV_SUCCESS) raise_status(s, "event_query");
+      if (s != TV_SUCCESS) raise_call(s, "event_query", {describe_arg(e)});
     }
     if (!done) { ++it; continue; }
     for (tv_event e : b->events) rt().event_destroy(e);
@@ -112,10 +112,10 @@ void release_cached(c10::DeviceIndex device) {
   }
   for (Block* b : to_free) {  // blocking calls, outside the mutex
     for (tv_event e : b->events) {
-      TV_CHECK(rt().event_synchronize(e));
+      TV_CALL(event_synchronize, e);
       rt().event_destroy(e);
     }
-    TV_CHECK(rt().free(b->device, b->ptr));
+    TV_CALL(free, b->device, b->ptr);
   }
   std::lock_guard<std::mutex> lock(st.mutex);
   for (Block* b : to_free) {
@@ -175,8 +175,8 @@ void free_block(void* ptr) {
   std::vector<tv_event> events;
   for (const c10::Stream& s : uses) {
     tv_event e = nullptr;
-    TV_CHECK(rt().event_create(s.device_index(), TV_EVENT_DEFAULT, &e));
-    TV_CHECK(rt().event_record(e, native_stream(s)));
+    TV_CALL(event_create, s.device_index(), TV_EVENT_DEFAULT, &e);
+    TV_CALL(event_record, e, native_stream(s));
     events.push_back(e);
   }
   std::lock_guard<std::mutex> lock(st.mutex);
@@ -222,7 +222,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
       s = rt().malloc(device, size, &ptr);
     }
     if (s == TV_ERROR_OUT_OF_MEMORY) raise_oom(st, device, n, first_message);
-    check(s, "malloc");
+    if (s != TV_SUCCESS) raise_call(s, "malloc", {describe_arg(device), describe_arg(size)});
     TORCH_CHECK(ptr != nullptr, backend_name(), " runtime malloc(", size,
                 ") returned success and a NULL pointer");
     auto* b = new Block;
@@ -275,7 +275,7 @@ class DeviceAllocatorImpl final : public c10::DeviceAllocator {
     // The runtime reports only the total; "free" is what this process has not reserved.
     tv_device_properties props{};
     props.struct_size = sizeof props;
-    TV_CHECK(rt().get_device_properties(device, &props));
+    TV_CALL(get_device_properties, device, &props);
     DeviceState& st = state(device);
     std::lock_guard<std::mutex> lock(st.mutex);
     int64_t reserved = st.stats.reserved_bytes[0].current;
@@ -390,7 +390,7 @@ class PinnedAllocator final : public c10::Allocator {
     void* ptr = nullptr;
     if (n > 0) {
       tv_status s = rt().host_malloc(n, &ptr);
-      if (s != TV_SUCCESS) raise_status(s, "host_malloc");
+      if (s != TV_SUCCESS) raise_call(s, "host_malloc", {describe_arg(n)});
       std::lock_guard<std::mutex> lock(g_pinned_mutex);
       g_pinned[reinterpret_cast<uintptr_t>(ptr)] = PinnedBlock{n, {}, false};
     }
@@ -422,8 +422,8 @@ bool is_pinned_ptr(const void* ptr) {
 void record_pinned_use(const void* ptr, c10::Stream stream) {
   auto p = reinterpret_cast<uintptr_t>(ptr);
   tv_event e = nullptr;
-  TV_CHECK(rt().event_create(stream.device_index(), TV_EVENT_DEFAULT, &e));
-  TV_CHECK(rt().event_record(e, native_stream(stream)));
+  TV_CALL(event_create, stream.device_index(), TV_EVENT_DEFAULT, &e);
+  TV_CALL(event_record, e, native_stream(stream));
   std::lock_guard<std::mutex> lock(g_pinned_mutex);
   auto it = g_pinned.upper_bound(p);
   if (it != g_pinned.begin() && p < (--it)->first + it->second.size) {

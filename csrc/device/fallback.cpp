@@ -1,5 +1,7 @@
 // The counted boxed CPU fallback, autocast, and install(): the one place that registers the
 // device with torch (guard, hooks, allocators, kernels, fallback, autocast).
+#include <Python.h>  // first, as Python asks; only for the fallback warning (warn_user)
+
 #include "tv_device.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -12,6 +14,7 @@
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/mse_loss.h>
 #include <ATen/ops/ones_like.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -88,6 +91,38 @@ void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+// The warning handler of a thread on which no torch binding is active: TORCH_WARN there prints
+// to stderr instead of raising a Python warning. Read when the library loads (at import, outside
+// any torch binding).
+c10::WarningHandler* const g_base_warning_handler = c10::WarningUtils::get_warning_handler();
+
+// A Python UserWarning wherever the operator was called from. Through a torch binding, torch's
+// handler turns TORCH_WARN into one; operators called from compiled code (an FX graph calling
+// torch.ops.aten.*) or from threads torch does not wrap have no handler, so the warning is
+// raised through Python directly (taking the GIL, which the caller does not hold there).
+void warn_user(const std::string& message) {
+  if (c10::WarningUtils::get_warning_handler() != g_base_warning_handler || !Py_IsInitialized()) {
+    TORCH_WARN(message);
+    return;
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();
+  std::string error;
+  if (PyErr_WarnEx(PyExc_UserWarning, message.c_str(), 1) < 0) {  // warnings are errors
+    PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+    PyErr_Fetch(&type, &value, &trace);
+    PyObject* text = value ? PyObject_Str(value) : nullptr;
+    const char* utf8 = text ? PyUnicode_AsUTF8(text) : nullptr;
+    error = utf8 ? utf8 : message;
+    PyErr_Clear();
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(trace);
+  }
+  PyGILState_Release(gil);
+  TORCH_CHECK(error.empty(), "UserWarning turned into an error: ", error);
+}
+
 // Counts `name` as one operator run on the CPU, and warns the first time any does.
 void count_fallback(const std::string& name) {
   {
@@ -96,10 +131,10 @@ void count_fallback(const std::string& name) {
   }
   if (!g_warned.exchange(true)) {
     const std::string dev = backend_name();
-    TORCH_WARN("torchvendor: operator ", name, " has no ", dev, " kernel, so it ran on the CPU "
-               "(its tensors were copied to the host and back). This warning is shown once; "
-               "torch.", dev, ".fallback_counts() lists every operator that fell back and how "
-               "often: implement the most used ones as native kernels.");
+    warn_user("torchvendor: operator " + name + " has no " + dev + " kernel, so it ran on the "
+              "CPU (its tensors were copied to the host and back). This warning is shown once; "
+              "torch." + dev + ".fallback_counts() lists every operator that fell back and how "
+              "often: implement the most used ones as native kernels.");
   }
 }
 
@@ -227,7 +262,16 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   return {out.to(input.device()), mask.to(at::kBool).to(input.device())};
 }
 
+// torch's CPU mse_loss.out resizes its out tensor to the elementwise shape before reducing, so
+// the boxed fallback (which hands it an out of the reduced shape) warned "An output with one or
+// more elements was resized", a warning the CPU's functional mse_loss never gives.
+at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  count_fallback("mse_loss");
+  return at::mse_loss(self.cpu(), target.cpu(), reduction).to(self.device());
+}
+
 void register_cpu_compute_kernels(torch::Library& m) {
+  m.impl("mse_loss", TORCH_FN(mse_loss));
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
   m.impl("native_dropout", TORCH_FN(native_dropout));
@@ -306,6 +350,8 @@ void install() {
   at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
   g_installed = true;
 }
+
+void count_cpu_fallback(const std::string& name) { count_fallback(name); }
 
 std::map<std::string, int64_t> fallback_counts() {
   std::lock_guard<std::mutex> lock(g_count_mutex);

@@ -65,20 +65,20 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
       tv_event e = nullptr;
       uint32_t flags = flag == c10::EventFlag::BACKEND_DEFAULT ? TV_EVENT_ENABLE_TIMING
                                                                : TV_EVENT_DEFAULT;
-      TV_CHECK(rt().event_create(stream.device_index(), flags, &e));
+      TV_CALL(event_create, stream.device_index(), flags, &e);
       *event = e;
     }
-    TV_CHECK(rt().event_record(static_cast<tv_event>(*event), s));
+    TV_CALL(event_record, static_cast<tv_event>(*event), s);
   }
   void block(void* event, const Stream& stream) const override {
     if (event == nullptr) return;
-    TV_CHECK(rt().stream_wait_event(native_stream(stream), static_cast<tv_event>(event)));
+    TV_CALL(stream_wait_event, native_stream(stream), static_cast<tv_event>(event));
   }
   bool queryEvent(void* event) const override {
     if (event == nullptr) return true;
     tv_status s = rt().event_query(static_cast<tv_event>(event));
     if (s == TV_ERROR_NOT_READY) return false;
-    check(s, "event_query");
+    if (s != TV_SUCCESS) raise_call(s, "event_query", {describe_arg(event)});
     return true;
   }
   DeviceIndex deviceCount() const noexcept override {
@@ -87,20 +87,20 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryStream(const Stream& stream) const override {
     tv_status s = rt().stream_query(native_stream(stream));
     if (s == TV_ERROR_NOT_READY) return false;
-    check(s, "stream_query");
+    if (s != TV_SUCCESS) raise_call(s, "stream_query", {describe_arg(native_stream(stream))});
     return true;
   }
   void synchronizeStream(const Stream& stream) const override {
-    TV_CHECK(rt().stream_synchronize(native_stream(stream)));
+    TV_CALL(stream_synchronize, native_stream(stream));
   }
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
-    TV_CHECK(rt().event_synchronize(static_cast<tv_event>(event)));
+    TV_CALL(event_synchronize, static_cast<tv_event>(event));
   }
   void synchronizeDevice(const DeviceIndex device_index) const override {
     DeviceIndex d = device_index < 0 ? current_device() : device_index;
     check_device_index(d);
-    TV_CHECK(rt().device_synchronize(d));
+    TV_CALL(device_synchronize, d);
   }
   void recordDataPtrOnStream(const c10::DataPtr& ptr, const Stream& stream) const override {
     device_allocator()->recordStream(ptr, stream);
@@ -111,8 +111,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
                                 runtime_info().name, "' does not provide event_elapsed_time; "
                                 "Event.elapsed_time() is unavailable.");
     float ms = 0;
-    TV_CHECK(rt().event_elapsed_time(static_cast<tv_event>(start), static_cast<tv_event>(end),
-                                     &ms));
+    TV_CALL(event_elapsed_time, static_cast<tv_event>(start), static_cast<tv_event>(end),
+                                     &ms);
     return ms;
   }
   c10::DeviceCapability getDeviceCapability(Device) const override {

@@ -48,14 +48,12 @@ std::array<uint32_t, 3> dims(const std::vector<int64_t>& v, const char* what) {
   return out;
 }
 
-}  // namespace
+// ---- one function per concern ---------------------------------------------------------------
 
-PYBIND11_MODULE(_C, m) {
-  py::module_::import("torch");  // torch's pybind11 types must exist before ours
-  m.doc() = "torchvendor device layer (internal; use torchvendor.sdk and torch.<device>)";
-  using release = py::call_guard<py::gil_scoped_release>;
+using release = py::call_guard<py::gil_scoped_release>;
 
-  // ---- loading and registration ----
+// Loading the runtime, installing the device, what is registered, fork handling, fallback.
+void bind_info(py::module_& m) {
   m.def("load_runtime", [](const std::string& path) { return info_dict(load_runtime(path)); },
         py::arg("path"));
   m.def("runtime_info", [] {
@@ -67,8 +65,12 @@ PYBIND11_MODULE(_C, m) {
     torch::utils::register_fork_handler_for_device_init(at::kPrivateUse1);
   });
   m.def("is_in_bad_fork", [] { return torch::utils::is_device_in_bad_fork(at::kPrivateUse1); });
+  m.def("fallback_counts", &fallback_counts);
+  m.def("reset_fallback_counts", &reset_fallback_counts);
+}
 
-  // ---- devices ----
+// Devices, their properties and their default generators.
+void bind_devices(py::module_& m) {
   m.def("device_count", [] { return device_count(); });
   m.def("current_device", [] { return int(current_device()); });
   m.def("set_device", [](int64_t d) { set_device(static_cast<c10::DeviceIndex>(d < 0 ? -1 : d)); },
@@ -78,12 +80,12 @@ PYBIND11_MODULE(_C, m) {
     if (d >= 0 && d != old) set_device(static_cast<c10::DeviceIndex>(d));
     return old;
   });
-  m.def("synchronize", [](int64_t d) { TV_CHECK(rt().device_synchronize(resolve(d))); },
+  m.def("synchronize", [](int64_t d) { TV_CALL(device_synchronize, resolve(d)); },
         py::arg("device") = -1, release());
   m.def("get_device_properties", [](int64_t d) {
     tv_device_properties p{};
     p.struct_size = sizeof p;
-    TV_CHECK(rt().get_device_properties(resolve(d), &p));
+    TV_CALL(get_device_properties, resolve(d), &p);
     py::dict out;
     out["name"] = std::string(p.name, strnlen(p.name, sizeof p.name));
     out["total_memory"] = p.total_memory;
@@ -92,8 +94,14 @@ PYBIND11_MODULE(_C, m) {
     out["multi_processor_count"] = p.multiprocessor_count;
     return out;
   }, py::arg("device") = -1);
+  m.def("default_generator", [](int64_t d) {
+    auto* gen = static_cast<const at::Generator*>(default_generator_ptr(resolve(d)));
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(*gen));
+  }, py::arg("device") = -1);
+}
 
-  // ---- streams ----
+// Streams (events are torch.Event objects served by the device guard).
+void bind_streams(py::module_& m) {
   m.def("current_stream", [](int64_t d) { return current_stream(resolve(d)); },
         py::arg("device") = -1);
   m.def("default_stream", [](int64_t d) { return default_stream(resolve(d)); },
@@ -102,11 +110,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("stream_priority", [](c10::Stream s) { return stream_priority(s); });
   m.def("stream_priority_range", [] {
     int32_t least = 0, greatest = 0;
-    if (rt().stream_priority_range) TV_CHECK(rt().stream_priority_range(&least, &greatest));
+    if (rt().stream_priority_range) TV_CALL(stream_priority_range, &least, &greatest);
     return py::make_tuple(least, greatest);
   });
+}
 
-  // ---- memory ----
+// The caching allocator's statistics and cache.
+void bind_memory(py::module_& m) {
   m.def("memory_stats", [](int64_t d) { return memory_stats(resolve(d)); },
         py::arg("device") = -1);
   m.def("reset_peak_memory_stats", [](int64_t d) { reset_peak_stats(resolve(d)); },
@@ -118,72 +128,91 @@ PYBIND11_MODULE(_C, m) {
     auto* alloc = device_allocator();
     return alloc->getMemoryInfo(resolve(d));
   }, py::arg("device") = -1);
+}
 
-  // ---- RNG ----
-  m.def("default_generator", [](int64_t d) {
-    auto* gen = static_cast<const at::Generator*>(default_generator_ptr(resolve(d)));
-    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(*gen));
-  }, py::arg("device") = -1);
+uintptr_t load_module_image(const py::object& image, int64_t d) {
+  c10::DeviceIndex device = resolve(d);
+  tv_module mod = nullptr;
+  if (py::isinstance<py::bytes>(image) || py::isinstance<py::bytearray>(image)) {
+    require(reinterpret_cast<void*>(rt().module_load_data), "module_load_data",
+            "loading a module from bytes");
+    std::string data = py::bytes(image);
+    py::gil_scoped_release no_gil;
+    TV_CALL(module_load_data, device, static_cast<const void*>(data.data()), data.size(), &mod);
+  } else {
+    require(reinterpret_cast<void*>(rt().module_load_file), "module_load_file",
+            "loading a module from a file");
+    std::string path = py::str(py::module_::import("os").attr("fspath")(image));
+    py::gil_scoped_release no_gil;
+    TV_CALL(module_load_file, device, path.c_str(), &mod);
+  }
+  return reinterpret_cast<uintptr_t>(mod);
+}
 
-  // ---- fallback ----
-  m.def("fallback_counts", &fallback_counts);
-  m.def("reset_fallback_counts", &reset_fallback_counts);
+void launch_function(uintptr_t fn, const std::vector<int64_t>& grid,
+                     const std::vector<int64_t>& block, const py::bytes& args,
+                     const std::vector<uint32_t>& pointer_offsets, c10::Stream stream,
+                     uint32_t shared_memory_bytes) {
+  require(reinterpret_cast<void*>(rt().launch), "launch", "launching kernels");
+  TORCH_CHECK_VALUE(fn != 0, "launch: function handle is 0; use get_function()'s result");
+  TORCH_CHECK_VALUE(stream.device_type() == c10::DeviceType::PrivateUse1, "launch: stream "
+                    "must be a ", backend_name(), " stream, got one on ", stream.device());
+  std::string buffer = args;
+  for (uint32_t off : pointer_offsets)
+    TORCH_CHECK_VALUE(off + sizeof(void*) <= buffer.size(), "launch: pointer offset ", off,
+                      " lies outside the ", buffer.size(), "-byte argument buffer");
+  tv_launch_config config{};
+  auto g = dims(grid, "grid");
+  auto b = dims(block, "block");
+  std::copy(g.begin(), g.end(), config.grid);
+  std::copy(b.begin(), b.end(), config.block);
+  config.shared_memory_bytes = shared_memory_bytes;
+  config.pointer_offsets = pointer_offsets.data();
+  config.num_pointer_offsets = static_cast<uint32_t>(pointer_offsets.size());
+  tv_stream s = native_stream(stream);
+  py::gil_scoped_release no_gil;
+  TV_CALL(launch, reinterpret_cast<tv_function>(fn), static_cast<const tv_launch_config*>(&config),
+          static_cast<const void*>(buffer.data()), buffer.size(), s);
+}
 
-  // ---- modules and launches ----
-  m.def("load_module", [](py::object image, int64_t d) {
-    c10::DeviceIndex device = resolve(d);
-    tv_module mod = nullptr;
-    if (py::isinstance<py::bytes>(image) || py::isinstance<py::bytearray>(image)) {
-      require(reinterpret_cast<void*>(rt().module_load_data), "module_load_data",
-              "loading a module from bytes");
-      std::string data = py::bytes(image);
-      py::gil_scoped_release no_gil;
-      TV_CHECK(rt().module_load_data(device, data.data(), data.size(), &mod));
-    } else {
-      require(reinterpret_cast<void*>(rt().module_load_file), "module_load_file",
-              "loading a module from a file");
-      std::string path = py::str(py::module_::import("os").attr("fspath")(image));
-      py::gil_scoped_release no_gil;
-      TV_CHECK(rt().module_load_file(device, path.c_str(), &mod));
-    }
-    return reinterpret_cast<uintptr_t>(mod);
-  }, py::arg("image"), py::arg("device") = -1);
+// Modules of compiled device code, their functions, and launches.
+void bind_modules(py::module_& m) {
+  m.def("load_module", &load_module_image, py::arg("image"), py::arg("device") = -1);
   m.def("unload_module", [](uintptr_t mod) {
     require(reinterpret_cast<void*>(rt().module_unload), "module_unload", "unloading modules");
-    TV_CHECK(rt().module_unload(reinterpret_cast<tv_module>(mod)));
+    TV_CALL(module_unload, reinterpret_cast<tv_module>(mod));
   });
   m.def("get_function", [](uintptr_t mod, const std::string& name) {
     require(reinterpret_cast<void*>(rt().module_get_function), "module_get_function",
             "looking up kernels");
     TORCH_CHECK_VALUE(mod != 0, "get_function: module handle is 0; use load_module()'s result");
     tv_function fn = nullptr;
-    TV_CHECK(rt().module_get_function(reinterpret_cast<tv_module>(mod), name.c_str(), &fn));
+    TV_CALL(module_get_function, reinterpret_cast<tv_module>(mod), name.c_str(), &fn);
     return reinterpret_cast<uintptr_t>(fn);
   });
-  m.def("launch", [](uintptr_t fn, const std::vector<int64_t>& grid,
-                     const std::vector<int64_t>& block, const py::bytes& args,
-                     const std::vector<uint32_t>& pointer_offsets, c10::Stream stream,
-                     uint32_t shared_memory_bytes) {
-    require(reinterpret_cast<void*>(rt().launch), "launch", "launching kernels");
-    TORCH_CHECK_VALUE(fn != 0, "launch: function handle is 0; use get_function()'s result");
-    TORCH_CHECK_VALUE(stream.device_type() == c10::DeviceType::PrivateUse1, "launch: stream "
-                      "must be a ", backend_name(), " stream, got one on ", stream.device());
-    std::string buffer = args;
-    for (uint32_t off : pointer_offsets)
-      TORCH_CHECK_VALUE(off + sizeof(void*) <= buffer.size(), "launch: pointer offset ", off,
-                        " lies outside the ", buffer.size(), "-byte argument buffer");
-    tv_launch_config config{};
-    auto g = dims(grid, "grid");
-    auto b = dims(block, "block");
-    std::copy(g.begin(), g.end(), config.grid);
-    std::copy(b.begin(), b.end(), config.block);
-    config.shared_memory_bytes = shared_memory_bytes;
-    config.pointer_offsets = pointer_offsets.data();
-    config.num_pointer_offsets = static_cast<uint32_t>(pointer_offsets.size());
-    tv_stream s = native_stream(stream);
-    py::gil_scoped_release no_gil;
-    TV_CHECK(rt().launch(reinterpret_cast<tv_function>(fn), &config, buffer.data(),
-                         buffer.size(), s));
-  }, py::arg("function"), py::arg("grid"), py::arg("block"), py::arg("args"),
-     py::arg("pointer_offsets"), py::arg("stream"), py::arg("shared_memory_bytes") = 0);
+  m.def("launch", &launch_function, py::arg("function"), py::arg("grid"), py::arg("block"),
+        py::arg("args"), py::arg("pointer_offsets"), py::arg("stream"),
+        py::arg("shared_memory_bytes") = 0);
+}
+
+// Vendor kernel libraries on torch's stable ABI, their native-call counts and checked mode.
+void bind_kernels(py::module_& m) {
+  m.def("load_kernel_library", &load_kernel_library, py::arg("path"));
+  m.def("native_counts", &native_counts);
+  m.def("reset_native_counts", &reset_native_counts);
+  m.def("set_checked_mode", &set_checked_mode, py::arg("on"));
+  m.def("checked_mode", &checked_mode);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  py::module_::import("torch");  // torch's pybind11 types must exist before ours
+  m.doc() = "torchvendor device layer (internal; use torchvendor.sdk and torch.<device>)";
+  bind_info(m);
+  bind_devices(m);
+  bind_streams(m);
+  bind_memory(m);
+  bind_modules(m);
+  bind_kernels(m);
 }

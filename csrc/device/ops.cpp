@@ -220,7 +220,7 @@ Tensor copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
     c10::Stream stream = stream_of(dst);
     if (self.device() != dst.device()) {
       // The destination stream cannot see the source device's work: finish it first.
-      TV_CHECK(rt().stream_synchronize(native_stream(stream_of(self))));
+      TV_CALL(stream_synchronize, native_stream(stream_of(self)));
     }
     copy_bytes(dst.mutable_data_ptr(), self.const_data_ptr(),
                dst.numel() * dst.dtype().itemsize(), TV_MEMCPY_DEVICE_TO_DEVICE, stream,
@@ -247,10 +247,10 @@ Tensor& fill_(Tensor& self, const c10::Scalar& value) {
     size_t n = self.numel() * self.dtype().itemsize();
     c10::Stream stream = stream_of(self);
     if (rt().memset_async)
-      TV_CHECK(rt().memset_async(self.mutable_data_ptr(), 0, n, native_stream(stream)));
+      TV_CALL(memset_async, self.mutable_data_ptr(), 0, n, native_stream(stream));
     else {
-      TV_CHECK(rt().stream_synchronize(native_stream(stream)));
-      TV_CHECK(rt().memset(self.mutable_data_ptr(), 0, n));
+      TV_CALL(stream_synchronize, native_stream(stream));
+      TV_CALL(memset, self.mutable_data_ptr(), 0, n);
     }
     return self;
   }

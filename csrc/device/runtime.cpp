@@ -170,15 +170,108 @@ std::string last_error() {
   return m ? m : "";
 }
 
-void raise_status(tv_status status, const char* call) {
+namespace {
+
+// Each entry's parameter names, as runtime.h spells them; out-parameters start with '&' and
+// are not shown (their value is an address on the caller's stack).
+const std::unordered_map<std::string, std::vector<const char*>>& parameter_names() {
+  static const std::unordered_map<std::string, std::vector<const char*>> table = {
+      {"device_count", {"&count"}},
+      {"get_device_properties", {"device", "&props"}},
+      {"set_device", {"device"}},
+      {"get_device", {"&device"}},
+      {"device_synchronize", {"device"}},
+      {"malloc", {"device", "size", "&ptr"}},
+      {"free", {"device", "ptr"}},
+      {"host_malloc", {"size", "&ptr"}},
+      {"host_free", {"ptr"}},
+      {"memcpy", {"dst", "src", "n", "kind"}},
+      {"memcpy_async", {"dst", "src", "n", "kind", "stream"}},
+      {"memset", {"dst", "value", "n"}},
+      {"memset_async", {"dst", "value", "n", "stream"}},
+      {"stream_create", {"device", "priority", "&stream"}},
+      {"stream_destroy", {"stream"}},
+      {"stream_query", {"stream"}},
+      {"stream_synchronize", {"stream"}},
+      {"stream_priority_range", {"&least", "&greatest"}},
+      {"event_create", {"device", "flags", "&event"}},
+      {"event_destroy", {"event"}},
+      {"event_record", {"event", "stream"}},
+      {"event_query", {"event"}},
+      {"event_synchronize", {"event"}},
+      {"stream_wait_event", {"stream", "event"}},
+      {"event_elapsed_time", {"start", "end", "&milliseconds"}},
+      {"module_load_file", {"device", "path", "&module"}},
+      {"module_load_data", {"device", "image", "size", "&module"}},
+      {"module_unload", {"module"}},
+      {"module_get_function", {"module", "name", "&function"}},
+      {"launch", {"function", "config", "args", "args_size", "stream"}},
+  };
+  return table;
+}
+
+std::string format_call(const char* entry, const std::vector<std::string>& args) {
+  std::ostringstream out;
+  out << entry << "(";
+  const auto& names = parameter_names();
+  auto it = names.find(entry);
+  bool first = true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const char* name = it != names.end() && i < it->second.size() ? it->second[i] : "?";
+    if (name[0] == '&') continue;
+    out << (first ? "" : ", ") << name << "=" << args[i];
+    first = false;
+  }
+  out << ")";
+  return out.str();
+}
+
+// What the caller can do about a failed call.
+std::string advice(tv_status status, const std::string& entry) {
+  const std::string dev = backend_name();
+  switch (status) {
+    case TV_ERROR_NOT_FOUND:
+      if (entry == "module_get_function")
+        return "The module exports no function of that name: check the kernel's symbol (declared "
+               "extern \"C\" and exported) and that the right module was loaded.";
+      return "Check that the file exists and the path is right.";
+    case TV_ERROR_INVALID_VALUE:
+      return "The runtime rejected an argument (its message says which); runtime.h gives " +
+             entry + "'s contract.";
+    case TV_ERROR_INVALID_DEVICE:
+      return "Use a device index below torch." + dev + ".device_count().";
+    case TV_ERROR_OUT_OF_MEMORY:
+      return "Free tensors you no longer need, or call torch." + dev + ".empty_cache().";
+    case TV_ERROR_INVALID_IMAGE:
+      return "The module is not in this runtime's binary format, or was built for another "
+             "device or runtime version: rebuild it for this runtime.";
+    case TV_ERROR_LAUNCH_FAILED:
+      return "A kernel launched earlier on this stream failed (the runtime's message names it); "
+             "the error stays with the stream. To find the failing launch, synchronize after "
+             "each launch (torch." + dev + ".synchronize()).";
+    case TV_ERROR_INVALID_HANDLE:
+      return "The stream, event, module or function was destroyed or unloaded, or was not made "
+             "by this runtime.";
+    case TV_ERROR_NOT_SUPPORTED:
+      return "The runtime does not implement this; implement " + entry +
+             " in the runtime table or avoid the feature.";
+    default:
+      return "See the runtime's message; runtime.h gives " + entry + "'s contract.";
+  }
+}
+
+}  // namespace
+
+void raise_call(tv_status status, const char* entry, const std::vector<std::string>& args) {
   // Read the message first: any other runtime call may replace it.
   std::string detail = last_error();
   const char* sname = g_loaded && g_table.get_error_string ? g_table.get_error_string(status)
                                                            : nullptr;
   std::ostringstream msg;
-  msg << backend_name() << " runtime '" << g_info.name << "': " << call << " failed with "
-      << (sname ? sname : status_name(status)) << " (" << status << ")";
+  msg << backend_name() << " runtime '" << g_info.name << "': " << format_call(entry, args)
+      << " failed with " << (sname ? sname : status_name(status)) << " (" << status << ")";
   if (!detail.empty()) msg << ": " << detail;
+  msg << ". " << advice(status, entry);
   switch (status) {
     case TV_ERROR_OUT_OF_MEMORY:
       TORCH_CHECK_WITH(OutOfMemoryError, false, msg.str());
@@ -186,7 +279,7 @@ void raise_status(tv_status status, const char* call) {
     case TV_ERROR_INVALID_DEVICE:
       TORCH_CHECK_VALUE(false, msg.str());
     case TV_ERROR_NOT_SUPPORTED:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, msg.str(), ". The runtime does not implement this.");
+      TORCH_CHECK_NOT_IMPLEMENTED(false, msg.str());
     default:
       TORCH_CHECK(false, msg.str());
   }
@@ -206,13 +299,13 @@ void check_device_index(int64_t index) {
 
 c10::DeviceIndex current_device() {
   int32_t d = 0;
-  TV_CHECK(rt().get_device(&d));
+  TV_CALL(get_device, &d);
   return static_cast<c10::DeviceIndex>(d);
 }
 
 void set_device(c10::DeviceIndex index) {
   check_device_index(index);
-  TV_CHECK(rt().set_device(index));
+  TV_CALL(set_device, index);
 }
 
 // ---- streams -------------------------------------------------------------------------------
@@ -230,7 +323,7 @@ thread_local std::vector<c10::StreamId> tls_current;
 
 std::pair<int, int> priority_range() {  // (least, greatest); greatest <= least
   int32_t least = 0, greatest = 0;
-  if (rt().stream_priority_range) TV_CHECK(rt().stream_priority_range(&least, &greatest));
+  if (rt().stream_priority_range) TV_CALL(stream_priority_range, &least, &greatest);
   return {least, std::min(least, greatest)};
 }
 
@@ -255,7 +348,7 @@ StreamEntry& entry(c10::DeviceIndex device, c10::StreamId id) {  // g_stream_mut
   auto [least, greatest] = priority_range();
   int priority = id > kPoolSize ? greatest : least;
   tv_stream handle = nullptr;
-  TV_CHECK(rt().stream_create(device, priority, &handle));
+  TV_CALL(stream_create, device, priority, &handle);
   return table[id] = StreamEntry{handle, priority};
 }
 
@@ -306,7 +399,7 @@ c10::Stream new_stream(c10::DeviceIndex device, int priority) {
   auto [least, greatest] = priority_range();
   priority = std::clamp(priority, greatest, least);
   tv_stream handle = nullptr;
-  TV_CHECK(rt().stream_create(device, priority, &handle));
+  TV_CALL(stream_create, device, priority, &handle);
   c10::StreamId id = g_next_new_id++;
   g_streams[device][id] = StreamEntry{handle, priority};
   return make_stream(device, id);
@@ -326,13 +419,13 @@ void copy_bytes(void* dst, const void* src, size_t n, tv_memcpy_kind kind, c10::
   if (n == 0) return;
   tv_stream s = native_stream(stream);
   if (non_blocking && rt().memcpy_async) {
-    TV_CHECK(rt().memcpy_async(dst, src, n, kind, s));
+    TV_CALL(memcpy_async, dst, src, n, kind, s);
   } else {
     // A blocking copy waits for the stream, then copies on this thread: for the small copies of
     // the CPU fallback this avoids a round trip through the stream's queue (about 3x faster on
     // the simulator), and the result is the same.
-    TV_CHECK(rt().stream_synchronize(s));
-    TV_CHECK(rt().memcpy(dst, src, n, kind));
+    TV_CALL(stream_synchronize, s);
+    TV_CALL(memcpy, dst, src, n, kind);
   }
 }
 

@@ -6,6 +6,7 @@
 //   guard.cpp     DeviceGuardImplInterface, PrivateUse1HooksInterface, per-device generators
 //   ops.cpp       the ATen kernels that must be native (factories, views, copies, resize, set_)
 //   fallback.cpp  the counted boxed CPU fallback, autocast, and install() of everything
+//   kernels.cpp   vendor kernel libraries on torch's stable ABI (torchvendor/kernel_api.h)
 //   module.cpp    the Python bindings (the only TU that sees pybind11)
 #pragma once
 
@@ -19,6 +20,8 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <type_traits>
 #include <map>
 #include <string>
 #include <vector>
@@ -48,15 +51,52 @@ const RuntimeInfo& runtime_info();
 const RuntimeInfo& load_runtime(const std::string& path);
 
 // Throws the c10 error that fits `status` (OutOfMemoryError, ValueError, NotImplementedError,
-// IndexError-like ValueError for devices, RuntimeError otherwise), naming the call and quoting
-// the runtime's own message.
-[[noreturn]] void raise_status(tv_status status, const char* call);
+// RuntimeError otherwise). The message names the runtime entry and the arguments it was called
+// with (by the header's parameter names), quotes the runtime's own message and says what to do.
+[[noreturn]] void raise_call(tv_status status, const char* entry,
+                             const std::vector<std::string>& args);
+[[noreturn]] inline void raise_status(tv_status status, const char* entry) {
+  raise_call(status, entry, {});
+}
 // The runtime's message for the calling thread's last failure, or "".
 std::string last_error();
-inline void check(tv_status status, const char* call) {
-  if (status != TV_SUCCESS) raise_status(status, call);
+
+// How an argument of a failed call is shown; formatted only once the call has failed.
+template <typename T>
+std::string describe_arg(const T& v) {
+  using U = std::decay_t<T>;
+  if constexpr (std::is_same_v<U, const char*>) {  // a name or a path; char* is a buffer
+    return v ? "\"" + std::string(v) + "\"" : "NULL";
+  } else if constexpr (std::is_same_v<U, tv_memcpy_kind>) {
+    switch (v) {
+      case TV_MEMCPY_HOST_TO_DEVICE: return "TV_MEMCPY_HOST_TO_DEVICE";
+      case TV_MEMCPY_DEVICE_TO_HOST: return "TV_MEMCPY_DEVICE_TO_HOST";
+      case TV_MEMCPY_DEVICE_TO_DEVICE: return "TV_MEMCPY_DEVICE_TO_DEVICE";
+      case TV_MEMCPY_HOST_TO_HOST: return "TV_MEMCPY_HOST_TO_HOST";
+    }
+    return std::to_string(static_cast<int>(v));
+  } else if constexpr (std::is_pointer_v<U>) {
+    if (v == nullptr) return "NULL";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(v));
+    return buf;
+  } else {
+    return std::to_string(v);
+  }
 }
-#define TV_CHECK(expr) ::torchvendor::check((expr), #expr)
+
+// Calls a runtime entry; on failure raises naming the entry and its arguments. Each argument
+// is evaluated once: TV_CALL(memcpy, dst, src, n, kind).
+template <typename Fn, typename... A>
+inline void call_entry(const char* entry, Fn fn, const A&... args) {
+  const tv_status s = fn(args...);
+  if (s != TV_SUCCESS) raise_call(s, entry, {describe_arg(args)...});
+}
+#define TV_CALL(entry, ...) ::torchvendor::call_entry(#entry, ::torchvendor::rt().entry, __VA_ARGS__)
+// For statuses checked by hand (queries, where TV_ERROR_NOT_READY is an answer).
+inline void check(tv_status status, const char* entry) {
+  if (status != TV_SUCCESS) raise_status(status, entry);
+}
 
 std::string backend_name();  // "acme" once renamed
 int device_count() noexcept;
@@ -109,6 +149,19 @@ void install();
 std::map<std::string, int64_t> fallback_counts();
 void reset_fallback_counts();
 std::vector<std::string> registered_pieces();  // for diagnose()
+// Counts one call of `name` computed on the CPU (and warns once), as the boxed fallback does.
+void count_cpu_fallback(const std::string& name);
+
+// ---- kernels.cpp ---------------------------------------------------------------------------
+
+// Loads a vendor kernel library (torchvendor/kernel_api.h) after checking its marker, checks
+// what it registered (operators that exist, none served by another library), calls its init;
+// on any problem unloads it, so nothing stays registered, and throws. Returns its operators.
+std::vector<std::string> load_kernel_library(const std::string& path);
+std::map<std::string, int64_t> native_counts();
+void reset_native_counts();
+void set_checked_mode(bool on);
+bool checked_mode();
 
 // ---- ops.cpp -------------------------------------------------------------------------------
 

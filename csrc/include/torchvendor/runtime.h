@@ -20,12 +20,11 @@
  * Error handling: every entry returns a `tv_status` (0 is success) and never lets an exception
  * or a signal escape. Details for the calling thread are available from `last_error_message`.
  *
- * Required entries: device_count, get_device_properties, set_device, get_device,
- * device_synchronize, malloc, free, memcpy, stream_create, stream_destroy, stream_query,
- * stream_synchronize, event_create, event_destroy, event_record, event_query, event_synchronize,
- * stream_wait_event. Every other entry may be NULL: the feature it serves (pinned memory, async
- * copies, timing, modules and launches, error strings) is then reported missing by
- * `torch.<name>.diagnose()` and raises NotImplementedError when used.
+ * Each entry's contract is the comment directly above it; docs/runtime.md repeats these comments
+ * word for word (tests/test_device_runtime_contract.py checks it). Entries marked "Optional."
+ * may be NULL: the feature they serve (pinned memory, async copies, timing, modules and
+ * launches, error strings) is then reported missing by `torch.<name>.diagnose()` and raises
+ * NotImplementedError when used. Every other entry is required.
  *
  * Streams: a NULL `tv_stream` names the default stream of the calling thread's current device.
  * An event and the stream it is recorded on or waited by belong to one device; a function may be
@@ -126,78 +125,110 @@ typedef struct tv_runtime {
   /* ---- devices ---- */
   /* Number of devices; 0 is valid. Must not fail once the library is loaded. */
   tv_status (*device_count)(int32_t* count);
-  /* Fill props (the caller sets props->struct_size). */
+  /* Fill props; the caller sets props->struct_size to sizeof(tv_device_properties). An
+   * out-of-range device is TV_ERROR_INVALID_DEVICE. */
   tv_status (*get_device_properties)(int32_t device, tv_device_properties* props);
-  /* Per host thread. set_device on an out-of-range index returns TV_ERROR_INVALID_DEVICE. */
+  /* Make `device` current for the calling host thread. An out-of-range index is
+   * TV_ERROR_INVALID_DEVICE. */
   tv_status (*set_device)(int32_t device);
+  /* The calling host thread's current device (0 until set_device is called). */
   tv_status (*get_device)(int32_t* device);
-  /* [blocks] Wait for all work on all streams of `device`. */
+  /* [blocks] Wait for all work on all streams of `device`; reports a failed launch on any of
+   * them as TV_ERROR_LAUNCH_FAILED. */
   tv_status (*device_synchronize)(int32_t device);
 
   /* ---- memory ---- */
-  /* Device memory on `device`, aligned to at least 256 bytes. size 0 yields *ptr == NULL.
-   * Out of memory returns TV_ERROR_OUT_OF_MEMORY (the device layer then frees its cache and
-   * retries once). May block while the runtime maps memory; never waits on streams. */
+  /* Device memory on `device`, aligned to at least 256 bytes; size 0 yields *ptr == NULL.
+   * Exhaustion is TV_ERROR_OUT_OF_MEMORY (the device layer then frees its cache and retries
+   * once). May block while the runtime maps memory; never waits on streams. */
   tv_status (*malloc)(int32_t device, size_t size, void** ptr);
-  /* Free device memory. The device layer only frees memory whose last use has completed. */
+  /* Free device memory from malloc on `device`; NULL succeeds; a pointer that is not a live
+   * allocation of `device` is TV_ERROR_INVALID_VALUE. The device layer only frees memory whose
+   * last use has completed. */
   tv_status (*free)(int32_t device, void* ptr);
-  /* Page-locked host memory usable for asynchronous copies; freed by host_free. */
+  /* Optional. Page-locked host memory usable for asynchronous copies; size 0 yields NULL. */
   tv_status (*host_malloc)(size_t size, void** ptr);
+  /* Optional. Free memory from host_malloc; NULL succeeds; any other pointer is
+   * TV_ERROR_INVALID_VALUE. */
   tv_status (*host_free)(void* ptr);
-  /* [blocks] Copy n bytes; returns once the copy is complete and ordered after all work
-   * previously enqueued on the default stream of the devices involved. */
+  /* [blocks] Copy n bytes of the given kind; returns once the copy is complete and ordered
+   * after all work enqueued earlier on every stream of the devices involved. A host pointer
+   * where the kind says device (or the reverse), or a range outside a live allocation, is
+   * TV_ERROR_INVALID_VALUE. */
   tv_status (*memcpy)(void* dst, const void* src, size_t n, tv_memcpy_kind kind);
-  /* Enqueue a copy on `stream`. Host memory must stay valid until the stream reaches it. */
+  /* Optional. Enqueue a copy on `stream` (NULL: the default stream of the current device).
+   * Host memory must stay valid until the stream reaches the copy. */
   tv_status (*memcpy_async)(void* dst, const void* src, size_t n, tv_memcpy_kind kind,
                             tv_stream stream);
-  /* [blocks] Set n bytes of device memory to (unsigned char)value. */
+  /* Optional. [blocks] Set n bytes of device memory to (unsigned char)value, ordered like
+   * memcpy. */
   tv_status (*memset)(void* dst, int value, size_t n);
+  /* Optional. Enqueue a memset on `stream`. */
   tv_status (*memset_async)(void* dst, int value, size_t n, tv_stream stream);
 
   /* ---- streams: in-order queues of device work ---- */
-  /* Lower numbers are higher priority, as in CUDA; priorities outside the range returned by
-   * stream_priority_range are clamped. */
+  /* A new stream on `device`. Lower priority numbers are higher priority, as in CUDA;
+   * priorities outside stream_priority_range are clamped. */
   tv_status (*stream_create)(int32_t device, int32_t priority, tv_stream* stream);
-  /* Destroying a stream with pending work lets the work finish first. */
+  /* Returns at once; pending work on the stream still finishes. */
   tv_status (*stream_destroy)(tv_stream stream);
-  /* TV_SUCCESS if all work is done, TV_ERROR_NOT_READY otherwise. */
+  /* TV_SUCCESS if all work is done, TV_ERROR_NOT_READY while work is pending,
+   * TV_ERROR_LAUNCH_FAILED if a launch on it failed (sticky). */
   tv_status (*stream_query)(tv_stream stream);
-  /* [blocks] */
+  /* [blocks] Wait for all work on the stream; a failed launch on it is TV_ERROR_LAUNCH_FAILED
+   * (sticky). */
   tv_status (*stream_synchronize)(tv_stream stream);
+  /* Optional. The accepted range: *least is the lowest priority, *greatest the highest
+   * (greatest <= least). Without it every stream has priority 0. */
   tv_status (*stream_priority_range)(int32_t* least, int32_t* greatest);
 
   /* ---- events: markers in a stream ---- */
+  /* A new event on `device`; flags is TV_EVENT_DEFAULT or TV_EVENT_ENABLE_TIMING, any other
+   * bit is TV_ERROR_INVALID_VALUE. */
   tv_status (*event_create)(int32_t device, uint32_t flags, tv_event* event);
+  /* May be called while the event is pending; waits on it stay valid. */
   tv_status (*event_destroy)(tv_event event);
-  /* Capture the work enqueued so far on `stream`; re-recording replaces the capture. */
+  /* Capture the work enqueued so far on `stream` (re-recording replaces the capture). The
+   * stream must belong to the event's device, else TV_ERROR_INVALID_VALUE. */
   tv_status (*event_record)(tv_event event, tv_stream stream);
-  /* TV_SUCCESS if the captured work is done (or the event was never recorded). */
+  /* TV_SUCCESS if the captured work is done (or the event was never recorded),
+   * TV_ERROR_NOT_READY otherwise. */
   tv_status (*event_query)(tv_event event);
-  /* [blocks] */
+  /* [blocks] Wait for the captured work (returns at once if never recorded). */
   tv_status (*event_synchronize)(tv_event event);
   /* Make future work on `stream` wait for the event's captured work; does not block the host. */
   tv_status (*stream_wait_event)(tv_stream stream, tv_event event);
-  /* Milliseconds between two completed events created with TV_EVENT_ENABLE_TIMING; an event not
-   * yet complete gives TV_ERROR_NOT_READY, one never recorded or without timing
-   * TV_ERROR_INVALID_HANDLE. */
+  /* Optional. Milliseconds between two completed events: TV_ERROR_INVALID_VALUE if either was
+   * created without TV_EVENT_ENABLE_TIMING, TV_ERROR_INVALID_HANDLE if either was never
+   * recorded, TV_ERROR_NOT_READY if either is still pending. */
   tv_status (*event_elapsed_time)(tv_event start, tv_event end, float* milliseconds);
 
   /* ---- modules: compiled device code ---- */
-  /* Load a module from a file or an in-memory image (whatever binary format the runtime
-   * defines: a cubin, an ELF, a shared library...). */
+  /* Optional. Load a module from a file in the runtime's own binary format (a cubin, an ELF, a
+   * shared library...) for `device`. A missing file is TV_ERROR_NOT_FOUND, one the runtime
+   * cannot load TV_ERROR_INVALID_IMAGE. */
   tv_status (*module_load_file)(int32_t device, const char* path, tv_module* module);
+  /* Optional. Load a module from an in-memory image (copied before return); errors as
+   * module_load_file. */
   tv_status (*module_load_data)(int32_t device, const void* image, size_t size,
                                 tv_module* module);
+  /* Optional. Unload a module; its function handles become invalid, launches already enqueued
+   * still run. */
   tv_status (*module_unload)(tv_module module);
+  /* Optional. Look up a function by name; an unknown name is TV_ERROR_NOT_FOUND. Handles stay
+   * valid until the module is unloaded. */
   tv_status (*module_get_function)(tv_module module, const char* name, tv_function* function);
-  /* Enqueue `function` on `stream` with a packed argument buffer (copied before return). */
+  /* Optional. Enqueue `function` on `stream` (a stream of the module's device, else
+   * TV_ERROR_INVALID_VALUE) with a packed argument buffer, copied before return;
+   * config->pointer_offsets say where device pointers lie in it. */
   tv_status (*launch)(tv_function function, const tv_launch_config* config, const void* args,
                       size_t args_size, tv_stream stream);
 
   /* ---- errors ---- */
-  /* A static string naming a status, e.g. "TV_ERROR_OUT_OF_MEMORY". Never NULL. */
+  /* Optional. A static string naming a status, e.g. "TV_ERROR_OUT_OF_MEMORY". Never NULL. */
   const char* (*get_error_string)(tv_status status);
-  /* The detailed message of the last failing call on this thread, or "". Never NULL. */
+  /* Optional. The detailed message of the calling thread's last failing call, or "". Never
+   * NULL. */
   const char* (*last_error_message)(void);
 } tv_runtime;
 

@@ -1,0 +1,304 @@
+// The host side of the kernel template: ATen kernels for the device on PyTorch's LibTorch stable
+// ABI. Each kernel checks its inputs, works out broadcasting and type promotion, allocates its
+// output through torch (which lands in torchvendor's caching allocator), and launches the
+// device code (device_kernels.c) through the runtime's module and launch entries on the runtime
+// stream behind torch's current stream. No unstable torch header is included: the library is
+// built with TORCH_TARGET_VERSION (CMake: TORCH_TARGET 2.11) and loads on later torch releases.
+//
+//   aten::mul.Tensor, aten::relu, aten::mm, aten::sum, aten::sum.dim_IntList
+//   torchvendor::add.Tensor (served as aten::add.Tensor: the stable ABI cannot pass its Scalar)
+#include <torchvendor/stable_kernels.h>
+
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels_abi.h"
+
+TV_KERNEL_LIBRARY(TV_KERNELS_TORCH_TARGET);
+TV_KERNELS_INIT()
+
+namespace {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+
+// ---- device code: one module per device, loaded on first use --------------------------------
+
+struct DeviceFunctions {
+  tv_function elementwise = nullptr, mm = nullptr, sum = nullptr;
+};
+
+std::string device_module_path() {  // beside this library
+  Dl_info info{};
+  dladdr(reinterpret_cast<void*>(&device_module_path), &info);
+  std::string self = info.dli_fname ? info.dli_fname : "";
+  return self.substr(0, self.rfind('/') + 1) + "libacme_device_kernels.so";
+}
+
+const DeviceFunctions& functions(int32_t device) {
+  static std::mutex mutex;
+  static std::vector<DeviceFunctions> table(64);
+  std::lock_guard<std::mutex> lock(mutex);
+  DeviceFunctions& f = table.at(device);
+  if (f.elementwise == nullptr) {
+    const tv_runtime& rt = *tv::api().runtime;
+    tv_module module = nullptr;
+    tv::check(rt.module_load_file(device, device_module_path().c_str(), &module),
+              "module_load_file(libacme_device_kernels.so)");
+    tv::check(rt.module_get_function(module, "tv_tpl_elementwise", &f.elementwise), "get tv_tpl_elementwise");
+    tv::check(rt.module_get_function(module, "tv_tpl_mm", &f.mm), "get tv_tpl_mm");
+    tv::check(rt.module_get_function(module, "tv_tpl_sum", &f.sum), "get tv_tpl_sum");
+  }
+  return f;
+}
+
+template <typename Args, size_t N>
+void launch(int32_t device, tv_function fn, const Args& args, const std::array<size_t, N>& ptrs) {
+  uint32_t offsets[N];
+  for (size_t i = 0; i < N; ++i) offsets[i] = static_cast<uint32_t>(ptrs[i]);
+  tv_launch_config config{};
+  config.grid[0] = config.grid[1] = config.grid[2] = 1;
+  config.block[0] = config.block[1] = config.block[2] = 1;
+  config.pointer_offsets = offsets;
+  config.num_pointer_offsets = N;
+  tv::check(tv::api().runtime->launch(fn, &config, &args, sizeof args, tv::current_stream(device)),
+            "launch");
+}
+
+// ---- dtypes, devices, shapes ----------------------------------------------------------------
+
+int32_t code_of(ScalarType t) {
+  switch (t) {
+    case ScalarType::Bool: return TV_TPL_BOOL;
+    case ScalarType::Byte: return TV_TPL_U8;
+    case ScalarType::Char: return TV_TPL_I8;
+    case ScalarType::Short: return TV_TPL_I16;
+    case ScalarType::Int: return TV_TPL_I32;
+    case ScalarType::Long: return TV_TPL_I64;
+    case ScalarType::Float: return TV_TPL_F32;
+    case ScalarType::Double: return TV_TPL_F64;
+    case ScalarType::Half: return TV_TPL_F16;
+    case ScalarType::BFloat16: return TV_TPL_BF16;
+    default:
+      STD_TORCH_CHECK(false, "the acme kernel template handles bool, integer and real floating "
+                      "dtypes; got another dtype (complex and quantized types are not templated)");
+  }
+  return -1;
+}
+
+bool is_floating(ScalarType t) { return code_of(t) >= TV_TPL_F32; }
+
+int32_t device_of(const Tensor& a, const Tensor& b) {
+  const bool a_dev = !a.is_cpu(), b_dev = !b.is_cpu();
+  STD_TORCH_CHECK(a_dev || b_dev, "expected a tensor on the device");
+  if (a_dev && b_dev)
+    STD_TORCH_CHECK(a.get_device_index() == b.get_device_index(),
+                    "Expected all tensors to be on the same device, but found at least two "
+                    "devices, acme:", a.get_device_index(), " and acme:", b.get_device_index(), "!");
+  const Tensor& cpu = a_dev ? b : a;
+  if (!(a_dev && b_dev))
+    STD_TORCH_CHECK(cpu.dim() == 0, "Expected all tensors to be on the same device; a CPU "
+                    "operand must be a 0-dim scalar");
+  return a_dev ? a.get_device_index() : b.get_device_index();
+}
+
+// torch's own type promotion (wrapped Python numbers and 0-dim tensors included).
+ScalarType result_type(const Tensor& a, const Tensor& b) {
+  if (a.scalar_type() == b.scalar_type()) return a.scalar_type();
+  std::array<StableIValue, 2> stack{torch::stable::detail::from(a), torch::stable::detail::from(b)};
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_call_dispatcher("aten::result_type", "Tensor", stack.data()));
+  return torch::stable::detail::to<ScalarType>(stack[0]);
+}
+
+std::vector<int64_t> broadcast(const Tensor& a, const Tensor& b) {
+  const int64_t n = std::max(a.dim(), b.dim());
+  std::vector<int64_t> out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t da = i - (n - a.dim()), db = i - (n - b.dim());
+    const int64_t sa = da >= 0 ? a.size(da) : 1, sb = db >= 0 ? b.size(db) : 1;
+    STD_TORCH_CHECK(sa == sb || sa == 1 || sb == 1, "The size of tensor a (", sa,
+                    ") must match the size of tensor b (", sb, ") at non-singleton dimension ", i);
+    out[i] = sa == 1 ? sb : sa;
+  }
+  return out;
+}
+
+// Element strides of `t` broadcast to `shape` (0 along broadcast dimensions).
+void broadcast_strides(const Tensor& t, const std::vector<int64_t>& shape, int64_t* out) {
+  const int64_t n = static_cast<int64_t>(shape.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t d = i - (n - t.dim());
+    out[i] = d >= 0 && t.size(d) != 1 ? t.stride(d) : 0;
+  }
+}
+
+Tensor new_output(const std::vector<int64_t>& shape, ScalarType dtype, int32_t device) {
+  return torch::stable::empty(shape, dtype, std::nullopt,
+                              torch::stable::Device(torch::headeronly::DeviceType::PrivateUse1, device));
+}
+
+// A CPU 0-dim operand is read on the host (its memory is host memory).
+double host_scalar(const Tensor& t) {
+  const void* p = t.const_data_ptr();
+  switch (t.scalar_type()) {
+    case ScalarType::Bool: return *static_cast<const bool*>(p);
+    case ScalarType::Long: return static_cast<double>(*static_cast<const int64_t*>(p));
+    case ScalarType::Int: return *static_cast<const int32_t*>(p);
+    case ScalarType::Double: return *static_cast<const double*>(p);
+    case ScalarType::Float: return *static_cast<const float*>(p);
+    default: STD_TORCH_CHECK(false, "unsupported CPU scalar dtype");
+  }
+  return 0;
+}
+
+// ---- kernels ----------------------------------------------------------------------------------
+
+Tensor binary(const Tensor& a, const Tensor& b, int32_t op, double alpha) {
+  STD_TORCH_CHECK(!a.is_cpu(), "the first operand must be on the device");
+  const int32_t device = device_of(a, b);
+  torch::stable::accelerator::DeviceGuard guard(device);
+  const ScalarType dtype = result_type(a, b);
+  const std::vector<int64_t> shape = broadcast(a, b);
+  STD_TORCH_CHECK(shape.size() <= TV_TPL_MAX_DIMS, "at most ", TV_TPL_MAX_DIMS, " dimensions");
+  Tensor out = new_output(shape, dtype, device);
+  tv_tpl_elementwise_args args{};
+  args.op = op;
+  args.ndim = static_cast<int32_t>(shape.size());
+  args.numel = out.numel();
+  args.alpha = alpha;
+  args.a = a.const_data_ptr();
+  args.out = out.mutable_data_ptr();
+  args.dtype_a = code_of(a.scalar_type());
+  args.dtype_out = code_of(dtype);
+  if (b.is_cpu()) {
+    args.scalar_b = host_scalar(b);
+    args.dtype_b = args.dtype_a;
+  } else {
+    args.b = b.const_data_ptr();
+    args.dtype_b = code_of(b.scalar_type());
+  }
+  std::copy(shape.begin(), shape.end(), args.sizes);
+  broadcast_strides(a, shape, args.stride_a);
+  if (!b.is_cpu()) broadcast_strides(b, shape, args.stride_b);
+  args.contiguous = a.is_contiguous() && a.sizes().size() == shape.size() && a.numel() == out.numel() &&
+                    (b.is_cpu() || (b.is_contiguous() && b.numel() == out.numel() && b.dim() == a.dim()));
+  if (out.numel() > 0) launch(device, functions(device).elementwise, args, std::array<size_t, 3>TV_TPL_ELEMENTWISE_POINTERS);
+  return out;
+}
+
+Tensor add(Tensor self, Tensor other, double alpha) {
+  STD_TORCH_CHECK(!self.is_cpu(), "the acme add kernel needs `self` on the device (a CPU scalar "
+                  "may be `other`)");
+  return binary(self, other, TV_TPL_ADD, alpha);
+}
+
+Tensor mul(Tensor self, Tensor other) {
+  return self.is_cpu() ? binary(other, self, TV_TPL_MUL, 1.0) : binary(self, other, TV_TPL_MUL, 1.0);
+}
+
+Tensor relu(Tensor self) {
+  STD_TORCH_CHECK(self.scalar_type() != ScalarType::Bool, "\"clamp_min_scalar_cpu\" not implemented for 'Bool'");
+  return binary(self, self, TV_TPL_RELU, 1.0);  // the second operand is not read
+}
+
+Tensor mm(Tensor a, Tensor b) {
+  STD_TORCH_CHECK(a.dim() == 2, "self must be a matrix");
+  STD_TORCH_CHECK(b.dim() == 2, "mat2 must be a matrix");
+  STD_TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0),
+                  "x", a.size(1), " and ", b.size(0), "x", b.size(1), ")");
+  STD_TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype");
+  const int32_t device = device_of(a, b);
+  STD_TORCH_CHECK(!a.is_cpu() && !b.is_cpu(), "mm: both matrices must be on the device");
+  torch::stable::accelerator::DeviceGuard guard(device);
+  Tensor out = new_output({a.size(0), b.size(1)}, a.scalar_type(), device);
+  tv_tpl_mm_args args{};
+  args.a = a.const_data_ptr();
+  args.b = b.const_data_ptr();
+  args.out = out.mutable_data_ptr();
+  args.dtype = code_of(a.scalar_type());
+  args.m = a.size(0);
+  args.n = b.size(1);
+  args.k = a.size(1);
+  args.stride_a[0] = a.stride(0), args.stride_a[1] = a.stride(1);
+  args.stride_b[0] = b.stride(0), args.stride_b[1] = b.stride(1);
+  // With k == 0 the kernel writes zeros, as torch does.
+  if (out.numel() > 0) launch(device, functions(device).mm, args, std::array<size_t, 3>TV_TPL_MM_POINTERS);
+  return out;
+}
+
+ScalarType sum_dtype(const Tensor& self, std::optional<ScalarType> dtype) {
+  if (dtype) return *dtype;
+  return is_floating(self.scalar_type()) ? self.scalar_type() : ScalarType::Long;
+}
+
+Tensor reduce(const Tensor& self, const std::vector<bool>& reduced, bool keepdim, ScalarType dtype) {
+  const int32_t device = self.get_device_index();
+  torch::stable::accelerator::DeviceGuard guard(device);
+  std::vector<int64_t> shape;
+  tv_tpl_sum_args args{};
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (reduced[d]) {
+      args.red_sizes[args.red_ndim] = self.size(d);
+      args.red_strides[args.red_ndim++] = self.stride(d);
+      if (keepdim) shape.push_back(1);
+    } else {
+      args.out_sizes[args.out_ndim] = self.size(d);
+      args.out_strides[args.out_ndim++] = self.stride(d);
+      shape.push_back(self.size(d));
+    }
+  }
+  Tensor out = new_output(shape, dtype, device);
+  args.in = self.const_data_ptr();
+  args.out = out.mutable_data_ptr();
+  args.dtype_in = code_of(self.scalar_type());
+  args.dtype_out = code_of(dtype);
+  if (out.numel() > 0) launch(device, functions(device).sum, args, std::array<size_t, 2>TV_TPL_SUM_POINTERS);
+  return out;
+}
+
+Tensor sum(Tensor self, std::optional<ScalarType> dtype) {
+  STD_TORCH_CHECK(self.dim() <= TV_TPL_MAX_DIMS, "at most ", TV_TPL_MAX_DIMS, " dimensions");
+  return reduce(self, std::vector<bool>(self.dim(), true), false, sum_dtype(self, dtype));
+}
+
+Tensor sum_dim(Tensor self, std::optional<std::vector<int64_t>> dim, bool keepdim,
+               std::optional<ScalarType> dtype) {
+  STD_TORCH_CHECK(self.dim() <= TV_TPL_MAX_DIMS, "at most ", TV_TPL_MAX_DIMS, " dimensions");
+  std::vector<bool> reduced(self.dim(), !dim || dim->empty());
+  if (dim) {
+    for (int64_t d : *dim) {
+      const int64_t n = std::max<int64_t>(self.dim(), 1);
+      STD_TORCH_CHECK(d >= -n && d < n, "Dimension out of range (expected to be in range of [",
+                      -n, ", ", n - 1, "], but got ", d, ")");
+      if (self.dim() == 0) continue;
+      const int64_t w = d < 0 ? d + n : d;
+      STD_TORCH_CHECK(!reduced[w] || dim->empty(), "dim ", w, " appears multiple times in the list of dims");
+      reduced[w] = true;
+    }
+  }
+  return reduce(self, reduced, keepdim, sum_dtype(self, dtype));
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  TV_IMPL(m, aten, "mul.Tensor", &mul);
+  TV_IMPL(m, aten, "relu", &relu);
+  TV_IMPL(m, aten, "mm", &mm);
+  TV_IMPL(m, aten, "sum", &sum);
+  TV_IMPL(m, aten, "sum.dim_IntList", &sum_dim);
+}
+
+// aten::add.Tensor has a Scalar alpha, which a stable kernel cannot receive: the SDK serves it
+// with this twin (torchvendor/kernel_api.h, TV_TWIN_OPS).
+STABLE_TORCH_LIBRARY_IMPL(torchvendor, PrivateUse1, m) {
+  TV_IMPL(m, torchvendor, "add.Tensor", &add);
+}

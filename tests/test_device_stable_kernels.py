@@ -1,0 +1,284 @@
+"""Eager kernels on PyTorch's stable ABI: the template library (examples/stable_kernels) built
+once with TORCH_TARGET 2.11, loaded for the device in fresh processes (loading changes which
+kernel serves an operator, so never in the test session itself), checked op by op against
+the CPU, and every bad library refused with nothing left registered."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CMAKE = shutil.which("cmake")
+
+# Bad libraries, each a tiny kernel library built like the template.
+BAD_SOURCES = {
+    "nonexistent": """
+        Tensor k(Tensor a) { return a; }
+        STABLE_TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { TV_IMPL(m, aten, "no_such_op_tv", &k); }
+    """,
+    "wrong_shape": """
+        #include <torch/csrc/stable/ops.h>
+        // relu that returns a tensor of the wrong size (the first row only)
+        Tensor k(Tensor a) { Tensor c = torch::stable::clone(a); return torch::stable::narrow(c, 0, 0, 1); }
+        STABLE_TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { TV_IMPL(m, aten, "relu", &k); }
+    """,
+}
+BAD_HEADER = """
+#include <torchvendor/stable_kernels.h>
+#include <torch/csrc/stable/tensor.h>
+using torch::stable::Tensor;
+TV_KERNEL_LIBRARY(TV_KERNELS_TORCH_TARGET);
+TV_KERNELS_INIT()
+"""
+
+
+def _configure_and_build(src: Path, build: Path, *defines: str) -> None:
+    from torchvendor.sdk import cmake_dir
+
+    subprocess.run([CMAKE, "-S", str(src), "-B", str(build), f"-Dtorchvendor_DIR={cmake_dir()}",
+                    *defines], check=True, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([CMAKE, "--build", str(build)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory) -> dict[str, str]:
+    if CMAKE is None:
+        pytest.skip("no cmake")
+    from torchvendor.sdk.build_config import templates_dir
+
+    root = tmp_path_factory.mktemp("stable_kernels")
+    shutil.copytree(os.path.join(templates_dir(), "kernels"), root / "template")
+    _configure_and_build(root / "template", root / "build", "-DACME_TORCH_TARGET=2.11")
+    bad = root / "bad"
+    bad.mkdir()
+    cmake = ["cmake_minimum_required(VERSION 3.21)", "project(bad LANGUAGES CXX)",
+             "find_package(torchvendor REQUIRED CONFIG)"]
+    for name, body in BAD_SOURCES.items():
+        (bad / f"{name}.cpp").write_text(BAD_HEADER + textwrap.dedent(body))
+        cmake.append(f"torchvendor_add_kernel_library({name} TORCH_TARGET 2.11 SOURCES {name}.cpp)")
+    # Marked as built for a torch newer than any installed one.
+    (bad / "newer.cpp").write_text(BAD_HEADER.replace("TV_KERNELS_TORCH_TARGET", '"2.99"'))
+    cmake.append("torchvendor_add_kernel_library(newer TORCH_TARGET 2.11 SOURCES newer.cpp)")
+    (bad / "CMakeLists.txt").write_text("\n".join(cmake) + "\n")
+    _configure_and_build(bad, root / "bad_build")
+    out = {name: str(root / "bad_build" / f"lib{name}.so") for name in [*BAD_SOURCES, "newer"]}
+    out["template"] = str(root / "build" / "libacme_kernels.so")
+    # A second copy of the template: the same operators from another library.
+    copy = root / "copy"
+    copy.mkdir()
+    for f in ("libacme_kernels.so", "libacme_device_kernels.so"):
+        shutil.copy(root / "build" / f, copy / f)
+    out["copy"] = str(copy / "libacme_kernels.so")
+    return out
+
+
+def run(code: str, **paths: str) -> str:
+    prelude = "import torch, warnings\nfrom torchvendor.sdk import *\nacme = register_device('acme')\n"
+    proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code).format(**paths)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+def test_template_kernels_match_cpu(libs) -> None:
+    out = run("""
+        lib = load_kernel_library({template!r})
+        print(lib.operators)
+        torch.manual_seed(0)
+        cases = [
+            lambda d: torch.randn(4, 3).to(d) + torch.randn(3).to(d),            # broadcast
+            lambda d: torch.randn(4, 1).to(d) * torch.randn(1, 5).to(d),
+            lambda d: torch.arange(6, dtype=torch.int32).to(d) * torch.randn(6).to(d),  # promotion
+            lambda d: torch.arange(6).to(d) * 2.5,                                 # wrapped float
+            lambda d: torch.arange(6, dtype=torch.uint8).to(d) + torch.tensor(7).to(d),  # 0-dim
+            lambda d: torch.ones(3, dtype=torch.bool).to(d) * torch.zeros(3, dtype=torch.bool).to(d),
+            lambda d: torch.add(torch.randn(5).to(d), torch.randn(5).to(d), alpha=2.5),
+            lambda d: torch.randn(5).half().to(d) + torch.randn(5).half().to(d),
+            lambda d: torch.randn(3, 4).to(d).t() * 3,                             # strided
+            lambda d: torch.relu(torch.randn(4, 4).to(d)),
+            lambda d: torch.relu(torch.arange(-3, 3).to(d)),
+            lambda d: torch.mm(torch.randn(3, 4).to(d), torch.randn(4, 2).to(d)),
+            lambda d: torch.mm(torch.randn(4, 3).double().to(d).t(), torch.randn(4, 2).double().to(d)),
+            lambda d: torch.randn(3, 4, 5).to(d).sum(),
+            lambda d: torch.randn(3, 4, 5).to(d).sum(dim=(0, 2), keepdim=True),
+            lambda d: torch.arange(12, dtype=torch.int32).reshape(3, 4).to(d).sum(1),
+            lambda d: torch.randn(3, 4).to(d).sum(-1, dtype=torch.float64),
+        ]
+        for i, case in enumerate(cases):
+            torch.manual_seed(i); want = case("cpu")
+            torch.manual_seed(i); got = case("acme")
+            assert got.device.type == "acme", i
+            assert got.dtype == want.dtype and got.shape == want.shape, (i, got.dtype, want.dtype)
+            assert torch.allclose(got.cpu().double(), want.double(), rtol=1e-3, atol=1e-3), i
+        print("fallback", acme.fallback_counts())
+        print("native", acme.native_counts())
+        try:
+            torch.add(torch.arange(3).to("acme"), torch.arange(3).to("acme"), alpha=0.5)
+        except RuntimeError as e:
+            print("alpha:", e)
+        """, template=libs["template"])
+    lines = out.splitlines()
+    assert "aten::mul.Tensor" in lines[0] and "torchvendor::add.Tensor" in lines[0]
+    fallback = next(l for l in lines if l.startswith("fallback"))
+    for op in ("add", "mul", "relu", "mm", "sum"):
+        assert f"'{op}" not in fallback, fallback  # none of them fell back
+    native = next(l for l in lines if l.startswith("native"))
+    for op in ("add.Tensor", "mul.Tensor", "relu", "mm", "sum", "sum.dim_IntList"):
+        assert f"'{op}'" in native, native
+    assert "argument alpha must not be a floating point number" in lines[-1]
+
+
+def test_each_template_kernel_passes_its_opinfo_comparison(libs) -> None:
+    out = run("""
+        from torchvendor.sdk.conformance.opinfo import opinfo_ops, run_opinfo_op
+        load_kernel_library({template!r})
+        warnings.simplefilter("ignore")
+        for op in opinfo_ops(torch.float32, ["add", "mul", "nn.functional.relu", "mm", "sum"]):
+            acme.reset_native_counts() if hasattr(acme, "reset_native_counts") else None
+            r = run_opinfo_op(op, "acme", torch.float32)
+            print(op.full_name, r.status, r.passed, r.samples, r.reason[:200])
+        """, template=libs["template"])
+    rows = [l.split(maxsplit=4) for l in out.strip().splitlines()]
+    assert {r[0] for r in rows} == {"add", "mul", "nn.functional.relu", "mm", "sum"}
+    for name, status, passed, samples, *reason in rows:
+        assert status == "pass" and int(passed) > 0, (name, status, reason)
+
+
+def test_checked_mode_catches_a_wrong_output(libs) -> None:
+    out = run("""
+        load_kernel_library({bad!r})
+        x = torch.randn(3, 2, device="acme")
+        print(tuple(torch.relu(x).shape))            # unchecked: the wrong shape goes through
+        with checked_mode():
+            try:
+                torch.relu(x)
+            except RuntimeError as e:
+                print("checked:", e)
+        """, bad=libs["wrong_shape"])
+    unchecked, checked = out.strip().splitlines()[-2:]
+    assert unchecked == "(1, 2)"
+    assert "checked mode: the acme kernel for aten::relu returned a wrong output" in checked
+    assert "has shape [1, 2]" in checked and "meta kernel says shape [3, 2]" in checked
+
+
+def test_bad_libraries_are_refused_with_nothing_registered(libs) -> None:
+    out = run("""
+        def regs():
+            return set(torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1"))
+        before = regs()
+        for name, path in [("newer", {newer!r}), ("nonexistent", {nonexistent!r}),
+                           ("notalib", torch.__file__)]:
+            try:
+                load_kernel_library(path)
+            except KernelLibraryError as e:
+                print(name, "|", e)
+            assert regs() == before, name
+        load_kernel_library({template!r})
+        try:
+            load_kernel_library({copy!r})
+        except KernelLibraryError as e:
+            print("duplicate |", e)
+        x = torch.randn(3, device="acme")
+        print("still works", torch.allclose((x * x).cpu(), x.cpu() * x.cpu()))
+        """, **libs)
+    got = dict(line.split(" | ", 1) for line in out.strip().splitlines() if " | " in line)
+    assert "built for torch 2.99" in got["newer"] and "newer than the running torch" in got["newer"]
+    assert "Nothing was registered" in got["newer"]
+    assert "aten::no_such_op_tv, which torch" in got["nonexistent"] and "does not define" in got["nonexistent"]
+    assert "is not a torchvendor kernel library" in got["notalib"]
+    assert "already served" in got["duplicate"] and "aten::mul.Tensor" in got["duplicate"]
+    assert "Nothing it registered stays registered" in got["duplicate"]
+    assert out.strip().splitlines()[-1] == "still works True"
+
+
+def _other_torch_pythons() -> list[str]:
+    """Interpreters with another torch release and a torchvendor built for it (the device layer
+    is rebuilt per release; the kernel library is not): TORCHVENDOR_OTHER_TORCH_PYTHONS
+    (os.pathsep-separated) and the usual side venvs of this project's machines."""
+    listed = [p for p in os.environ.get("TORCHVENDOR_OTHER_TORCH_PYTHONS", "").split(os.pathsep) if p]
+    found = []
+    for py in listed + ["/work/venv214/bin/python", "/tmp/venv214/bin/python"]:
+        if py in found or not os.path.exists(py):
+            continue
+        probe = subprocess.run([py, "-c", "import torchvendor._C"], capture_output=True, cwd="/")
+        if probe.returncode == 0:
+            found.append(py)
+    return found
+
+
+def test_one_binary_loads_on_every_supported_release(libs) -> None:
+    # The template was built once, against this torch's headers, with TORCH_TARGET 2.11; the very
+    # same file must load and pass its OpInfo comparisons under each torch release available.
+    import json
+
+    import torch
+
+    check = str(Path(__file__).with_name("stable_abi_release_check.py"))
+    seen = {}
+    for py in [sys.executable] + _other_torch_pythons():
+        proc = subprocess.run([py, check, libs["template"]], capture_output=True, text=True,
+                              timeout=900, cwd="/")
+        assert proc.returncode == 0, (py, proc.stdout[-2000:], proc.stderr[-3000:])
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert report["fallback_ops"] == [] and "mul.Tensor" in report["native_ops"], report
+        seen[report["torch"]] = report["results"]
+    assert torch.__version__ in seen
+    if len(seen) == 1:
+        pytest.skip(f"only torch {torch.__version__} here (passed); set TORCHVENDOR_OTHER_TORCH_PYTHONS "
+                    "to interpreters of other releases with torchvendor installed")
+
+
+CORPUS = """
+    import json
+    from torchvendor.sdk.conformance.opinfo import REPRESENTATIVE_OPS, run_opinfo_corpus
+    if {template!r}:
+        load_kernel_library({template!r})
+    warnings.simplefilter("ignore")
+    results = run_opinfo_corpus("acme", torch.float32, names=REPRESENTATIVE_OPS)
+    print(json.dumps({{k: r.status for k, r in results.items()}}))
+"""
+
+
+def test_representative_corpus_passes_as_before_with_the_template(libs) -> None:
+    # The template's kernels replace the fallback for add/mul/relu/mm/sum everywhere (also
+    # inside composite operators): every OpInfo of the representative float32 subset that
+    # passes through the fallback alone must still pass.
+    import json
+
+    before = json.loads(run(CORPUS, template="").strip().splitlines()[-1])
+    after = json.loads(run(CORPUS, template=libs["template"]).strip().splitlines()[-1])
+    assert set(before) == set(after) and len(after) > 40
+    lost = sorted(k for k, v in before.items() if v == "pass" and after[k] != "pass")
+    assert not lost, f"passed through the fallback, fail with the template kernels: {lost}"
+
+
+def test_guards_streams_out_inplace_and_views_with_the_template(libs) -> None:
+    out = run("""
+        load_kernel_library({template!r})
+        a_c, b_c = torch.randn(4, 3), torch.randn(4, 3)
+        a, b = a_c.to("acme:1"), b_c.to("acme:1")      # not the current device (0)
+        assert torch.acme.current_device() == 0
+        r = a * b
+        print("guard", r.device, torch.allclose(r.cpu(), a_c * b_c))
+        s = torch.acme.Stream(device=1)
+        with torch.acme.stream(s):                     # launched on the side stream
+            r2 = torch.relu(a.t())                     # a view input
+        s.synchronize()
+        print("stream+view", torch.allclose(r2.cpu(), torch.relu(a_c.t())))
+        o = torch.empty(4, 3, device="acme:1")
+        torch.mul(a, b, out=o)                         # out=: mul.out reaches the fallback
+        print("out", torch.allclose(o.cpu(), a_c * b_c))
+        x = a.clone(); x.mul_(b)                       # in place: mul_.Tensor
+        print("inplace", torch.allclose(x.cpu(), a_c * b_c), x.device)
+        v = a.view(12)[2:8]
+        print("view", torch.allclose((v * 2).cpu(), a_c.view(12)[2:8] * 2))
+        """, template=libs["template"])
+    lines = out.strip().splitlines()
+    assert lines[-5:] == ["guard acme:1 True", "stream+view True", "out True",
+                          "inplace True acme:1", "view True"], out
