@@ -38,7 +38,7 @@ from torchvendor.pattern_matcher.multi import MultiPattern
 from torchvendor.ir.fx_view import FxView
 
 __all__ = ["trace", "pattern_from_function", "pattern_from_graph", "template_from_function", "fx_rule",
-           "rewrite_fx"]
+           "rewrite_fx", "prepare_graph", "hoist_shape_queries", "unshare_saved_views", "explain"]
 
 Level = Literal["aten", "torch"]
 
@@ -175,9 +175,11 @@ def rewrite_fx(gm: fx.GraphModule, rules: PatternMatcher | Sequence[Rule], *, ma
                dce: bool = True) -> RewriteResult:
     """Rewrite ``gm`` in place with ``rules``, then lint and recompile it.
 
-    With ``dce`` dead nodes are removed first: ``make_fx`` leaves unused ``getitem``s of
-    multi-output ops (batch norm, layer norm) whose users would otherwise make the producer look
-    used outside a match.
+    The graph is first prepared (:func:`prepare_graph`): with ``dce`` dead nodes are removed
+    (``make_fx`` leaves unused ``getitem``s of multi-output ops, batch norm and layer norm, whose
+    users would otherwise make the producer look used outside a match); shape queries move to the
+    graph inputs and views of inputs saved for the backward get their own copy, so neither makes
+    an interior node of a match look used outside it.
 
     >>> import torch
     >>> gm = torch.fx.symbolic_trace(lambda x: torch.neg(torch.neg(x)) + 1)
@@ -185,9 +187,139 @@ def rewrite_fx(gm: fx.GraphModule, rules: PatternMatcher | Sequence[Rule], *, ma
     1
     """
     matcher = rules if isinstance(rules, PatternMatcher) else PatternMatcher(rules)
-    if dce:
-        gm.graph.eliminate_dead_code()
+    prepare_graph(gm.graph, dce=dce)
     result = matcher.rewrite(FxView(gm.graph), max_passes=max_passes)
     gm.graph.lint()
     gm.recompile()
     return result
+
+
+# ---- graph preparation: what makes dynamic-shape and training graphs matchable -----------------------
+
+_SYM_SIZE = torch.ops.aten.sym_size.int
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
+          torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.expand.default)
+
+
+def _graph_of(g: fx.Graph | fx.GraphModule) -> fx.Graph:
+    return g.graph if isinstance(g, fx.GraphModule) else g
+
+
+def _size_sources(graph: fx.Graph) -> tuple[dict[str, fx.Node], dict[str, tuple[fx.Node, int]]]:
+    """SymInt graph inputs by expression, and (tensor input, dim) pairs whose size is a symbol."""
+    symbols: dict[str, fx.Node] = {}
+    dims: dict[str, tuple[fx.Node, int]] = {}
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(val, torch.SymInt):
+            symbols.setdefault(str(val), node)
+        elif node.op == "placeholder" and isinstance(val, torch.Tensor):
+            for d, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt):
+                    dims.setdefault(str(size), (node, d))
+        elif node.target is _SYM_SIZE and node.args[0].op == "placeholder" and isinstance(val, torch.SymInt):
+            symbols.setdefault(str(val), node)
+    return symbols, dims
+
+
+def _same_size(val: torch.SymInt, symbols: Mapping[str, fx.Node], dims: Mapping[str, tuple[fx.Node, int]]) -> str | None:
+    """The key of an input size provably equal to ``val`` (AOTAutograd may leave ``(s0**2)//s0``)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    key = str(val)
+    if key in symbols or key in dims:
+        return key
+    sources = [(k, n.meta["val"]) for k, n in symbols.items()]
+    sources += [(k, t.meta["val"].shape[d]) for k, (t, d) in dims.items()]
+    for k, size in sources:
+        if statically_known_true(val == size):
+            return k
+    return None
+
+
+def hoist_shape_queries(graph: fx.Graph | fx.GraphModule) -> int:
+    """Answer ``sym_size(t, d)`` of a computed tensor ``t`` from the graph inputs; returns how many.
+
+    Under dynamic shapes AOTAutograd asks computed tensors for their sizes (``sym_size(view_2, 1)``
+    feeding a later ``expand``). Such a query is a user of ``view_2``, so a pattern covering
+    ``view_2`` would see an interior node used outside the match. The same size is a SymInt input
+    of the graph, or a size of a tensor input: the query is redirected there (same value, so the
+    graph computes the same thing).
+
+    >>> import torch
+    >>> from torchvendor.ir import capture
+    >>> f = lambda q, k: torch.softmax(q @ k.transpose(-2, -1), -1) @ k
+    >>> gm = capture(f, [torch.randn(2, 2, 4, 8)] * 2, level="aten", dynamic=True).graphs()["inference"]
+    >>> hoist_shape_queries(gm) >= 1
+    True
+    """
+    graph = _graph_of(graph)
+    symbols, dims = None, None
+    moved = 0
+    for node in list(graph.nodes):
+        if node.target is not _SYM_SIZE or node.args[0].op == "placeholder":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.SymInt):
+            continue
+        if symbols is None:
+            symbols, dims = _size_sources(graph)
+        key = _same_size(val, symbols, dims)  # type: ignore[arg-type]
+        source = symbols.get(key) if key is not None else None  # type: ignore[union-attr]
+        if source is None and key is not None:
+            tensor, d = dims[key]  # type: ignore[index]
+            with graph.inserting_after(tensor):
+                source = graph.call_function(_SYM_SIZE, (tensor, d))
+            source.meta["val"] = val
+            symbols[key] = source
+        if source is not None:
+            node.replace_all_uses_with(source)
+            graph.erase_node(node)
+            moved += 1
+    return moved
+
+
+def unshare_saved_views(graph: fx.Graph | fx.GraphModule) -> int:
+    """Give the graph output its own copy of a view of a graph input that it also uses; returns how many.
+
+    A training forward graph saves ``view(x)`` (the reshaped input of a linear) for the weight
+    gradient; that use by the output would make the view an interior node used outside any match
+    covering the linear. A view costs nothing, so the output gets a copy and the match keeps the
+    original.
+
+    >>> import torch
+    >>> g = torch.fx.Graph(); x = g.placeholder("x")
+    >>> v = g.call_function(torch.ops.aten.view.default, (x, [4])); r = g.call_function(torch.ops.aten.relu.default, (v,))
+    >>> _ = g.output((r, v))
+    >>> unshare_saved_views(g), len(v.users)
+    (1, 1)
+    """
+    graph = _graph_of(graph)
+    out = graph.output_node()
+    split = 0
+    for node in list(out.all_input_nodes):
+        if node.target not in _VIEWS or node.args[0].op != "placeholder" or len(node.users) < 2:
+            continue
+        with graph.inserting_after(node):
+            copy = graph.node_copy(node)
+        copy.meta.update(node.meta)
+        out.replace_input_with(node, copy)
+        split += 1
+    return split
+
+
+def prepare_graph(graph: fx.Graph | fx.GraphModule, *, dce: bool = True) -> fx.Graph:
+    """What :func:`rewrite_fx` does to a graph before matching (it computes the same thing after):
+    dead-code elimination, :func:`hoist_shape_queries`, :func:`unshare_saved_views`.
+
+    >>> import torch
+    >>> gm = torch.fx.symbolic_trace(lambda x: torch.relu(x))
+    >>> [n.op for n in prepare_graph(gm).nodes]
+    ['placeholder', 'call_function', 'output']
+    """
+    graph = _graph_of(graph)
+    if dce:
+        graph.eliminate_dead_code()
+    hoist_shape_queries(graph)
+    unshare_saved_views(graph)
+    return graph

@@ -1,0 +1,119 @@
+"""The stock pattern library: every pattern matches the static AND the dynamic-shape ATen capture.
+
+Each case captures a small module through the SDK's ATen path (``torchvendor.ir.capture``, the
+``aten_ir_hook`` that backends use, default ``core_aten()`` table) once with static and once with
+dynamic shapes (``torch.compile(dynamic=True)``: views take SymInt inputs) and requires the same
+non-zero match count. A pattern that matches static but not dynamic fails here, not silently.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torchvendor.ir import capture
+from torchvendor.ir import decompositions as D
+from torchvendor.pattern_matcher import PatternError
+from torchvendor.sdk import patterns
+
+
+class RMSNorm(nn.Module):  # the Llama spelling
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(d) + 0.5)
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class Fn(nn.Module):
+    def __init__(self, fn, **mods) -> None:
+        super().__init__()
+        self.fn = fn
+        for k, v in mods.items():
+            setattr(self, k, v)
+
+    def forward(self, *args):
+        return self.fn(self, *args)
+
+
+def _mm_bias_gelu():
+    m = Fn(lambda s, x: F.gelu(x @ s.w + s.b))
+    m.w, m.b = nn.Parameter(torch.randn(8, 16)), nn.Parameter(torch.randn(16))
+    return m
+
+
+def _attention(s, q, k, v):
+    return torch.softmax((q @ k.transpose(-2, -1)) * 0.125, dim=-1) @ v
+
+
+x2, x3 = (lambda: torch.randn(6, 8)), (lambda: torch.randn(2, 5, 8))
+qkv = lambda: [torch.randn(2, 3, 5, 8) for _ in range(3)]  # noqa: E731
+img = lambda: [torch.randn(2, 3, 9, 9)]  # noqa: E731
+GELU_DECOMPOSED = D.core_aten().adding("aten.gelu")
+
+# (case id, stock name, module factory, inputs factory, decomposition table or None, expected count)
+CASES = [
+    ("linear-2d", "linear", lambda: nn.Linear(8, 16), lambda: [x2()], None, 1),
+    ("linear-3d", "linear", lambda: nn.Linear(8, 16), lambda: [x3()], None, 1),
+    ("mlp", "linear", lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), lambda: [x3()], None, 2),
+    ("linear-gelu-2d", "linear_gelu", lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU()), lambda: [x2()], None, 1),
+    ("linear-gelu-3d-tanh", "linear_gelu", lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU("tanh")),
+     lambda: [x3()], None, 1),
+    ("linear-gelu-erf-decomposed", "linear_gelu", lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU()),
+     lambda: [x3()], GELU_DECOMPOSED, 1),
+    ("linear-gelu-tanh-decomposed", "linear_gelu", lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU("tanh")),
+     lambda: [x2()], GELU_DECOMPOSED, 1),
+    ("mm-bias-gelu-3d", "linear_gelu", _mm_bias_gelu, lambda: [x3()], None, 1),
+    ("mm-bias-gelu-2d", "linear_gelu", _mm_bias_gelu, lambda: [x2()], None, 1),
+    ("layer-norm", "layer_norm", lambda: nn.LayerNorm(8), lambda: [x3()], None, 1),
+    ("rms-norm-llama", "rms_norm", lambda: RMSNorm(8), lambda: [x3()], None, 1),
+    ("rms-norm-torch", "rms_norm", lambda: nn.RMSNorm(8), lambda: [x3()], None, 1),
+    ("softmax", "softmax", lambda: nn.Softmax(-1), lambda: [x3()], None, 1),
+    ("sdpa-op", "sdpa", lambda: Fn(lambda s, q, k, v: F.scaled_dot_product_attention(q, k, v)), qkv, None, 1),
+    ("sdpa-written", "sdpa", lambda: Fn(_attention), qkv, None, 1),
+    # batch == heads: the dynamic graph asks a computed tensor for its size (sym_size(view_2, 1))
+    ("sdpa-written-shape-query", "sdpa", lambda: Fn(_attention), lambda: [torch.randn(2, 2, 4, 8) for _ in range(3)],
+     None, 1),
+    ("conv-bn", "conv_bn", lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).eval(), img, None, 1),
+    ("conv-nobias-bn-relu", "conv_bn_relu",
+     lambda: nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU()).eval(), img, None, 1),
+]
+
+
+def _count(name, make, inputs, table, dynamic):
+    torch.manual_seed(0)
+    prog = capture(make(), inputs(), level="aten", dynamic=dynamic, decompositions=table)
+    return patterns.count(name, prog.graphs()["inference"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_stock_pattern_matches_static_and_dynamic(case):
+    _, name, make, inputs, table, expected = case
+    static = _count(name, make, inputs, table, dynamic=False)
+    dynamic = _count(name, make, inputs, table, dynamic=True)
+    assert static == expected, f"{name}: {static} match(es) in the static capture, expected {expected}"
+    assert dynamic == static, f"{name}: {static} match(es) static but {dynamic} with dynamic shapes"
+
+
+def test_every_stock_pattern_is_covered():
+    assert {c[1] for c in CASES} == set(patterns.names())
+
+
+def test_bias_must_be_a_vector():
+    """``mm(x, w) + residual`` is not a linear: the added tensor is 2-D."""
+    f = Fn(lambda s, x, r: x @ s.w + r)
+    f.w = nn.Parameter(torch.randn(8, 8))
+    prog = capture(f, [x2(), torch.randn(6, 8)], level="aten")
+    assert patterns.count("linear", prog.graphs()["inference"]) == 0
+
+
+def test_unknown_stock_name_lists_the_library():
+    with pytest.raises(PatternError, match="the library has"):
+        patterns.rules("lienar", "acme.linear.default")
+
+
+def test_training_variant_needs_a_stock_pattern_that_has_one():
+    with pytest.raises(PatternError, match="no training variant"):
+        patterns.rules("softmax", "acme.softmax.default", training_op="acme.softmax_t.default")
