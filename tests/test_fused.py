@@ -15,13 +15,13 @@ from torchvendor.sdk.fused import FusedOp, fused_op
 
 @fused_op("tvtest::linear_gelu")
 def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
-    return F.gelu(torch.addmm(b, x, w), approximate=approximate)
+    return F.gelu(x @ w + b, approximate=approximate)  # x may be N-d: the pattern binds it before the view
 
 
 @fused_op("tvtest::linear_gelu_train")
 def linear_gelu_train(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *,
                       approximate: str = "none") -> tuple[torch.Tensor, torch.Tensor]:
-    pre = torch.addmm(b, x, w)
+    pre = x @ w + b
     return F.gelu(pre, approximate=approximate), pre
 
 
@@ -141,3 +141,63 @@ def test_bad_declarations_are_named():
         FusedOp("no_namespace", lambda x: x)
     with pytest.raises(ValueError, match="setup_context= without backward="):
         fused_op("tvtest::bad", setup_context=lambda ctx, inputs, output: None)(lambda x: x)
+
+
+# ---- training-graph fusion: the fused op returns what the backward needs ------------------------------
+
+@fused_op("tvtest::layer_norm_train")
+def layer_norm_train(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.ops.aten.native_layer_norm.default(x, list(w.shape), w, b, eps)
+
+
+@fused_op("tvtest::layer_norm_infer")
+def layer_norm_infer(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, eps: float) -> torch.Tensor:
+    return F.layer_norm(x, list(w.shape), w, b, eps)
+
+
+_REGISTERED: list[str] = []
+
+
+def _training_backend(name):
+    from torchvendor.sdk import Backend, register_backend
+    from torchvendor.sdk import patterns as stock
+
+    if name in _REGISTERED:
+        return
+    _REGISTERED.append(name)
+
+    class Trainer(Backend):
+        supported_ops = {linear_gelu.key, linear_gelu_train.key, layer_norm_train.key, layer_norm_infer.key,
+                         "aten.addmm", "aten.mm", "aten.permute", "aten.view", "operator.getitem"}
+        patterns = (*stock.rules("linear_gelu", linear_gelu.key, training_op=linear_gelu_train.key),
+                    *stock.rules("layer_norm", layer_norm_infer.key, training_op=layer_norm_train.key))
+
+        def compile(self, gm, example_inputs):
+            return gm
+
+    Trainer.name = name
+    register_backend(Trainer)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("shape", [(6, 8), (2, 5, 8)], ids=["2d", "3d"])
+def test_training_forward_graph_fuses(dynamic, shape):
+    from torchvendor.sdk import last_report
+
+    _training_backend("tvtest_trainer")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    compiled = torch.compile(model, backend="tvtest_trainer", dynamic=dynamic)
+    x = torch.randn(*shape)
+    out = compiled(x)
+    fw = last_report().graphs[0]
+    grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(out, model(x))
+    eager = torch.autograd.grad(model(x).square().sum(), list(model.parameters()))
+    torch.testing.assert_close(grads, eager)
+    assert fw.kind == "forward"
+    assert fw.fusions == {f"linear_gelu[training]->{linear_gelu_train.key}": 1,
+                          f"layer_norm[training]->{layer_norm_train.key}": 1}, fw.fusions
+    assert [p.status for p in fw.partitions] == ["compiled"] * len(fw.partitions)
+    assert any(linear_gelu_train.key in p.ops for p in fw.partitions), (fw.partitions, fw.unsupported, fw.reasons)
