@@ -117,3 +117,47 @@ def test_unknown_stock_name_lists_the_library():
 def test_training_variant_needs_a_stock_pattern_that_has_one():
     with pytest.raises(PatternError, match="no training variant"):
         patterns.rules("softmax", "acme.softmax.default", training_op="acme.softmax_t.default")
+
+
+# ---- training variants and explain ---------------------------------------------------------------------
+
+from torchvendor.pattern_matcher import P, Rule  # noqa: E402
+from torchvendor.sdk.fx_pattern import explain  # noqa: E402
+
+
+def _forward(module, x, dynamic):
+    torch.manual_seed(0)
+    return capture(module, [x], level="aten", training=True, dynamic=dynamic).graphs()["forward"]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name,module", [("linear_gelu", lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU())),
+                                         ("layer_norm", lambda: nn.LayerNorm(8))], ids=["linear_gelu", "layer_norm"])
+def test_training_forward_needs_the_training_variant(name, module, dynamic):
+    """The backward saves an interior value: the plain rule is rejected, the training variant matches."""
+    gm = _forward(module(), x3(), dynamic)
+    assert patterns.count(patterns.rules(name, None), gm) == 0
+    assert patterns.count(name, gm, training=True) == 1
+    text = explain(patterns.rules(name, None)[:1], gm)
+    assert "is used outside the match by" in text and "extra output" in text, text
+
+
+def test_explain_names_symbolic_sizes_of_a_naive_view_pattern():
+    gm = capture(nn.Sequential(nn.Linear(8, 16), nn.GELU()), [x3()], level="aten", dynamic=True).graphs()["inference"]
+    naive = Rule(P("aten.gelu.default", P("aten.view.default", P("aten.addmm.default", "b", P("aten.view.default", "x"),
+                                                                   "w"))), name="naive")
+    text = explain(naive, gm)
+    assert text.startswith("rule 'naive': no match; nearest candidates:"), text
+    assert "view_1 (aten.view.default) has 3 input(s), the pattern gives 1" in text
+    assert "are symbolic sizes (dynamic shapes): accept them with Star()" in text
+    assert explain("linear_gelu", gm).splitlines()[0] == "rule 'linear_gelu#0': 1 match(es), at gelu"
+
+
+def test_explain_attribute_and_missing_anchor():
+    gm = capture(nn.Sequential(nn.Linear(8, 16), nn.GELU()), [x2()], level="aten").graphs()["inference"]
+    text = explain(Rule(P("aten.gelu.default", "x", attrs={"approximate": "tanh"}), name="tanh"), gm)
+    assert "gelu: has no attribute 'approximate' (the pattern wants 'tanh'); the call leaves it to its default" in text
+    assert "nothing almost matched" in explain("softmax", gm)
+    ln = capture(nn.Sequential(nn.LayerNorm(8), nn.ReLU()), [x2()], level="aten").graphs()["inference"]
+    text = explain(Rule(P("aten.relu.default", P("operator.getitem", "t", attrs={"arg1": 1})), name="r"), ln)
+    assert "at relu: getitem: attribute arg1=0, the pattern wants 1 (after 1 pattern op(s) matched)" in text, text
