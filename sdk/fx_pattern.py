@@ -35,7 +35,7 @@ from torchvendor.pattern_matcher import (
 )
 from torchvendor.pattern_matcher.multi import MultiPattern
 
-from torchvendor.ir.fx_view import FxView
+from torchvendor.ir.fx_view import FxView, op_key
 
 __all__ = ["trace", "pattern_from_function", "pattern_from_graph", "template_from_function", "fx_rule",
            "rewrite_fx", "prepare_graph", "hoist_shape_queries", "unshare_saved_views", "explain"]
@@ -197,8 +197,8 @@ def rewrite_fx(gm: fx.GraphModule, rules: PatternMatcher | Sequence[Rule], *, ma
 # ---- graph preparation: what makes dynamic-shape and training graphs matchable -----------------------
 
 _SYM_SIZE = torch.ops.aten.sym_size.int
-_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
-          torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.expand.default)
+_VIEWS = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.permute.default",
+                    "aten.t.default", "aten.expand.default"})
 
 
 def _graph_of(g: fx.Graph | fx.GraphModule) -> fx.Graph:
@@ -298,7 +298,8 @@ def unshare_saved_views(graph: fx.Graph | fx.GraphModule) -> int:
     out = graph.output_node()
     split = 0
     for node in list(out.all_input_nodes):
-        if node.target not in _VIEWS or node.args[0].op != "placeholder" or len(node.users) < 2:
+        if node.op != "call_function" or op_key(node.target) not in _VIEWS or not node.args \
+                or getattr(node.args[0], "op", None) != "placeholder" or len(node.users) < 2:
             continue
         with graph.inserting_after(node):
             copy = graph.node_copy(node)
