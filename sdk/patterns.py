@@ -129,7 +129,9 @@ def _escapes(*names: str) -> Callable[[Match], bool]:
 class Stock:
     """One stock fusion: its pattern variants, what the fused op takes, an optional training form.
 
-    ``variants`` are ``(pattern, priority)`` pairs (an N-d form outranks the 2-D form it contains);
+    ``variants`` are ``(pattern, priority)`` pairs: an N-d form outranks the 2-D form it contains,
+    and a stock pattern the stock patterns it contains (``linear_gelu`` > ``linear``, ``sdpa`` >
+    ``softmax``, ``conv_bn_relu`` > ``conv_bn``), so a backend may list them all;
     ``inputs`` the binding names passed as the fused op's tensor inputs (``"*cb"`` splices a
     ``Star``); ``attrs`` the fused op's other arguments (values, :class:`AttrOf`, or callables of
     the match); ``training`` a pattern with extra outputs (:class:`SavedOutputs` or ``Multi``) and
@@ -215,7 +217,7 @@ def _approximate(m: Match) -> str:
 def _linear_gelu() -> Stock:
     nd, flat = _linear_cores()
     core = Alt(nd, flat)
-    return Stock("linear_gelu", ((_gelu_forms(nd), 1), (_gelu_forms(flat), 0)), ("x", "w", "b"),
+    return Stock("linear_gelu", ((_gelu_forms(nd), 3), (_gelu_forms(flat), 2)), ("x", "w", "b"),
                  {"approximate": _approximate},
                  training=SavedOutputs(P("aten.gelu.default", core, name="act"), "pre"), saves=("pre",),
                  doc="gelu(x @ w + b); training: (y, pre)")
@@ -286,7 +288,7 @@ def _sdpa() -> Stock:
                attrs={"other": lambda v: isinstance(v, (int, float))})
     probs = P("aten._softmax.default", Alt(scaled, scores), attrs={"dim": -1, "half_to_float": False})
     written = _view(bmm(batched(probs), batched("v")))
-    return Stock("sdpa", ((fused, 0), (written, 0)), ("q", "k", "v"), {"scale": _sdpa_scale},
+    return Stock("sdpa", ((fused, 2), (written, 2)), ("q", "k", "v"), {"scale": _sdpa_scale},
                  doc="scaled dot-product attention without mask or dropout")
 
 
@@ -307,7 +309,7 @@ def _conv_bn() -> Stock:
 
 
 def _conv_bn_relu() -> Stock:
-    return Stock("conv_bn_relu", ((P("aten.relu.default", _conv_bn_core()), 0),), _CONV_INPUTS, _CONV_ATTRS,
+    return Stock("conv_bn_relu", ((P("aten.relu.default", _conv_bn_core()), 2),), _CONV_INPUTS, _CONV_ATTRS,
                  doc="conv2d + eval batch norm + relu")
 
 

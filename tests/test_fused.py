@@ -186,6 +186,7 @@ def test_training_forward_graph_fuses(dynamic, shape):
     from torchvendor.sdk import last_report
 
     _training_backend("tvtest_trainer")
+    torch.compiler.reset()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
     compiled = torch.compile(model, backend="tvtest_trainer", dynamic=dynamic)

@@ -161,3 +161,91 @@ def test_explain_attribute_and_missing_anchor():
     ln = capture(nn.Sequential(nn.LayerNorm(8), nn.ReLU()), [x2()], level="aten").graphs()["inference"]
     text = explain(Rule(P("aten.relu.default", P("operator.getitem", "t", attrs={"arg1": 1})), name="r"), ln)
     assert "at relu: getitem: attribute arg1=0, the pattern wants 1 (after 1 pattern op(s) matched)" in text, text
+
+
+# ---- every stock rule rewrites to a fused op with the documented signature, and the model still computes the same
+
+from typing import Optional  # noqa: E402
+
+from torchvendor.sdk.fused import fused_op  # noqa: E402
+
+
+def _conv_bn_ref(x, w, bn_w, bn_b, mean, var, cb, eps, stride, padding, dilation, groups):
+    return F.batch_norm(F.conv2d(x, w, cb, stride, padding, dilation, groups), mean, var, bn_w, bn_b, False, 0.0, eps)
+
+
+@fused_op("tvstock::linear")
+def f_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return x @ w + b
+
+
+@fused_op("tvstock::linear_gelu")
+def f_linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, approximate: str) -> torch.Tensor:
+    return F.gelu(x @ w + b, approximate=approximate)
+
+
+@fused_op("tvstock::layer_norm")
+def f_layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, eps: float) -> torch.Tensor:
+    return F.layer_norm(x, list(w.shape), w, b, eps)
+
+
+@fused_op("tvstock::rms_norm")
+def f_rms_norm(x: torch.Tensor, w: torch.Tensor, *, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+@fused_op("tvstock::softmax")
+def f_softmax(x: torch.Tensor, *, dim: int) -> torch.Tensor:
+    return torch.softmax(x, dim)
+
+
+@fused_op("tvstock::sdpa")
+def f_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float]) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
+@fused_op("tvstock::conv_bn")
+def f_conv_bn(x: torch.Tensor, w: torch.Tensor, bn_w: torch.Tensor, bn_b: torch.Tensor, mean: torch.Tensor,
+              var: torch.Tensor, cb: Optional[torch.Tensor] = None, *, eps: float, stride: list[int],
+              padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
+    return _conv_bn_ref(x, w, bn_w, bn_b, mean, var, cb, eps, stride, padding, dilation, groups)
+
+
+@fused_op("tvstock::conv_bn_relu")
+def f_conv_bn_relu(x: torch.Tensor, w: torch.Tensor, bn_w: torch.Tensor, bn_b: torch.Tensor, mean: torch.Tensor,
+                   var: torch.Tensor, cb: Optional[torch.Tensor] = None, *, eps: float, stride: list[int],
+                   padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
+    return torch.relu(_conv_bn_ref(x, w, bn_w, bn_b, mean, var, cb, eps, stride, padding, dilation, groups))
+
+
+FUSED = {"linear": f_linear, "linear_gelu": f_linear_gelu, "layer_norm": f_layer_norm, "rms_norm": f_rms_norm,
+         "softmax": f_softmax, "sdpa": f_sdpa, "conv_bn": f_conv_bn, "conv_bn_relu": f_conv_bn_relu}
+_BACKENDS: dict = {}
+
+
+def _stock_backend(table):
+    from torchvendor.sdk import Backend, register_backend
+
+    name = "tvtest_stock" if table is None else "tvtest_stock_gelu_decomposed"
+    if name not in _BACKENDS:
+        rules = [r for stock_name in patterns.names() for r in patterns.rules(stock_name, FUSED[stock_name].key)]
+        _BACKENDS[name] = type("Stock", (Backend,), {"name": name, "patterns": tuple(rules), "decompositions": table,
+                                                     "compile": lambda self, gm, example_inputs: gm})
+        register_backend(_BACKENDS[name])
+    return name
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_stock_rule_rewrites_to_its_documented_fused_op(case, dynamic):
+    from torchvendor.sdk import last_report
+
+    _, name, make, inputs, table, expected = case
+    torch.compiler.reset()  # many modules share Sequential.forward: stay below Dynamo's recompile limit
+    torch.manual_seed(0)
+    module, args = make(), inputs()
+    with torch.no_grad():
+        out = torch.compile(module, backend=_stock_backend(table), dynamic=dynamic)(*args)
+        torch.testing.assert_close(out, module(*args))
+    fusions = last_report().graphs[0].fusions
+    assert fusions.get(f"{name}->{FUSED[name].key}", 0) == expected, fusions
