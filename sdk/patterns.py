@@ -54,15 +54,23 @@ from torchvendor.pattern_matcher import (
 )
 from torchvendor.pattern_matcher.pattern import Alt
 
-__all__ = ["STOCK", "Stock", "SavedOutputs", "rules", "count", "names", "VIEW_OPS"]
+__all__ = ["STOCK", "Stock", "SavedOutputs", "rules", "count", "names", "view_of", "VIEW_OPS"]
 
 #: The reshaping ops a pattern steps through; under dynamic shapes their sizes are SymInt inputs.
 VIEW_OPS = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
 
 
-def _view(inner: Pattern | str, name: str | None = None) -> Pattern:
-    """``view(inner, sizes...)``: the sizes are attributes (static) or SymInt inputs (dynamic)."""
-    return P(VIEW_OPS, inner, Star(), name=name)
+def view_of(inner: Pattern | str, name: str | None = None, *, ops: frozenset[str] = VIEW_OPS) -> Pattern:
+    """A reshape of ``inner`` that matches static and dynamic captures alike.
+
+    Its sizes are an attribute in a static capture and SymInt inputs (``[s0 * s1, 8]``) in a
+    dynamic one; ``Star()`` after the tensor operand binds and ignores them. Use the same form for
+    any op taking sizes (``ops={"aten.expand.default"}``).
+
+    >>> view_of(P("aten.addmm.default", "b", "x", "w"))
+    aten._unsafe_view.default|aten.reshape.default|aten.view.default(addmm(b, x, w), *_)
+    """
+    return P(ops, inner, Star(), name=name)
 
 
 def _near(value: float) -> Callable[[Any], bool]:
@@ -180,8 +188,8 @@ def _linear_cores() -> tuple[Pattern, Pattern]:
     addmm = lambda x, name=None: P("aten.addmm.default", _vector("b"), x, "w", name=name,  # noqa: E731
                                    attrs={"beta": _unit, "alpha": _unit})
     mm_add = lambda x: P("aten.add.Tensor", P("aten.mm.default", x, "w"), _vector("b"), name="pre")  # noqa: E731
-    nd = Alt(_view(addmm(_view("x")), name="pre"),
-             P("aten.add.Tensor", _view(P("aten.mm.default", _view("x"), "w")), _vector("b"), name="pre"))
+    nd = Alt(view_of(addmm(view_of("x")), name="pre"),
+             P("aten.add.Tensor", view_of(P("aten.mm.default", view_of("x"), "w")), _vector("b"), name="pre"))
     flat = Alt(addmm("x", name="pre"), mm_add("x"))
     return nd, flat
 
@@ -282,12 +290,12 @@ def _sdpa() -> Stock:
            attrs={"dropout_p": lambda v: not v, "is_causal": lambda v: not v})
     fused = P("operator.getitem", op, attrs={"arg1": 0})
     bmm = lambda a, b: P("aten.bmm.default", a, b)  # noqa: E731
-    batched = lambda t: _view(P("aten.expand.default", t, Star()))  # noqa: E731
-    scores = _view(bmm(batched("q"), batched(P("aten.permute.default", "k", attrs={"dims": _swaps_last_two}))))
+    batched = lambda t: view_of(view_of(t, ops=frozenset({"aten.expand.default"})))  # noqa: E731
+    scores = view_of(bmm(batched("q"), batched(P("aten.permute.default", "k", attrs={"dims": _swaps_last_two}))))
     scaled = P({"aten.mul.Tensor", "aten.div.Tensor"}, scores, name="scaled",
                attrs={"other": lambda v: isinstance(v, (int, float))})
     probs = P("aten._softmax.default", Alt(scaled, scores), attrs={"dim": -1, "half_to_float": False})
-    written = _view(bmm(batched(probs), batched("v")))
+    written = view_of(bmm(batched(probs), batched("v")))
     return Stock("sdpa", ((fused, 2), (written, 2)), ("q", "k", "v"), {"scale": _sdpa_scale},
                  doc="scaled dot-product attention without mask or dropout")
 
