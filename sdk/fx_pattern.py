@@ -279,17 +279,22 @@ def hoist_shape_queries(graph: fx.Graph | fx.GraphModule) -> int:
     return moved
 
 
-def unshare_saved_views(graph: fx.Graph | fx.GraphModule) -> int:
-    """Give the graph output its own copy of a view of a graph input that it also uses; returns how many.
+_MATMULS = frozenset({"aten.mm.default", "aten.addmm.default", "aten.bmm.default"})
 
-    A training forward graph saves ``view(x)`` (the reshaped input of a linear) for the weight
-    gradient; that use by the output would make the view an interior node used outside any match
-    covering the linear. A view costs nothing, so the output gets a copy and the match keeps the
-    original.
+
+def unshare_saved_views(graph: fx.Graph | fx.GraphModule) -> int:
+    """Give the graph output its own copy of a matmul operand's view that it also uses; returns how many.
+
+    A training forward graph saves ``view(x)``, the input of a linear reshaped to 2-D, for the
+    weight gradient; that use by the output makes the view an interior node used outside any
+    match covering the linear. A view costs nothing, so the output gets a copy (reading ``x``,
+    which is outside such a match) and the match keeps the original. Only views that feed a
+    matmul are copied: a view of a matmul's *result* that is saved (the pre-activation before a
+    ``gelu``) stays one node, which a training pattern declares as an extra output.
 
     >>> import torch
-    >>> g = torch.fx.Graph(); x = g.placeholder("x")
-    >>> v = g.call_function(torch.ops.aten.view.default, (x, [4])); r = g.call_function(torch.ops.aten.relu.default, (v,))
+    >>> g = torch.fx.Graph(); x, w = g.placeholder("x"), g.placeholder("w")
+    >>> v = g.call_function(torch.ops.aten.view.default, (x, [4, 2])); r = g.call_function(torch.ops.aten.mm.default, (v, w))
     >>> _ = g.output((r, v))
     >>> unshare_saved_views(g), len(v.users)
     (1, 1)
@@ -298,8 +303,9 @@ def unshare_saved_views(graph: fx.Graph | fx.GraphModule) -> int:
     out = graph.output_node()
     split = 0
     for node in list(out.all_input_nodes):
-        if node.op != "call_function" or op_key(node.target) not in _VIEWS or not node.args \
-                or getattr(node.args[0], "op", None) != "placeholder" or len(node.users) < 2:
+        if node.op != "call_function" or op_key(node.target) not in _VIEWS or len(node.users) < 2:
+            continue
+        if not any(u.op == "call_function" and op_key(u.target) in _MATMULS for u in node.users):
             continue
         with graph.inserting_after(node):
             copy = graph.node_copy(node)

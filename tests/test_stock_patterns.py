@@ -249,3 +249,15 @@ def test_stock_rule_rewrites_to_its_documented_fused_op(case, dynamic):
         torch.testing.assert_close(out, module(*args))
     fusions = last_report().graphs[0].fusions
     assert fusions.get(f"{name}->{FUSED[name].key}", 0) == expected, fusions
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_zoo_gpt_block_training_forward_fuses_its_mlp_and_norms(dynamic):
+    """The MLP's input is a layer norm's output reshaped to 2-D and saved for the weight gradient:
+    the saved view is copied for the output, so the training variant still matches."""
+    from torchvendor.sdk import zoo
+
+    model, inputs = zoo.build("gpt_block")
+    gm = capture(model, list(inputs), level="aten", training=True, dynamic=dynamic).graphs()["forward"]
+    assert patterns.count("linear_gelu", gm, training=True) == 1
+    assert patterns.count("layer_norm", gm, training=True) == 2
