@@ -15,7 +15,9 @@ name               matches                                     fused-op inputs, 
 ``linear_gelu``    ``linear`` then ``gelu`` (``aten.gelu``     ``x, w, b``; ``approximate``
                    or its erf / tanh decomposition)            (``"none"``/``"tanh"``)
 ``layer_norm``     ``native_layer_norm`` (affine) → item 0     ``x, w, b``; ``eps``
-``rms_norm``       ``x * rsqrt(mean(x², -1) + eps) * w``       ``x, w``; ``eps``
+``rms_norm``       ``x * rsqrt(mean(x², -1) + eps) * w``       ``x, w``; ``eps``; or ``x, w, eps_t``
+                                                               (a 0-d tensor: a float module
+                                                               attribute under dynamic shapes)
 ``softmax``        ``_softmax``                                ``x``; ``dim``
 ``sdpa``           ATen's SDPA ops (→ item 0), and attention   ``q, k, v``; ``scale`` (``None``: the
                    written out: ``bmm(softmax(bmm(q, kᵀ)·s),   default ``1/sqrt(E)``)
@@ -137,7 +139,8 @@ def _escapes(*names: str) -> Callable[[Match], bool]:
 class Stock:
     """One stock fusion: its pattern variants, what the fused op takes, an optional training form.
 
-    ``variants`` are ``(pattern, priority)`` pairs: an N-d form outranks the 2-D form it contains,
+    ``variants`` are ``(pattern, priority)`` pairs (or ``(pattern, priority, inputs, attrs)`` for a
+    variant that hands the fused op other arguments): an N-d form outranks the 2-D form it contains,
     and a stock pattern the stock patterns it contains (``linear_gelu`` > ``linear``, ``sdpa`` >
     ``softmax``, ``conv_bn_relu`` > ``conv_bn``), so a backend may list them all;
     ``inputs`` the binding names passed as the fused op's tensor inputs (``"*cb"`` splices a
@@ -166,13 +169,17 @@ class Stock:
                 raise PatternError(f"stock pattern {self.name!r} has no training variant; pass training_op=None")
             out.append(Rule(self.training, self._fused(training_op), name=f"{self.name}[training]->{training_op}",
                             priority=priority + 10, check=_both(_escapes(*self.saves) if self.saves else None, check)))
-        for i, (pattern, bump) in enumerate(self.variants):
-            out.append(Rule(pattern, self._fused(op), name=f"{self.name}->{op}" if op else f"{self.name}#{i}",
+        for i, (pattern, bump, *own) in enumerate(self.variants):
+            out.append(Rule(pattern, self._fused(op, *own), name=f"{self.name}->{op}" if op else f"{self.name}#{i}",
                             priority=priority + bump, check=check))
         return out
 
-    def _fused(self, op: str | None) -> Fused | None:
-        return Fused(op, list(self.inputs), dict(self.attrs)) if op is not None else None
+    def _fused(self, op: str | None, inputs: Sequence[str] | None = None,
+               attrs: Mapping[str, Any] | None = None) -> Fused | None:
+        """The replacement; a variant may pass its own ``inputs`` and ``attrs`` (third and fourth items)."""
+        if op is None:
+            return None
+        return Fused(op, list(self.inputs if inputs is None else inputs), dict(self.attrs if attrs is None else attrs))
 
 
 def _both(a: Callable[[Match], bool] | None, b: Callable[[Match], bool] | None) -> Callable[[Match], bool] | None:
@@ -252,9 +259,15 @@ def _rms_norm() -> Stock:
     x = W("x")
     var = P("aten.mean.dim", P("aten.pow.Tensor_Scalar", x, attrs={"exponent": 2}),
             attrs={"keepdim": True}, where=_over_last_dim)
-    eps = P({"aten.add.Tensor", "aten.add.Scalar"}, var, name="eps_add", attrs={"other": lambda v: isinstance(v, float)})
-    norm = P("aten.mul.Tensor", x, P("aten.rsqrt.default", eps))
-    return Stock("rms_norm", ((P("aten.mul.Tensor", norm, "w"), 0),), ("x", "w"), {"eps": AttrOf("eps_add", "other")},
+    const = P({"aten.add.Tensor", "aten.add.Scalar"}, var, name="eps_add", attrs={"other": lambda v: isinstance(v, float)})
+    # Under dynamic shapes Dynamo passes a float module attribute (Llama's variance_epsilon) as a
+    # 0-d float64 tensor input, converted before the add: the eps is then a value, not an attribute.
+    eps_t = W("eps_t", shape=())
+    cast = lambda inner: P("prims.convert_element_type.default", inner)  # noqa: E731
+    lifted = P("aten.add.Tensor", var, Alt(cast(cast(eps_t)), cast(eps_t), eps_t), attrs={"alpha": _unit})
+    rms = lambda eps: P("aten.mul.Tensor", P("aten.mul.Tensor", x, P("aten.rsqrt.default", eps)), "w")  # noqa: E731
+    return Stock("rms_norm", ((rms(const), 0), (rms(lifted), 0, ("x", "w", "eps_t"), {})), ("x", "w"),
+                 {"eps": AttrOf("eps_add", "other")},
                  doc="x * rsqrt(mean(x^2, -1, keepdim) + eps) * w (Llama, torch.nn.RMSNorm)")
 
 

@@ -18,13 +18,22 @@ from torchvendor.pattern_matcher import PatternError
 from torchvendor.sdk import patterns
 
 
-class RMSNorm(nn.Module):  # the Llama spelling
+class RMSNorm(nn.Module):  # eps a literal
     def __init__(self, d: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.rand(d) + 0.5)
 
     def forward(self, x):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class LlamaRMSNorm(RMSNorm):  # eps a float attribute: a 0-d tensor input under dynamic shapes
+    def __init__(self, d: int) -> None:
+        super().__init__(d)
+        self.variance_epsilon = 1e-5
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
 
 class Fn(nn.Module):
@@ -68,7 +77,8 @@ CASES = [
     ("mm-bias-gelu-3d", "linear_gelu", _mm_bias_gelu, lambda: [x3()], None, 1),
     ("mm-bias-gelu-2d", "linear_gelu", _mm_bias_gelu, lambda: [x2()], None, 1),
     ("layer-norm", "layer_norm", lambda: nn.LayerNorm(8), lambda: [x3()], None, 1),
-    ("rms-norm-llama", "rms_norm", lambda: RMSNorm(8), lambda: [x3()], None, 1),
+    ("rms-norm", "rms_norm", lambda: RMSNorm(8), lambda: [x3()], None, 1),
+    ("rms-norm-llama", "rms_norm", lambda: LlamaRMSNorm(8), lambda: [x3()], None, 1),
     ("rms-norm-torch", "rms_norm", lambda: nn.RMSNorm(8), lambda: [x3()], None, 1),
     ("softmax", "softmax", lambda: nn.Softmax(-1), lambda: [x3()], None, 1),
     ("sdpa-op", "sdpa", lambda: Fn(lambda s, q, k, v: F.scaled_dot_product_attention(q, k, v)), qkv, None, 1),
@@ -190,8 +200,8 @@ def f_layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, eps: floa
 
 
 @fused_op("tvstock::rms_norm")
-def f_rms_norm(x: torch.Tensor, w: torch.Tensor, *, eps: float) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+def f_rms_norm(x: torch.Tensor, w: torch.Tensor, eps_t: Optional[torch.Tensor] = None, *, eps: float = 0.0) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + (eps if eps_t is None else eps_t)) * w
 
 
 @fused_op("tvstock::softmax")
