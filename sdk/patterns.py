@@ -209,11 +209,13 @@ def _linear() -> Stock:
 # ---- gelu ---------------------------------------------------------------------------------------
 
 def _gelu_forms(y: Pattern) -> Pattern:
-    """``gelu(y)``: the ATen op, or its erf or tanh decomposition (as ``torch._decomp`` writes them)."""
+    """``gelu(y)``: the ATen op, or its erf or tanh decomposition (as ``torch._decomp`` writes them,
+    and the tanh form as Hugging Face's ``gelu_new`` writes it, with ``pow(y, 3)``)."""
     half = P("aten.mul.Tensor", y, attrs={"other": _near(0.5)})
     erf = P("aten.mul.Tensor", half, P("aten.add.Tensor", P("aten.erf.default", P(
         "aten.mul.Tensor", y, attrs={"other": _near(math.sqrt(0.5))})), attrs={"other": 1}), name="act_erf")
-    cube = P("aten.mul.Tensor", P("aten.mul.Tensor", y, y), y)
+    cube = Alt(P("aten.mul.Tensor", P("aten.mul.Tensor", y, y), y),  # torch._decomp's spelling
+               P("aten.pow.Tensor_Scalar", y, attrs={"exponent": 3}))    # Hugging Face's gelu_new
     inner = P("aten.add.Tensor", y, P("aten.mul.Tensor", cube, attrs={"other": _near(0.044715)}))
     tanh = P("aten.mul.Tensor", half, P("aten.add.Tensor", P("aten.tanh.default", P(
         "aten.mul.Tensor", inner, attrs={"other": _near(math.sqrt(2 / math.pi))})), attrs={"other": 1}),

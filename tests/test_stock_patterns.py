@@ -53,6 +53,11 @@ def _mm_bias_gelu():
     return m
 
 
+def _gelu_new(s, x):  # Hugging Face's "gelu_new" (GPT-2)
+    y = s.l(x)
+    return 0.5 * y * (1.0 + torch.tanh(0.7978845608028654 * (y + 0.044715 * torch.pow(y, 3.0))))
+
+
 def _attention(s, q, k, v):
     return torch.softmax((q @ k.transpose(-2, -1)) * 0.125, dim=-1) @ v
 
@@ -74,6 +79,7 @@ CASES = [
      lambda: [x3()], GELU_DECOMPOSED, 1),
     ("linear-gelu-tanh-decomposed", "linear_gelu", lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU("tanh")),
      lambda: [x2()], GELU_DECOMPOSED, 1),
+    ("linear-gelu-new-hf", "linear_gelu", lambda: Fn(_gelu_new, l=nn.Linear(8, 16)), lambda: [x3()], None, 1),
     ("mm-bias-gelu-3d", "linear_gelu", _mm_bias_gelu, lambda: [x3()], None, 1),
     ("mm-bias-gelu-2d", "linear_gelu", _mm_bias_gelu, lambda: [x2()], None, 1),
     ("layer-norm", "layer_norm", lambda: nn.LayerNorm(8), lambda: [x3()], None, 1),
