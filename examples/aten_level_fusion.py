@@ -1,33 +1,30 @@
 """ATEN level, in the style of Torch-TensorRT: claim ops, keep partitions of at least three ops
-(smaller ones run eagerly), and fuse matmul + bias + gelu into one vendor op before partitioning.
+(smaller ones run eagerly), and fuse matmul + bias + gelu into one vendor op before partitioning,
+with the stock pattern (2-D and N-d, static and dynamic shapes) and a declared fused op.
 
     $ python examples/aten_level_fusion.py
-    fusions: {'acme.linear_gelu.default': 1}
+    fusions: {'linear_gelu->acme.linear_gelu.default': 1}
     compiled: {'aten.permute.default': 3, 'acme.linear_gelu.default': 1, 'aten.addmm.default': 2, 'aten.relu.default': 1}
     eager: {'aten._softmax.default': 1, 'aten.mul.Tensor': 1}
 """
 import torch
 
 from torchvendor.sdk import Backend, last_report, register_backend
-from torchvendor.sdk.fx_pattern import fx_rule
+from torchvendor.sdk import patterns as stock
+from torchvendor.sdk.fused import fused_op
 
 
-@torch.library.custom_op("acme::linear_gelu", mutates_args=())
-def linear_gelu(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.gelu(torch.addmm(bias, x, w))  # stands in for the vendor's fused kernel
-
-
-@linear_gelu.register_fake
-def _(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return x.new_empty(x.shape[0], w.shape[1])
+@fused_op("acme::linear_gelu")  # a torch.library op; its fake impl and autograd come from this reference
+def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
+    return torch.nn.functional.gelu(x @ w + b, approximate=approximate)  # stands in for the vendor's kernel
 
 
 class Acme(Backend):
     name = "example_aten_fusion"
     supported_ops = {"aten.mm", "aten.addmm", "aten.add", "aten.mul", "aten.relu", "aten.gelu", "aten.permute",
-                     "acme.linear_gelu"}
+                     linear_gelu.key}
     min_partition_size = 3  # Torch-TensorRT's min_block_size
-    patterns = (fx_rule(lambda b, x, w: torch.nn.functional.gelu(torch.addmm(b, x, w)), "acme.linear_gelu.default", 3),)
+    patterns = stock.rules("linear_gelu", linear_gelu.key)
 
     def compile(self, gm, example_inputs):
         return gm  # a real vendor builds an engine from gm.graph here
