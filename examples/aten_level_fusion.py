@@ -11,7 +11,7 @@ import torch
 
 from torchvendor.sdk import Backend, last_report, register_backend
 from torchvendor.sdk import patterns as stock
-from torchvendor.sdk.fused import fused_op
+from torchvendor.sdk import fused_op
 
 
 @fused_op("acme::linear_gelu")  # a torch.library op; its fake impl and autograd come from this reference

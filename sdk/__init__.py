@@ -28,6 +28,7 @@ _API: dict[str, str] = {
                      "register_backend", "get_backend", "registered_backends", "op_key"), "backend"),
     **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
     **dict.fromkeys(("ArtifactCache",), "cache"),
+    **dict.fromkeys(("FusedOp", "fused_op"), "fused"),
     **dict.fromkeys(("include_dir", "cmake_dir"), "build_config"),
     **dict.fromkeys(("load_kernel_library", "KernelLibrary", "KernelLibraryError", "native_counts",
                      "checked_mode"), "kernels"),
