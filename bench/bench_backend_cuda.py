@@ -7,11 +7,18 @@ kernels, in one process on one GPU (needs a CUDA GPU; writes a Markdown table).
 - pointwise chains, softmax, layer norm and reductions of several shapes against
   ``torch.compile`` (Inductor, default mode) on the same inputs; times are medians of
   ``triton.testing.do_bench`` (CUDA events) of the whole call, launch overhead included;
-- compile time, cold (empty caches) and warm (disk caches filled), beside Inductor's.
+- compile time, cold (empty caches) and warm (disk caches filled), beside Inductor's;
+- ``--zoo``: the model zoo (``torchvendor.sdk.zoo``; fast tier at ``size="bench"``, slow tier at
+  ``size="test"``) in inference, eager vs Inductor vs ``torch.compile(backend="torchvendor_cuda")``,
+  speedups over eager and their geometric means (target: ours at least 0.9x of Inductor's).
+
+``--no-inductor`` times ours only (for sweeping the tiling knobs of
+``TORCHVENDOR_CUDA_TILING``, see ``reference_backends/cuda/codegen.py``).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -23,7 +30,7 @@ import torch.nn.functional as F
 
 from torchvendor.ir import capture
 from torchvendor.reference_backends.cuda import CudaBackend
-from torchvendor.sdk import ProgramRunner, loop_kernels
+from torchvendor.sdk import ProgramRunner, loop_kernels, zoo
 
 
 def ours(fn: Callable[..., Any], inputs: list[torch.Tensor], backend: CudaBackend) -> tuple[Callable[[], Any], list[Any], float]:
@@ -73,26 +80,80 @@ CASES: list[tuple[str, Callable[..., Any], Callable[[], list[torch.Tensor]]]] = 
 BANDWIDTH = {"mul_add 64M f32", "scale_relu 64M f32"}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="Markdown file to write the tables to")
-    ap.add_argument("--only", default=None, help="run the cases whose name contains this")
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_backend_cuda needs a CUDA GPU")
-    os.environ.setdefault("TORCHVENDOR_CACHE_DIR", tempfile.mkdtemp(prefix="tvcuda-"))
-    dev = torch.cuda.get_device_name()
-    copy_bw = copy_bandwidth(1 << 30)
+def _sync_call(fn: Callable[..., Any], inputs: list[Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        with torch.no_grad():
+            return fn(*inputs)
+    return call
+
+
+def zoo_rows(only: str | None) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """(model, size, eager ms, Inductor ms, ours ms, max rel. err) for the zoo in inference."""
+    rows, skipped = [], []
+    models = [(m, "bench") for m in zoo.names(tier="fast")] + [(m, "test") for m in zoo.names(tier="slow")]
+    for name, size in models:
+        if only and only not in name:
+            continue
+        try:
+            model, inputs = zoo.build(name, size=size)
+        except ImportError as e:  # transformers missing
+            skipped.append(f"{name} ({e.name} not installed)")
+            continue
+        model = model.eval().cuda()
+        inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in inputs]
+        torch._dynamo.reset()
+        try:
+            with torch.no_grad():
+                want = zoo.leaves(model(*inputs))
+                ind, ours_fn = torch.compile(model), torch.compile(model, backend="torchvendor_cuda")
+                ind(*inputs)
+                got = zoo.leaves(ours_fn(*inputs))
+        except Exception as e:  # noqa: BLE001 - reported in the table, the rest of the zoo still runs
+            skipped.append(f"{name} ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+            continue
+        err = max(float((g.float() - w.float()).abs().max() / (w.float().abs().max() + 1e-6))
+                  for g, w in zip(got, want) if w.is_floating_point())
+        times = [median_ms(_sync_call(f, inputs)) for f in (model, ind, ours_fn)]
+        rows.append((name, size, *times, err))
+        print(f"model {name:14s} {size:5s} eager {times[0]:8.3f} ms inductor {times[1]:8.3f} ms ours "
+              f"{times[2]:8.3f} ms speedup inductor {times[0] / times[1]:5.2f}x ours {times[0] / times[2]:5.2f}x "
+              f"err {err:.1e}", flush=True)
+    return rows, skipped
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def zoo_lines(rows: list[tuple[Any, ...]], skipped: list[str]) -> list[str]:
+    lines = ["", "## Model zoo (inference)", "",
+             "Times: median of `do_bench` of the whole call (`torch.no_grad()`); speedup = eager / compiled.", "",
+             "| model | size | eager ms | Inductor ms | torchvendor_cuda ms | Inductor speedup | ours speedup | "
+             "ours / Inductor speedup | max rel. err |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {m} | {s} | {e:.3f} | {i:.3f} | {o:.3f} | {e / i:.2f}x | {e / o:.2f}x | {i / o:.2f}x | {err:.1e} |"
+              for m, s, e, i, o, err in rows]
+    if rows:
+        gi, go = geomean([r[2] / r[3] for r in rows]), geomean([r[2] / r[4] for r in rows])
+        lines.append(f"| **geometric mean** | | | | | **{gi:.2f}x** | **{go:.2f}x** | **{go / gi:.2f}x** | |")
+        lines += ["", f"Target (ours geomean speedup >= 0.9x Inductor's): {'met' if go >= 0.9 * gi else 'not met'} "
+                  f"({go:.2f}x vs {gi:.2f}x: {go / gi:.2f})."]
+    if skipped:
+        lines += ["", "Not run: " + "; ".join(skipped) + "."]
+    return lines
+
+
+def kernel_rows(only: str | None, inductor: bool, copy_bw: float) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(kernel rows, compile rows): ours against Inductor on every case (ours only without ``inductor``)."""
     backend = CudaBackend()
     rows, compile_rows = [], []
     for name, fn, make in CASES:
-        if args.only and args.only not in name:
+        if only and only not in name:
             continue
         inputs = make()
         with torch.no_grad():
             expected = fn(*inputs)
             t0 = time.perf_counter()
-            ind = torch.compile(fn)
+            ind = torch.compile(fn) if inductor else fn
             ind(*inputs)
             torch.cuda.synchronize()
             ind_compile = time.perf_counter() - t0
@@ -100,19 +161,19 @@ def main() -> None:
             torch.cuda.synchronize()
             exp = list(expected) if isinstance(expected, tuple) else [expected]
             err = max(float((o.float() - e.float()).abs().max() / (e.float().abs().max() + 1e-6)) for o, e in zip(outs, exp))
-            t_ours, t_ind = median_ms(replay), median_ms(lambda: ind(*inputs))
+            t_ours = median_ms(replay)
+            t_ind = median_ms(lambda: ind(*inputs)) if inductor else float("nan")
         moved = sum(t.numel() * t.element_size() for t in inputs) + sum(e.numel() * e.element_size() for e in exp)
         bw = moved / (t_ours * 1e-3)
         rows.append((name, t_ours, t_ind, t_ind / t_ours, bw / 1e9, bw / copy_bw * 100, err))
         t0 = time.perf_counter()
         ours(fn, inputs, backend)   # warm: the cubins come from the disk cache
-        warm = time.perf_counter() - t0
-        compile_rows.append((name, our_compile, warm, ind_compile))
+        compile_rows.append((name, our_compile, time.perf_counter() - t0, ind_compile))
         print(f"{name:28s} ours {t_ours:8.4f} ms  inductor {t_ind:8.4f} ms  speedup {t_ind / t_ours:5.2f}x  "
               f"{bw / 1e9:7.1f} GB/s ({bw / copy_bw * 100:5.1f}% of copy)  rel.err {err:.1e}", flush=True)
-    # Inductor warm compile: a fresh Dynamo cache, Inductor's disk caches filled above
-    for i, (name, fn, make) in enumerate(CASES):
-        if args.only and args.only not in name:
+    for k, (name, fn, make) in enumerate(CASES if inductor else ()):
+        # Inductor warm compile: a fresh Dynamo cache, Inductor's disk caches filled above
+        if only and only not in name:
             continue
         torch._dynamo.reset()
         inputs = make()
@@ -120,20 +181,51 @@ def main() -> None:
         with torch.no_grad():
             torch.compile(fn)(*inputs)
         torch.cuda.synchronize()
-        k = [r[0] for r in compile_rows].index(name)
-        compile_rows[k] = (*compile_rows[k], time.perf_counter() - t0)
-    lines = [f"# torchvendor_cuda benchmark\n", f"Device: {dev}; torch {torch.__version__}; "
-             f"device-to-device copy: {copy_bw / 1e9:.0f} GB/s (bytes read + written), measured in the same run.\n",
-             "Kernel times: median of `triton.testing.do_bench` over the whole call (launches included); "
+        at = [r[0] for r in compile_rows].index(name)
+        compile_rows[at] = (*compile_rows[at], time.perf_counter() - t0)
+    return rows, compile_rows
+
+
+def kernel_lines(rows: list[tuple[Any, ...]], compile_rows: list[tuple[Any, ...]]) -> list[str]:
+    lines = ["Kernel times: median of `triton.testing.do_bench` over the whole call (launches included); "
              "GB/s counts each input read once and each output written once.\n",
              "| kernel | torchvendor_cuda ms | Inductor ms | Inductor / ours | ours GB/s | % of copy | max rel. err |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {n} | {a:.4f} | {b:.4f} | {s:.2f}x | {g:.0f} | {p:.0f}% | {e:.1e} |" for n, a, b, s, g, p, e in rows]
+    ratios = [r[3] for r in rows if r[3] == r[3]]
+    if ratios:
+        lines.append(f"| **geometric mean** | | | **{geomean(ratios):.2f}x** | | | |")
     lines += ["", "Compile time (seconds): capture + code generation + NVRTC for ours; `torch.compile` first call for "
               "Inductor. Cold: empty caches; warm: disk caches filled (ours: same process, cubins from the cache; "
               "Inductor: after `torch._dynamo.reset()`).", "",
               "| program | ours cold | ours warm | Inductor cold | Inductor warm |", "|---|---|---|---|---|"]
-    lines += [f"| {r[0]} | {r[1]:.2f} | {r[2]:.2f} | {r[3]:.2f} | {r[4]:.2f} |" for r in compile_rows]
+    lines += [f"| {r[0]} | {r[1]:.2f} | {r[2]:.2f} | {r[3]:.2f} | {r[4]:.2f} |" for r in compile_rows if len(r) > 4]
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="Markdown file to write the tables to")
+    ap.add_argument("--only", default=None, help="run the cases whose name contains this")
+    ap.add_argument("--no-inductor", action="store_true", help="time ours only (tiling sweeps)")
+    ap.add_argument("--zoo", action="store_true", help="also run the model zoo section")
+    ap.add_argument("--no-kernels", action="store_true", help="skip the kernel and compile-time sections")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_backend_cuda needs a CUDA GPU")
+    os.environ.setdefault("TORCHVENDOR_CACHE_DIR", tempfile.mkdtemp(prefix="tvcuda-"))
+    # a fresh Inductor cache: its FX graph cache must not serve entries of another process's captures
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))
+    copy_bw = copy_bandwidth(1 << 30)
+    # capture on cuda needs Inductor's cuda registration, made by its first cuda compile
+    torch.compile(lambda x: x + 1)(torch.ones(2, device="cuda"))
+    lines = ["# torchvendor_cuda benchmark\n", f"Device: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
+             f"device-to-device copy: {copy_bw / 1e9:.0f} GB/s (bytes read + written), measured in the same run; "
+             f"tiling knobs: {os.environ.get('TORCHVENDOR_CUDA_TILING', 'default')}.\n"]
+    if not args.no_kernels:
+        lines += kernel_lines(*kernel_rows(args.only, not args.no_inductor, copy_bw))
+    if args.zoo:
+        lines += zoo_lines(*zoo_rows(args.only))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -37,6 +37,7 @@ Example (codegen needs no GPU)::
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -57,6 +58,26 @@ CTYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat1
           "uint8": "unsigned char", "bool": "bool"}
 _SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
           "int8": 1, "uint8": 1, "bool": 1}
+
+
+#: Tiling knobs (defaults tuned on an H100); ``TORCHVENDOR_CUDA_TILING="kmax=16,ept=8"`` overrides
+#: some for experiments (the knobs end up in the source, so the kernel cache keeps them apart).
+#: kmax: most columns a thread holds in registers (longer rows loop and reread); ept: columns per
+#: thread a block-per-row tiling aims for; warp: longest row given to one warp; col_unroll: loads
+#: in flight per thread of a column reduction; col_blocks: blocks per SM a column split aims for.
+_DEFAULT_KNOBS = {"kmax": 16, "ept": 8, "warp": 512, "col_unroll": 8, "col_blocks": 8}
+
+
+def _knobs() -> dict[str, int]:
+    """The tiling knobs: defaults, overridden by ``$TORCHVENDOR_CUDA_TILING``."""
+    out = dict(_DEFAULT_KNOBS)
+    for item in filter(None, os.environ.get("TORCHVENDOR_CUDA_TILING", "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in out or not value.strip().isdigit() or int(value) < 1:
+            raise CodegenError(f"TORCHVENDOR_CUDA_TILING: {item!r} is not one of "
+                               f"{', '.join(f'{k}=<positive int>' for k in out)}")
+        out[key.strip()] = int(value)
+    return out
 
 
 def _ctype(dtype: str | None) -> str:
@@ -136,7 +157,7 @@ def _cexpr(e: Any, names: Mapping[str, str]) -> str:
     simple = {"FloorDiv": "tv_ifloordiv({0}, {1})", "CleanDiv": "({0} / {1})", "IntTrueDiv": "((double){0} / {1})",
               "CeilDiv": "(-tv_ifloordiv(-({0}), {1}))", "ModularIndexing": "(({0} / {1}) % {2})",
               "PythonMod": "tv_ipymod({0}, {1})", "Mod": "tv_ipymod({0}, {1})", "Identity": "({0})",
-              "Where": "({0} ? {1} : {2})", "TruncToInt": "((long long)trunc({0}))",
+              "Where": "({0} ? {1} : {2})", "Abs": "tv_absi({0})", "TruncToInt": "((long long)trunc({0}))",
               "FloorToInt": "((long long)floor({0}))", "CeilToInt": "((long long)ceil({0}))",
               "RoundToInt": "((long long)rint({0}))", "BitwiseFn_bitwise_and": "({0} & {1})",
               "BitwiseFn_bitwise_or": "({0} | {1})", "LShift": "({0} << {1})", "RShift": "({0} >> {1})",
@@ -304,6 +325,7 @@ _PRELUDE = r"""
 template <class T> __device__ __forceinline__ T tv_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <class T> __device__ __forceinline__ T tv_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 __device__ __forceinline__ long long tv_maxi(long long a, long long b) { return a > b ? a : b; }
+__device__ __forceinline__ long long tv_absi(long long a) { return a < 0 ? -a : a; }
 __device__ __forceinline__ long long tv_mini(long long a, long long b) { return a < b ? a : b; }
 __device__ __forceinline__ long long tv_ifloordiv(long long a, long long b) { long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 __device__ __forceinline__ long long tv_ipymod(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
@@ -340,6 +362,12 @@ template <class T> __device__ __forceinline__ void tv_welford(T& m, T& m2, T& w,
   if (n == 0) return;
   T d = om - m, f = tv_div(ow, n);
   m = m + d * f; m2 = m2 + om2 + d * d * w * f; w = n;
+}
+// one value of weight 1 (a thread's own elements): no zero-weight test, one division
+template <class T> __device__ __forceinline__ void tv_welford1(T& m, T& m2, T& w, T x) {
+  w = w + (T)1;
+  const T d = x - m;
+  m = m + tv_div(d, w); m2 = m2 + d * (x - m);
 }
 template <class T> __device__ __forceinline__ void tv_osm(T& m, T& s, T om, T os) {
   T mx = tv_max(m, om);
@@ -400,7 +428,7 @@ _RED = {
                "tv_arg({a}v, {a}i, {o}v, {o}i, true);"),
     "argmin": (("v", "i"), ("tv_highest<{t}>()", "0"), "tv_arg({a}v, {a}i, ({t}){v}, (long long){i}, false);",
                "tv_arg({a}v, {a}i, {o}v, {o}i, false);"),
-    "welford_reduce": (("m", "m2", "w"), ("0", "0", "0"), "tv_welford({a}m, {a}m2, {a}w, ({t}){v}, ({t})0, ({t})1);",
+    "welford_reduce": (("m", "m2", "w"), ("0", "0", "0"), "tv_welford1({a}m, {a}m2, {a}w, ({t}){v});",
                        "tv_welford({a}m, {a}m2, {a}w, {o}m, {o}m2, {o}w);"),
     "welford_combine": (("m", "m2", "w"), ("0", "0", "0"), "tv_welford({a}m, {a}m2, {a}w, {v0}, {v1}, {v2});",
                         "tv_welford({a}m, {a}m2, {a}w, {o}m, {o}m2, {o}w);"),
@@ -434,13 +462,9 @@ def _const(value: Any, dtype: str | None) -> str:
 
 
 @dataclass
-class _Scope:
-    """Where :meth:`_Gen._stmts` emits: the nest ``c``; ``names``: C names of index symbols;
-    ``ind``: indentation; ``locals_``: buffers kept in registers (their producing nest and
-    store); ``vec``: (vectorized buffers, lane) or None; ``prefix``: prepended to SSA names
-    (inlined nests); ``guard``: only thread 0 stores (after a row reduction); ``vals``: C names
-    of SSA values so far; ``inline``: skip stores (an inlined producer); ``top``: not inside a
-    masked block."""
+class _Ctx:
+    """Where :meth:`_Gen._stmts` emits: the nest, C names of loop variables, indentation, local
+    buffers, vector lanes, name prefix, once-per-row guard, SSA values, inline, top level."""
 
     c: _Nest
     names: dict[str, str]
@@ -452,12 +476,6 @@ class _Scope:
     vals: dict[str, str]
     inline: bool
     top: bool
-
-    def args(self, st: Stmt) -> list[str]:
-        return [self.vals.get(x, self.prefix + x) for x in st.args]
-
-    def name(self, st: Stmt) -> str:
-        return self.prefix + (st.name or "")
 
 
 class _Gen:
@@ -475,10 +493,12 @@ class _Gen:
         self.static = not size_vars
         self.idx = "long long"
         self.persist = 0                       # K: each thread holds K columns of the row (0: loop)
+        self.persist_exact = False             # ... and every thread has exactly K (L % threads == 0)
         self.cache: dict[tuple[str, str], str] = {}   # (buffer, element) -> register array
         self.cache_decl: list[str] = []
         self.row_vals: dict[tuple[str, str], str] | None = None  # in a row segment: stored per-row values
         self.red_seen: dict[tuple, str] = {}
+        self.knobs = _knobs()
 
     # -- segments --
     def segments(self) -> list[tuple[tuple[Any, Any] | None, list[_Nest]]]:
@@ -649,13 +669,16 @@ class _Gen:
                                     aligned=tuple(self.order.index(b) for b in vec_bufs)))
 
     def _tiling(self, rows: Any, rlen: Any) -> tuple[int, int, int]:
-        """(threads per row, rows per block, splits) from the shapes."""
+        """(threads per row, rows per block, splits) from the shapes: a warp per row for many
+        short rows, else a block per row with about ``ept`` columns per thread; few very long
+        rows are split over several blocks."""
         if not (rows.is_Integer and rlen.is_Integer):
             return 256, 1, 1
         r, l = int(rows), int(rlen)
-        if l <= 1024 and r >= self.sm_count * 4:
+        kn = self.knobs
+        if l <= kn["warp"] and r >= self.sm_count * 4:
             return 32, 4, 1          # a warp per row, four rows per block
-        threads = 1024 if l >= 8192 else max(64, min(1024, 1 << math.ceil(math.log2(max(1, l // 8)))))
+        threads = max(64, min(1024, 1 << math.ceil(math.log2(max(1, -(-l // kn["ept"]))))))
         splits = 1
         if r < self.sm_count and l >= 65536:   # few long rows: split each row over several blocks
             splits = max(1, min((self.sm_count * 4) // max(r, 1), l // (threads * 16)))
@@ -678,8 +701,9 @@ class _Gen:
             self._split(name, rows, rlen, threads, splits, nests[0], reds[0], written)
             return
         self.persist = 0
-        if rlen.is_Integer and -(-int(rlen) // threads) <= 8 and len(nests) > 1:
-            self.persist = -(-int(rlen) // threads)
+        if rlen.is_Integer and -(-int(rlen) // threads) <= self.knobs["kmax"]:
+            self.persist = -(-int(rlen) // threads)   # the row's columns in registers, loads in flight
+            self.persist_exact = int(rlen) % threads == 0
         self.cache, self.cache_decl, self.row_vals, self.red_seen = {}, [], {}, {}
         self.lines.append(f'extern "C" __global__ void __launch_bounds__({threads * rpb}) {name}({self._params(written)}) {{')
         self.lines.append(f"  typedef {self.idx} idx_t;")
@@ -714,8 +738,11 @@ class _Gen:
         """The loop of a row's threads over its columns: with ``persist`` a fully unrolled loop
         over K columns per thread (so that cached loads stay in registers), else a strided loop."""
         if self.persist:
-            return (f"{ind}#pragma unroll\n{ind}for (int k = 0; k < {self.persist}; k++) {{\n"
-                    f"{ind}  const idx_t C = {lo} + k * {step};\n{ind}  if (C >= {hi}) break;")
+            head = f"{ind}#pragma unroll\n{ind}for (int k = 0; k < {self.persist}; k++) "
+            if self.persist_exact:   # every thread has K columns: no bound test at all
+                return head + f"{{\n{ind}  const idx_t C = {lo} + k * {step};"
+            # a predicate, not a break (which would order the loads): the K loads issue together
+            return head + f"if (const idx_t C = {lo} + k * {step}; C < {hi}) {{"
         return f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{"
 
     def _cached_load(self, c: _Nest, st: Stmt, t: str, nm: str, expr: str) -> str | None:
@@ -766,7 +793,7 @@ class _Gen:
         splits = 1
         if rows.is_Integer and rlen.is_Integer:
             blocks = -(-int(rows) // 256)
-            splits = max(1, min(-(-self.sm_count * 8 // blocks), int(rlen) // 32, 256))
+            splits = max(1, min(-(-self.sm_count * self.knobs["col_blocks"] // blocks), int(rlen) // 32, 256))
         if splits > 1 and (len(reds) > 1 or reds[0].attr("kind") not in _SPLITTABLE):
             splits = 1
         head = [f"  typedef {self.idx} idx_t;", f"  const idx_t R = {self._num(rows)}, L = {self._num(rlen)};",
@@ -839,153 +866,133 @@ class _Gen:
                vec: tuple[set[str], str] | None = None, prefix: str = "", include: set[int] | None = None,
                guard: bool = False, vals: dict[str, str] | None = None, inline: bool = False,
                top: bool = True) -> dict[str, str]:
-        """Emit the statements of ``body`` (those in ``include``, if given); the C name of each
-        SSA value. See :class:`_Scope` for the parameters; one ``_emit_<op>`` method per kind."""
-        scope = _Scope(c, names, ind, locals_, vec, prefix, guard, {} if vals is None else vals, inline, top)
+        """Emit the statements of ``body`` (those in ``include``, if given) as C; returns the C
+        value of each SSA name. ``vec``: (buffers read/written through the vector registers, the
+        lane); ``guard``: once-per-row statements, stored by thread 0; ``inline``: recompute a
+        local buffer's value (no stores); ``top``: not inside a ``masked`` body."""
+        ctx = _Ctx(c, names, ind, locals_, vec, prefix, guard, {} if vals is None else vals, inline, top)
         for st in body:
             if include is not None and id(st) not in include:
                 continue
             if inline and st.op in ("store", "store_reduction"):
                 continue
-            emit = _EMITTERS.get(st.op, _Gen._emit_compute)
-            emit(self, st, scope)
-            if st.name and st.name not in scope.vals:
-                scope.vals[st.name] = scope.name(st)
-        return scope.vals
+            a = [ctx.vals.get(x, prefix + x) for x in st.args]
+            nm, t = prefix + (st.name or ""), _ctype(st.dtype)
+            if st.op == "load":
+                self._load(ctx, st, nm, t)
+            elif st.op in ("store", "store_reduction"):
+                self._store(ctx, st, a)
+            elif st.op == "masked":
+                other = _const(st.attr("other"), st.dtype)
+                self.lines += [f"{ind}{t} {nm} = {other};", f"{ind}if ({a[0]}) {{"]
+                res = self._stmts(c, st.body, dict(names), ind + "  ", locals_, None, prefix, None, guard,
+                                  dict(ctx.vals), inline, top=False)
+                self.lines += [f"{ind}  {nm} = {res['__yield']};", f"{ind}}}"]
+            elif st.op == "yield":
+                ctx.vals["__yield"] = a[0]
+            elif st.op == "indirect_indexing":
+                size = self._index(st.attr("size"), names)
+                self.lines.append(f"{ind}idx_t {nm} = (idx_t)({a[0]});")
+                if st.attr("wrap_neg", True):
+                    self.lines.append(f"{ind}if ({nm} < 0) {nm} += {size};")
+                names[st.name] = ctx.vals[st.name] = nm
+            elif st.op == "reduction":
+                ctx.vals[st.name] = nm  # the accumulator: set by _reduce_nest
+            elif st.op != "check_bounds":
+                self.lines.append(f"{ind}{self._compute(c, st, a, nm, t, names, prefix)}")
+            if st.name and st.name not in ctx.vals:
+                ctx.vals[st.name] = nm
+        return ctx.vals
 
-    def _emit_load(self, st: Stmt, s: _Scope) -> None:
-        buf, t, nm = st.attr("buffer"), _ctype(st.dtype), s.name(st)
-        if buf in s.locals_:
-            self._emit_local_load(st, s)
+    def _load(self, ctx: "_Ctx", st: Stmt, nm: str, t: str) -> None:
+        """A load: recomputed (a local buffer), from the vector registers, from a value this row
+        computed earlier, from the persistent row cache, or from memory."""
+        buf, ind = st.attr("buffer"), ctx.ind
+        if buf in ctx.locals_:
+            pc, pst = ctx.locals_[buf]
+            self.counter += 1
+            p = f"l{self.counter}_"
+            self.lines += [f"{ind}{t} {nm};", f"{ind}{{"]
+            sub = self._nest_body(pc, {"X": "X", "C": "C"}, ind + "  ", ctx.locals_, prefix=p, inline=True)
+            self.lines += [f"{ind}  {nm} = {sub.get(pst.args[0], p + pst.args[0])};", f"{ind}}}"]
+            ctx.vals[st.name] = nm
             return
-        if s.vec and buf in s.vec[0]:
-            expr = f"vl_{buf}.v[{s.vec[1]}]"
+        if ctx.vec and buf in ctx.vec[0]:
+            expr = f"vl_{buf}.v[{ctx.vec[1]}]"
         else:
-            expr = f"{buf}[{self._index(st.attr('index'), s.names)}]"
-        key = (buf, str(_canon(st.attr("index"), s.c.env)))
+            expr = f"{buf}[{self._index(st.attr('index'), ctx.names)}]"
+        key = (buf, str(_canon(st.attr("index"), ctx.c.env)))
         if self.row_vals is not None and key in self.row_vals:
             expr = self.row_vals[key]   # a value this row computed earlier in the kernel
-        cached = self._cached_load(s.c, st, t, nm, expr) if s.top and not s.guard else None
-        self.lines.append(f"{s.ind}{cached or f'const {t} {nm} = static_cast<{t}>({expr});'}")
+        cached = self._cached_load(ctx.c, st, t, nm, expr) if ctx.top and not ctx.guard else None
+        self.lines.append(f"{ind}{cached or f'const {t} {nm} = static_cast<{t}>({expr});'}")
 
-    def _emit_local_load(self, st: Stmt, s: _Scope) -> None:
-        """A buffer kept in registers: recompute its producing nest here, inline."""
-        out, t, nm = self.lines, _ctype(st.dtype), s.name(st)
-        pc, pst = s.locals_[st.attr("buffer")]
-        self.counter += 1
-        p = f"l{self.counter}_"
-        out.append(f"{s.ind}{t if t != 'auto' else 'auto'} {nm};")
-        out.append(f"{s.ind}{{")
-        sub = self._nest_body(pc, {"X": "X", "C": "C"}, s.ind + "  ", s.locals_, prefix=p, inline=True)
-        out.append(f"{s.ind}  {nm} = {sub.get(pst.args[0], p + pst.args[0])};")
-        out.append(f"{s.ind}}}")
-        s.vals[st.name] = nm
-
-    def _emit_store(self, st: Stmt, s: _Scope) -> None:
-        out, buf, ind = self.lines, st.attr("buffer"), s.ind
-        if buf in s.locals_:
+    def _store(self, ctx: "_Ctx", st: Stmt, a: list[str]) -> None:
+        """A store: to the vector registers, atomic, or plain (once per row: thread 0 stores, and
+        the value is kept for later loads of the row)."""
+        buf, ind = st.attr("buffer"), ctx.ind
+        if buf in ctx.locals_:
             return
         bt = CTYPES[self.buffers[buf].dtype]
-        val = f"static_cast<{bt}>({s.args(st)[0]})"
-        if s.vec and buf in s.vec[0]:
-            out.append(f"{ind}vs_{buf}.v[{s.vec[1]}] = {val};")
+        val = f"static_cast<{bt}>({a[0]})"
+        if ctx.vec and buf in ctx.vec[0]:
+            self.lines.append(f"{ind}vs_{buf}.v[{ctx.vec[1]}] = {val};")
         elif st.attr("mode") == "atomic_add":
-            out.append(f"{ind}atomicAdd(&{buf}[{self._index(st.attr('index'), s.names)}], {val});")
+            self.lines.append(f"{ind}atomicAdd(&{buf}[{self._index(st.attr('index'), ctx.names)}], {val});")
         elif st.attr("mode"):
             raise CodegenError(f"store mode {st.attr('mode')!r} is not supported")
         else:
-            guard_ = "if (tid == 0) " if s.guard else ""
-            key = (buf, str(_canon(st.attr("index"), s.c.env)))
-            if s.guard and s.top and self.row_vals is not None and "C" not in key[1]:
+            key = (buf, str(_canon(st.attr("index"), ctx.c.env)))
+            if ctx.guard and ctx.top and self.row_vals is not None and "C" not in key[1]:
                 rv = f"rv{len(self.row_vals)}"
                 self.cache_decl.append(f"  {bt} {rv};")
                 self.row_vals[key] = rv
-                out.append(f"{ind}{rv} = {val};")
+                self.lines.append(f"{ind}{rv} = {val};")
                 val = rv
-            out.append(f"{ind}{guard_}{buf}[{self._index(st.attr('index'), s.names)}] = {val};")
+            guard = "if (tid == 0) " if ctx.guard else ""
+            self.lines.append(f"{ind}{guard}{buf}[{self._index(st.attr('index'), ctx.names)}] = {val};")
 
-    def _emit_constant(self, st: Stmt, s: _Scope) -> None:
-        t = _ctype(st.dtype)
-        self.lines.append(f"{s.ind}const {t} {s.name(st)} = {_const(st.attr('value'), st.attr('dtype') or st.dtype)};")
-
-    def _emit_index_expr(self, st: Stmt, s: _Scope) -> None:
-        t = _ctype(st.dtype)
-        self.lines.append(f"{s.ind}const {t} {s.name(st)} = static_cast<{t}>({self._index(st.attr('expr'), s.names)});")
-
-    def _emit_to_dtype(self, st: Stmt, s: _Scope) -> None:
-        t = _ctype(st.dtype)
-        conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
-                "float16": "__half2float(__float2half({0}))"}.get(st.attr("dtype"), "static_cast<{t}>({0})")
-        self.lines.append(f"{s.ind}const {t} {s.name(st)} = {conv.format(s.args(st)[0], t=t)};")
-
-    def _emit_to_dtype_bitcast(self, st: Stmt, s: _Scope) -> None:
-        t, nm, src = _ctype(st.dtype), s.name(st), _ctype(st.attr("src_dtype"))
-        self.lines.append(f"{s.ind}{t} {nm}; {{ {src} tmp_ = {s.args(st)[0]}; memcpy(&{nm}, &tmp_, sizeof({nm})); }}")
-
-    def _emit_indirect_indexing(self, st: Stmt, s: _Scope) -> None:
-        nm, size = s.name(st), self._index(st.attr("size"), s.names)
-        self.lines.append(f"{s.ind}idx_t {nm} = (idx_t)({s.args(st)[0]});")
-        if st.attr("wrap_neg", True):
-            self.lines.append(f"{s.ind}if ({nm} < 0) {nm} += {size};")
-        s.names[st.name] = nm
-        s.vals[st.name] = nm
-
-    def _emit_nothing(self, st: Stmt, s: _Scope) -> None:
-        """check_bounds: indices are not checked on the device."""
-
-    def _emit_masked(self, st: Stmt, s: _Scope) -> None:
-        out, t, nm = self.lines, _ctype(st.dtype), s.name(st)
-        out.append(f"{s.ind}{t} {nm} = {_const(st.attr('other'), st.dtype)};")
-        out.append(f"{s.ind}if ({s.args(st)[0]}) {{")
-        res = self._stmts(s.c, st.body, dict(s.names), s.ind + "  ", s.locals_, None, s.prefix, None, s.guard,
-                          dict(s.vals), s.inline, top=False)
-        out.append(f"{s.ind}  {nm} = {res['__yield']};")
-        out.append(f"{s.ind}}}")
-
-    def _emit_yield(self, st: Stmt, s: _Scope) -> None:
-        s.vals["__yield"] = s.args(st)[0]
-
-    def _emit_load_seed(self, st: Stmt, s: _Scope) -> None:
-        a = s.args(st)
-        off = a[0] if a else str(st.attr("offset"))
-        self.lines.append(f"{s.ind}const long long {s.name(st)} = (long long){st.attr('buffer')}[{off}];")
-
-    def _emit_random(self, st: Stmt, s: _Scope) -> None:
-        t, a = _ctype(st.dtype), s.args(st)
-        if st.op == "randint64":
-            self.lines.append(f"{s.ind}const {t} {s.name(st)} = tv_randint64({', '.join(a)});")
-        else:
-            self.lines.append(f"{s.ind}const {t} {s.name(st)} = tv_{st.op}({a[0]}, {a[1]});")
-
-    def _emit_reduction(self, st: Stmt, s: _Scope) -> None:
-        s.vals[st.name] = s.name(st)  # the accumulator: set by _reduce_nest
-
-    def _emit_getitem(self, st: Stmt, s: _Scope) -> None:
-        red = self._producer(s.c.nest.body, st.args[0])
-        if red is None or red.op != "reduction":
-            raise CodegenError(f"getitem of {st.args[0]} is not supported")
-        f = _RED[red.attr("kind")][0][st.attr("index")]
-        self.lines.append(f"{s.ind}const auto {s.name(st)} = acc_{s.prefix}{red.name}_{f};")
-
-    def _emit_compute(self, st: Stmt, s: _Scope) -> None:
-        """A compute op: a C expression from the _UNARY/_BINARY tables, where or fma."""
-        op, a, t, nm, ind = st.op, s.args(st), _ctype(st.dtype), s.name(st), s.ind
-        if op in _UNARY or op.removeprefix("libdevice_") in _UNARY:
-            tmpl = _UNARY.get(op) or _UNARY[op.removeprefix("libdevice_")]
-            tt = t if t != "auto" else "float"
-            x = f"static_cast<{tt}>({a[0]})" if op not in ("logical_not", "isnan", "isinf", "signbit",
-                                                            "bitwise_not", "identity") else a[0]
-            self.lines.append(f"{ind}const {t} {nm} = {tmpl.format(x, t=tt)};")
-        elif op in _BINARY or op.removeprefix("libdevice_") in _BINARY:
-            tmpl = _BINARY.get(op) or _BINARY[op.removeprefix("libdevice_")]
+    def _compute(self, c: _Nest, st: Stmt, a: list[str], nm: str, t: str, names: Mapping[str, str],
+                 prefix: str) -> str:
+        """The C declaration of a value statement (constants, casts, math, random numbers)."""
+        op = st.op
+        if op == "constant":
+            return f"const {t} {nm} = {_const(st.attr('value'), st.attr('dtype') or st.dtype)};"
+        if op == "index_expr":
+            return f"const {t} {nm} = static_cast<{t}>({self._index(st.attr('expr'), names)});"
+        if op == "to_dtype":
+            conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
+                    "float16": "__half2float(__float2half({0}))"}.get(st.attr("dtype"), "static_cast<{t}>({0})")
+            return f"const {t} {nm} = {conv.format(a[0], t=t)};"
+        if op == "to_dtype_bitcast":
+            src = _ctype(st.attr("src_dtype"))
+            return f"{t} {nm}; {{ {src} tmp_ = {a[0]}; memcpy(&{nm}, &tmp_, sizeof({nm})); }}"
+        if op == "load_seed":
+            off = a[0] if a else str(st.attr("offset"))
+            return f"const long long {nm} = (long long){st.attr('buffer')}[{off}];"
+        if op in ("rand", "randn"):
+            return f"const {t} {nm} = tv_{op}({a[0]}, {a[1]});"
+        if op == "randint64":
+            return f"const {t} {nm} = tv_randint64({', '.join(a)});"
+        if op == "getitem":
+            red = self._producer(c.nest.body, st.args[0])
+            if red is None or red.op != "reduction":
+                raise CodegenError(f"getitem of {st.args[0]} is not supported")
+            return f"const auto {nm} = acc_{prefix}{red.name}_{_RED[red.attr('kind')][0][st.attr('index')]};"
+        base = op.removeprefix("libdevice_")
+        if op in _UNARY or base in _UNARY:
+            tmpl, tt = _UNARY.get(op) or _UNARY[base], t if t != "auto" else "float"
+            x = a[0] if op in ("logical_not", "isnan", "isinf", "signbit", "bitwise_not", "identity") \
+                else f"static_cast<{tt}>({a[0]})"
+            return f"const {t} {nm} = {tmpl.format(x, t=tt)};"
+        if op in _BINARY or base in _BINARY:
             xs = [f"static_cast<{t}>({x})" for x in a] if op in _CAST_ARGS and t != "auto" else a
-            self.lines.append(f"{ind}const {t} {nm} = {tmpl.format(*xs)};")
-        elif op == "where":
-            self.lines.append(f"{ind}const {t} {nm} = ({a[0]} ? static_cast<{t}>({a[1]}) : static_cast<{t}>({a[2]}));")
-        elif op == "fma":
-            self.lines.append(f"{ind}const {t} {nm} = fma({a[0]}, {a[1]}, {a[2]});")
-        else:
-            raise CodegenError(f"ops.{op} is not supported by the CUDA code generator")
+            return f"const {t} {nm} = {(_BINARY.get(op) or _BINARY[base]).format(*xs)};"
+        if op == "where":
+            return f"const {t} {nm} = ({a[0]} ? static_cast<{t}>({a[1]}) : static_cast<{t}>({a[2]}));"
+        if op == "fma":
+            return f"const {t} {nm} = fma({a[0]}, {a[1]}, {a[2]});"
+        raise CodegenError(f"ops.{op} is not supported by the CUDA code generator")
 
     def _producer(self, body: Sequence[Stmt], name: str) -> Stmt | None:
         return next((s for s in body if s.name == name), None)
@@ -1007,12 +1014,18 @@ class _Gen:
             names[v] = v
         infos, dups = self._accumulators(c, reds, ind)
         if final is None:
-            self._accumulate(c, infos, reds, names, threads, ind, locals_, loop, column)
+            self._accumulate(c, reds, infos, names, threads, ind, locals_, loop, column)
         else:
-            self._combine_workspace(infos, final[0], ind, column)
+            for red, kind, acc_t, fields, ftypes, upd, comb in infos:
+                self.lines.append(f"{ind}for (int s = {'0' if column else 'tid'}; s < {final[0]}; "
+                                  f"s += {1 if column else 32}) {{")
+                for j, (f, ft) in enumerate(zip(fields, ftypes)):
+                    at = "s * R + X" if column else f"X * {final[0]} + s"
+                    self.lines.append(f"{ind}  const {ft} o_{f} = ws{j}[{at}];")
+                self.lines += [ind + "  " + comb.format(a=f"acc_{red.name}_", o="o_"), f"{ind}}}"]
             threads, warp = 32, True
-        if not column:
-            self._combine_threads(infos, threads, warp, ind)
+        for info in (() if column else infos):
+            self._combine(info, threads, warp, ind)
         for name, orig, fields, ftypes in dups:
             for f, ft in zip(fields, ftypes):
                 self.lines.append(f"{ind}const {ft} acc_{name}_{f} = acc_{orig}_{f};")
@@ -1023,16 +1036,13 @@ class _Gen:
         after_roots = [st for st in c.nest.body if st.op != "reduction" and (
             st.name in post or st.op == "store_reduction" or (st.op == "store" and st.args[0] in post))]
         after_set = _closure(c.nest.body, [], after_roots, stop={id(r) for r in reds})
-        vals: dict[str, str] = {}
-        for red, kind, *_ in infos:
-            fields = _RED[kind][0]
-            vals[red.name] = f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else fields[0]}"
+        vals = {red.name: f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else _RED[kind][0][0]}"
+                for red, kind, *_ in infos}
         self._stmts(c, c.nest.body, names, ind, locals_, include=after_set, guard=not column, vals=vals)
 
-    def _accumulators(self, c: _Nest, reds: Sequence[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
-        """Declare and initialize each reduction's accumulator fields. Returns the reductions to
-        compute (red, kind, acc type, fields, field types, update, combine) and the duplicates of
-        one computed earlier in the row (name, earlier name, fields, field types)."""
+    def _accumulators(self, c: _Nest, reds: list[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
+        """Declare and initialise each reduction's accumulator fields; a reduction equal to one
+        earlier in the row (same kind of the same values) reuses that one's (``dups``)."""
         infos, dups = [], []
         for red in reds:
             kind = red.attr("kind")
@@ -1055,74 +1065,44 @@ class _Gen:
                     self.lines.append(f"{ind}{ft} acc_{red.name}_{f} = {init.format(t=acc_t)};")
         return infos, dups
 
-    def _accumulate(self, c: _Nest, infos: Sequence[tuple], reds: Sequence[Stmt], names: dict[str, str],
-                    threads: int, ind: str, locals_: Mapping[str, Any], loop: tuple[str, str] | None,
-                    column: bool) -> None:
-        """The loop over the row's columns: the statements feeding the reductions, then each update."""
-        out = self.lines
-        post = _post_names(c.nest)
-        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post]
+    def _accumulate(self, c: _Nest, reds: list[Stmt], infos: list[tuple], names: dict[str, str], threads: int,
+                    ind: str, locals_: Mapping[str, Any], loop: tuple[str, str] | None, column: bool) -> None:
+        """The loop over this thread's columns of the row, updating the accumulators."""
+        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in _post_names(c.nest)]
         loop_set = _closure(c.nest.body, [a for r in reds for a in r.args], pre_stores)
         lo, hi = loop or ("0" if column else "tid", "L")
         step = 1 if column else threads
-        out.append(self._col_loop(ind, lo, hi, step) if not column and loop is None else
-                   f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
+        unroll = self.knobs["col_unroll"] if column else 4
+        self.lines.append(self._col_loop(ind, lo, hi, step) if not column and loop is None else
+                          f"{ind}#pragma unroll {unroll}\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
         for v in c.col_vars:
-            out.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
+            self.lines.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
             names[v] = v
         vals = self._stmts(c, c.nest.body, names, ind + "  ", locals_, include=loop_set)
         for red, kind, acc_t, fields, ftypes, upd, comb in infos:
             args = [vals.get(x, x) for x in red.args]
-            out.append(ind + "  " + upd.format(a=f"acc_{red.name}_", v=args[0], i="C", t=acc_t,
-                                               **{f"v{j}": x for j, x in enumerate(args)}))
-        out.append(f"{ind}}}")
+            self.lines.append(ind + "  " + upd.format(a=f"acc_{red.name}_", v=args[0], i="C", t=acc_t,
+                                                      **{f"v{j}": x for j, x in enumerate(args)}))
+        self.lines.append(f"{ind}}}")
 
-    def _combine_workspace(self, infos: Sequence[tuple], splits: int, ind: str, column: bool) -> None:
-        """Split second pass: combine the ``splits`` partial results of each row from the workspace."""
-        out = self.lines
-        for red, kind, acc_t, fields, ftypes, upd, comb in infos:
-            out.append(f"{ind}for (int s = {'0' if column else 'tid'}; s < {splits}; s += {1 if column else 32}) {{")
-            for j, (f, ft) in enumerate(zip(fields, ftypes)):
-                out.append(f"{ind}  const {ft} o_{f} = ws{j}[{'s * R + X' if column else f'X * {splits} + s'}];")
-            out.append(ind + "  " + comb.format(a=f"acc_{red.name}_", o="o_"))
-            out.append(f"{ind}}}")
-
-    def _combine_threads(self, infos: Sequence[tuple], threads: int, warp: bool, ind: str) -> None:
-        """Combine across the threads of the row: a warp butterfly, then across warps."""
-        out = self.lines
-        for red, kind, acc_t, fields, ftypes, upd, comb in infos:
-            a = f"acc_{red.name}_"
-            out.append(f"{ind}for (int off = 16; off > 0; off >>= 1) {{")
-            for f, ft in zip(fields, ftypes):
-                out.append(f"{ind}  const {ft} o_{f} = tv_shfl({a}{f}, off);")
-            out.append(ind + "  " + comb.format(a=a, o="o_"))
-            out.append(f"{ind}}}")
-            if not warp and threads > 32:
-                nw = threads // 32
-                for f, ft in zip(fields, ftypes):
-                    out.append(f"{ind}__shared__ {ft} sh_{red.name}_{f}[32];")
-                out.append(f"{ind}if ((tid & 31) == 0) {{")
-                for f in fields:
-                    out.append(f"{ind}  sh_{red.name}_{f}[tid >> 5] = {a}{f};")
-                out.append(f"{ind}}}\n{ind}__syncthreads();")
-                for f in fields:
-                    out.append(f"{ind}{a}{f} = sh_{red.name}_{f}[0];")
-                out.append(f"{ind}for (int w = 1; w < {nw}; w++) {{")
-                for f, ft in zip(fields, ftypes):
-                    out.append(f"{ind}  const {ft} o_{f} = sh_{red.name}_{f}[w];")
-                out.append(ind + "  " + comb.format(a=a, o="o_"))
-                out.append(f"{ind}}}")
-
-
-#: statement op -> the _Gen method emitting it (anything else: _Gen._emit_compute)
-_EMITTERS = {
-    "load": _Gen._emit_load, "store": _Gen._emit_store, "store_reduction": _Gen._emit_store,
-    "constant": _Gen._emit_constant, "index_expr": _Gen._emit_index_expr, "to_dtype": _Gen._emit_to_dtype,
-    "to_dtype_bitcast": _Gen._emit_to_dtype_bitcast, "indirect_indexing": _Gen._emit_indirect_indexing,
-    "check_bounds": _Gen._emit_nothing, "masked": _Gen._emit_masked, "yield": _Gen._emit_yield,
-    "load_seed": _Gen._emit_load_seed, "rand": _Gen._emit_random, "randn": _Gen._emit_random,
-    "randint64": _Gen._emit_random, "reduction": _Gen._emit_reduction, "getitem": _Gen._emit_getitem,
-}
+    def _combine(self, info: tuple, threads: int, warp: bool, ind: str) -> None:
+        """Combine one reduction across the row's threads: a warp butterfly (every lane gets the
+        result), then, for a block per row, the warps' results through shared memory."""
+        red, kind, acc_t, fields, ftypes, upd, comb = info
+        a, out = f"acc_{red.name}_", self.lines
+        out.append(f"{ind}for (int off = 16; off > 0; off >>= 1) {{")
+        out += [f"{ind}  const {ft} o_{f} = tv_shfl({a}{f}, off);" for f, ft in zip(fields, ftypes)]
+        out += [ind + "  " + comb.format(a=a, o="o_"), f"{ind}}}"]
+        if warp or threads <= 32:
+            return
+        out += [f"{ind}__shared__ {ft} sh_{red.name}_{f}[32];" for f, ft in zip(fields, ftypes)]
+        out.append(f"{ind}if ((tid & 31) == 0) {{")
+        out += [f"{ind}  sh_{red.name}_{f}[tid >> 5] = {a}{f};" for f in fields]
+        out.append(f"{ind}}}\n{ind}__syncthreads();")
+        out += [f"{ind}{a}{f} = sh_{red.name}_{f}[0];" for f in fields]
+        out.append(f"{ind}for (int w = 1; w < {threads // 32}; w++) {{")
+        out += [f"{ind}  const {ft} o_{f} = sh_{red.name}_{f}[w];" for f, ft in zip(fields, ftypes)]
+        out += [ind + "  " + comb.format(a=a, o="o_"), f"{ind}}}"]
 
 
 def _uses(st: Stmt) -> set[str]:

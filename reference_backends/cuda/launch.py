@@ -138,11 +138,23 @@ class _Driver:
         self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()), f"cuModuleGetFunction({name})")
         return fn
 
-    def launch(self, fn: ctypes.c_void_p, grid: Sequence[int], block: Sequence[int], args: bytes, stream: int) -> None:
-        buf = ctypes.create_string_buffer(args, len(args))
-        size = ctypes.c_size_t(len(args))
-        extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buf), 2, ctypes.addressof(size), 0)
-        self.check(self.lib.cuLaunchKernel(fn, *grid, *block, 0, stream, None, extra), "cuLaunchKernel")
+    def launch(self, fn: ctypes.c_void_p, grid: Sequence[int], block: Sequence[int], args: "_Args", stream: int) -> None:
+        self.check(self.lib.cuLaunchKernel(fn, *grid, *block, 0, stream, None, args.extra), "cuLaunchKernel")
+
+
+class _Args:
+    """A kernel's packed argument buffer, reused by every launch (the driver copies the
+    arguments when the launch is enqueued): no ctypes objects are made per call."""
+
+    def __init__(self, size: int) -> None:
+        self.buf = ctypes.create_string_buffer(max(size, 8))
+        self.size = ctypes.c_size_t(size)
+        self.extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(self.buf), 2, ctypes.addressof(self.size), 0)
+
+    def pack(self, data: bytes) -> "_Args":
+        ctypes.memmove(self.buf, data, len(data))
+        self.size.value = len(data)
+        return self
 
 
 _driver: _Driver | None = None
@@ -160,6 +172,7 @@ class CompiledKernel:
         self.nbuf = len(kernel.buffers)
         self._modules: dict[tuple[str, int], dict[str, Any]] = {}
         self._plans: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
+        self._args: dict[int, _Args] = {}   # per thread: a launch packs, then enqueues
 
     def _functions(self, device: torch.device) -> dict[str, Any]:
         key = (device.type, device.index or 0)
@@ -224,9 +237,12 @@ class CompiledKernel:
         packed = struct.pack(f"<{self.nbuf}Q{len(sizes)}q", *ptrs, *sizes)
         if device.type == "cuda":
             stream = torch.cuda.current_stream(device).cuda_stream
+            args_buf = self._args.get(threading.get_ident())
+            if args_buf is None:   # pointers, sizes and up to 4 workspace pointers
+                args_buf = self._args[threading.get_ident()] = _Args(8 * (self.nbuf + len(sizes) + 4))
 
             def go(name: str, grid: Sequence[int], block: Sequence[int], extra: bytes = b"") -> None:
-                _driver.launch(fns[name], grid, block, packed + extra, stream)  # type: ignore[union-attr]
+                _driver.launch(fns[name], grid, block, args_buf.pack(packed + extra), stream)  # type: ignore[union-attr]
         else:
             from torchvendor.sdk import launch
 
