@@ -25,12 +25,16 @@ import tempfile
 import time
 from typing import Any, Callable
 
-import torch
-import torch.nn.functional as F
+# a fresh Inductor cache per run, set before torch is imported (Inductor fixes the directory at its
+# first use): no artifacts of earlier processes are served to this one
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))
 
-from torchvendor.ir import capture
-from torchvendor.reference_backends.cuda import CudaBackend
-from torchvendor.sdk import ProgramRunner, loop_kernels, zoo
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from torchvendor.ir import capture  # noqa: E402
+from torchvendor.reference_backends.cuda import CudaBackend  # noqa: E402
+from torchvendor.sdk import ProgramRunner, loop_kernels, zoo  # noqa: E402
 
 
 def ours(fn: Callable[..., Any], inputs: list[torch.Tensor], backend: CudaBackend) -> tuple[Callable[[], Any], list[Any], float]:
@@ -214,8 +218,6 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench_backend_cuda needs a CUDA GPU")
     os.environ.setdefault("TORCHVENDOR_CACHE_DIR", tempfile.mkdtemp(prefix="tvcuda-"))
-    # a fresh Inductor cache: its FX graph cache must not serve entries of another process's captures
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))
     copy_bw = copy_bandwidth(1 << 30)
     # capture on cuda needs Inductor's cuda registration, made by its first cuda compile
     torch.compile(lambda x: x + 1)(torch.ones(2, device="cuda"))

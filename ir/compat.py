@@ -379,7 +379,14 @@ def ensure_device_hooks(device: str) -> None:
     device like ``cpu``) and a Dynamo ``DeviceInterface``. Existing registrations are kept."""
     ns = inductor()
     common, di = ns.common, ns.device_interface
-    common._initialize_device_op_overrides() if hasattr(common, "_initialize_device_op_overrides") else None
+    if hasattr(common, "_initialize_device_op_overrides"):
+        common._initialize_device_op_overrides()
+    else:  # older releases import their own overrides (cuda's) at the first lookup, while the table is
+        # empty: registering ours first would leave cuda with the host-like ones (`with pass:` wrappers)
+        try:
+            common.get_device_op_overrides("cpu")
+        except (KeyError, ImportError):  # pragma: no cover - a release without cpu overrides
+            pass
     if device not in common.device_op_overrides_dict:
         common.register_device_op_overrides(device, ns.CpuDeviceOpOverrides())
     if device not in di.device_interfaces:

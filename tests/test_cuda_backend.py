@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -149,8 +150,9 @@ def test_corpus_numerics_on_gpu():
     subprocess: this session's PrivateUse1 device (acme) stays out of the way."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))  # nothing stale
     done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=1200,
-                          cwd=os.path.dirname(__file__))
+                          cwd=os.path.dirname(__file__), env=env)
     results = dict(json.loads(line).popitem() for line in done.stdout.splitlines() if line.startswith("{"))
     capture = {k: v for k, v in results.items() if v.startswith("capture failed")}
     bad = {k: v for k, v in results.items() if v != "ok" and k not in capture}
