@@ -381,12 +381,15 @@ def ensure_device_hooks(device: str) -> None:
     common, di = ns.common, ns.device_interface
     if hasattr(common, "_initialize_device_op_overrides"):
         common._initialize_device_op_overrides()
-    else:  # older releases import their own overrides (cuda's) at the first lookup, while the table is
-        # empty: registering ours first would leave cuda with the host-like ones (`with pass:` wrappers)
-        try:
-            common.get_device_op_overrides("cpu")
-        except (KeyError, ImportError):  # pragma: no cover - a release without cpu overrides
-            pass
+    else:  # older releases import the built-in devices' overrides only at a lookup while the table is
+        # empty; once anything is registered, cuda would get our host-like ones (`with pass:` wrappers)
+        import importlib
+
+        for name in ("cpu_device_op_overrides", "cuda.device_op_overrides", "xpu.device_op_overrides"):
+            try:
+                importlib.import_module(f"torch._inductor.codegen.{name}")
+            except ImportError:  # pragma: no cover - release dependent
+                pass
     if device not in common.device_op_overrides_dict:
         common.register_device_op_overrides(device, ns.CpuDeviceOpOverrides())
     if device not in di.device_interfaces:
