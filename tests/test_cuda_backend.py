@@ -82,6 +82,41 @@ def test_tiling_follows_the_shapes():
     assert launch(2, 1 << 20).kind == "split"
 
 
+
+def _row_source(fn, *shape):  # noqa: ANN001, ANN202
+    prog = capture(fn, [torch.randn(*shape)], level="loop").inference
+    k = loop_kernels(prog)[0]
+    return generate(k.kernel, k.buffers, k.size_vars)
+
+
+def test_rows_held_in_registers_and_loads_issued_together():
+    """A row of at most kmax columns per thread is read once into registers by a fully unrolled
+    loop with no early exit (a `break` would order the loads); a ragged row tests each column."""
+    exact = _row_source(lambda x: torch.softmax(x, -1), 64, 1024)   # 128 threads x 8 columns
+    assert exact.launches[0].threads == 128
+    assert "for (int k = 0; k < 8; k++) {" in exact.source and "reg0[8]" in exact.source
+    assert "break" not in exact.source
+    ragged = _row_source(lambda x: x.sum(-1), 64, 1000)
+    assert "if (const idx_t C = tid + k * 128; C < L) {" in ragged.source and "break" not in ragged.source
+
+
+def test_tiling_knobs(monkeypatch):
+    """TORCHVENDOR_CUDA_TILING changes the tiling (and so the source); a bad entry is refused by name."""
+    monkeypatch.setenv("TORCHVENDOR_CUDA_TILING", "ept=4")
+    assert _row_source(lambda x: x.sum(-1), 64, 1024).launches[0].threads == 256
+    monkeypatch.setenv("TORCHVENDOR_CUDA_TILING", "kmax=2")   # 8 columns a thread: a strided loop
+    assert "#pragma unroll 4" in _row_source(lambda x: x.sum(-1), 64, 1024).source
+    monkeypatch.setenv("TORCHVENDOR_CUDA_TILING", "threads=7")
+    with pytest.raises(CodegenError, match="threads=7.*kmax=<positive int>"):
+        _row_source(lambda x: x.sum(-1), 64, 1024)
+
+
+def test_welford_of_single_values_has_no_zero_weight_test():
+    """var_mean's per-element update is the weight-1 form; the general combine stays for the shuffles."""
+    src = _row_source(lambda x: torch.var_mean(x, -1), 64, 4096).source   # long rows: Welford
+    assert "tv_welford1(" in src and "tv_welford(acc_" in src
+
+
 # ---- on the GPU ------------------------------------------------------------------------------------
 def _to(v, device):  # noqa: ANN001, ANN202
     if isinstance(v, torch.Tensor):
