@@ -117,6 +117,14 @@ def test_welford_of_single_values_has_no_zero_weight_test():
     assert "tv_welford1(" in src and "tv_welford(acc_" in src
 
 
+
+def test_argmax_compares_source_values():
+    """argmax's dtype is the index's; its values are compared in the input's type (in int64,
+    2.7 and 2.2 would tie and the first index win: conformance's argmax failure on the H100)."""
+    src = _row_source(lambda x: torch.argmax(x), 5, 25).source
+    assert "float acc_t1_v;" in src and "long long acc_t1_i;" in src
+
+
 # ---- on the GPU ------------------------------------------------------------------------------------
 def _to(v, device):  # noqa: ANN001, ANN202
     if isinstance(v, torch.Tensor):

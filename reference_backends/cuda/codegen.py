@@ -439,6 +439,15 @@ _SPLITTABLE = {"sum", "prod", "max", "min", "any", "xor_sum", "welford_reduce", 
                "argmax", "argmin"}
 
 
+def _acc_type(red: Stmt) -> str:
+    """The C type a reduction accumulates its values in: its dtype's, except that argmax/argmin
+    compare the source values (their dtype is the index's: accumulating values in it would
+    truncate 2.7 and 2.2 to the same 2 and return the first)."""
+    if red.attr("kind") in ("argmax", "argmin") and red.attr("src_dtype"):
+        return _ctype(red.attr("src_dtype"))
+    return _ctype(red.attr("dtype") or red.dtype)
+
+
 def _field_type(kind: str, fieldname: str, acc: str) -> str:
     if fieldname == "i":
         return "long long"
@@ -806,7 +815,7 @@ class _Gen:
             self.launches.append(Launch(name, "column", rows=str(rows), rlen=str(rlen), threads=256))
             return
         kind = reds[0].attr("kind")
-        acc_t = _ctype(reds[0].attr("dtype") or reds[0].dtype)
+        acc_t = _acc_type(reds[0])
         fields = _RED[kind][0]
         ftypes = [_field_type(kind, f, acc_t) for f in fields]
         ws = "".join(f", {t}* ws{j}" for j, t in enumerate(ftypes))
@@ -828,7 +837,7 @@ class _Gen:
     def _split(self, name: str, rows: Any, rlen: Any, threads: int, splits: int, c: _Nest, red: Stmt,
                written: set[str]) -> None:
         kind = red.attr("kind")
-        acc_t = _ctype(red.attr("dtype") or red.dtype)
+        acc_t = _acc_type(red)
         fields = _RED[kind][0]
         ftypes = [_field_type(kind, f, acc_t) for f in fields]
         ws = "".join(f", {t}* __restrict__ ws{j}" for j, t in enumerate(ftypes))
@@ -1048,7 +1057,7 @@ class _Gen:
             kind = red.attr("kind")
             if kind not in _RED:
                 raise CodegenError(f"reduction kind {kind!r} is not supported by the CUDA code generator")
-            acc_t = _ctype(red.attr("dtype") or red.dtype)
+            acc_t = _acc_type(red)
             fields, inits, upd, comb = _RED[kind]
             ftypes = [_field_type(kind, f, acc_t) for f in fields]
             same = self._same_reduction(c, red)
