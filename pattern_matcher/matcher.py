@@ -29,15 +29,20 @@ from typing import Any, Collection, Hashable, Iterable
 
 from ..ir.graph_view import GraphView, MutableGraphView
 
+from .compiled import compile_pattern
 from .context import MatchContext
 from .errors import PatternError
 from .keymap import COMMUTATIVE_OPS
 from .match import Match, Searcher
+from .pattern import Pattern
 from .rewrite import RewriteResult, apply_matches
 from .rule import Rule
 from .validity import invalid_reason
 
 __all__ = ["PatternMatcher", "MatchReport"]
+
+#: up to this many rules at a key are run directly; above, the input-key signature filters them
+_DIRECT_RULES = 2
 
 
 @dataclass
@@ -86,6 +91,9 @@ class PatternMatcher:
                 for k in keys:
                     self._by_key.setdefault(k, []).append(i)
         self._dispatch: dict[str, tuple[int, ...]] = {}
+        for rule in self.rules:  # ahead of time: the first pass finds the code ready
+            if isinstance(rule.pattern, Pattern):
+                compile_pattern(rule.pattern, self.commutative)
 
     def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
         return PatternMatcher(self.rules + other.rules, commutative=self.commutative | other.commutative)
@@ -94,6 +102,7 @@ class PatternMatcher:
         return len(self.rules)
 
     def _rules_for(self, key: str) -> tuple[int, ...]:
+        """Indices of the rules that may anchor at a node with operator ``key``."""
         try:
             return self._dispatch[key]
         except KeyError:
@@ -113,10 +122,30 @@ class PatternMatcher:
         """For each (rule, anchor node), the first valid match, in anchor then rule order."""
         ctx = ctx or self.context(view)
         out: list[Match] = []
-        name = view.name
-        rules = self.rules
-        by_key, generic = self._by_key, self._generic
-        ops = ctx._ops
+        runs = self._runs(ctx, self._acceptor(ctx, out, report))
+        ops, rules, commutative = ctx._ops, self.rules, self.commutative
+        dispatch = dict(self._dispatch)  # key -> rule ids, extended locally (a dict hit per node)
+        admitted: dict[tuple, tuple[int, ...]] = {}  # (key, input keys, same01) -> rules worth trying
+        for node in ctx.positions:
+            key = ops[node]
+            ids = dispatch.get(key)
+            if ids is None:
+                ids = dispatch[key] = self._rules_for(key)
+            if not ids:
+                continue
+            if len(ids) > _DIRECT_RULES:  # several rules: skip those whose root cannot fit the inputs
+                ins = ctx.inputs(node)
+                sig = (key, tuple([ops[i] for i in ins]), len(ins) >= 2 and ins[0] is ins[1])
+                ids = admitted.get(sig)  # type: ignore[assignment]
+                if ids is None:
+                    ids = admitted[sig] = tuple(i for i in dispatch[key]
+                                                if rules[i].pattern.admits(key, sig[1], sig[2], commutative))
+            for i in ids:
+                runs[i](node)
+        return out
+
+    def _acceptor(self, ctx: MatchContext, out: list[Match], report: MatchReport | None) -> Any:
+        name = ctx.view.name
 
         def accept(m: Match) -> bool:
             """Keep the first valid match at this (rule, anchor); backtrack past invalid ones."""
@@ -130,28 +159,19 @@ class PatternMatcher:
                 report._reject(m.rule, name(m.anchor), reason)
             return False
 
-        searchers: dict[int, Searcher] = {}
-        admitted: dict[tuple, tuple[int, ...]] = {}  # (key, input keys, same01) -> rules worth trying
-        commutative = self.commutative
-        for node in ctx.positions:
-            key = ops[node]
-            if key not in by_key and not generic:
-                continue
-            ins = ctx.inputs(node)
-            in_keys = tuple([ops[i] for i in ins])
-            same01 = len(ins) >= 2 and ins[0] is ins[1]
-            sig = (key, in_keys, same01)
-            ids = admitted.get(sig)
-            if ids is None:
-                ids = admitted[sig] = tuple(i for i in self._rules_for(key)
-                                            if rules[i].pattern.admits(key, in_keys, same01, commutative))
-            for i in ids:
-                searcher = searchers.get(i)
-                if searcher is None:
-                    rule = rules[i]
-                    searcher = searchers[i] = Searcher(ctx, rule.pattern, accept, rule.check, rule)
-                searcher.run(node)
-        return out
+        return accept
+
+    def _runs(self, ctx: MatchContext, accept: Any) -> Any:
+        """``run(anchor)`` per rule index, built on first use (a :class:`Searcher` each)."""
+        rules = self.rules
+
+        class Lazy(dict):
+            def __missing__(self, i: int) -> Any:
+                rule = rules[i]
+                run = self[i] = Searcher(ctx, rule.pattern, accept, rule.check, rule).runner()
+                return run
+
+        return Lazy()
 
     def match(self, view: GraphView, ctx: MatchContext | None = None) -> MatchReport:
         """Non-overlapping valid matches of all rules, found in one pass; see the module docstring."""
