@@ -32,8 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
 from torchvendor.sdk.fx_pattern import pattern_from_function
-from torchvendor.ir.fx_view import FxView  # noqa: E402
-from torchvendor.ir.fx_view import FxView  # noqa: E402
+from torchvendor.ir.fx_view import FxView, resolve_op  # noqa: E402
 from torchvendor.ir.graph_view import DictGraph  # noqa: E402
 from torchvendor.pattern_matcher import (  # noqa: E402
     Fused, Multi, Opt, P, PatternMatcher, Rule, T, Template, W,
@@ -281,25 +280,125 @@ def library(count: int = 150) -> list[Rule]:
     return rules[:count]
 
 
-def bench_library() -> list[str]:
+def library_graph(n: int, p_plant: float = 0.05, seed: int = 0) -> fx.GraphModule:
+    """The synthetic graph with library-shaped blocks planted among the random ops: an MLP
+    (``gelu(add(mm(x, w), b))``), an RMSNorm (``mul(mul(x, rsqrt(add(mean(pow(x, 2), [-1]), eps))), w)``)
+    and an attention core (``bmm(_softmax(mul(bmm(q, k), 0.125), -1, False), v)``), each at
+    ``p_plant`` per step."""
+    rng = random.Random(seed)
+    g = fx.Graph()
+    vals = [g.placeholder(f"x{i}") for i in range(4)]
+    ops = [aten.add.Tensor, aten.mul.Tensor, aten.relu.default, aten.sin.default]
+    count = 0
+
+    def pick() -> fx.Node:
+        return vals[-1 - rng.randrange(min(8, len(vals)))]
+
+    def call(op: Any, *args: Any) -> fx.Node:
+        return g.call_function(op, tuple(args))
+
+    while count < n:
+        r = rng.random()
+        if r < p_plant:
+            vals.append(call(aten.gelu.default, call(aten.add.Tensor, call(aten.mm.default, pick(), pick()), pick())))
+            count += 3
+        elif r < 2 * p_plant:
+            x = pick()
+            var = call(aten.mean.dim, call(aten.pow.Tensor_Scalar, x, 2), [-1])
+            norm = call(aten.mul.Tensor, x, call(aten.rsqrt.default, call(aten.add.Tensor, var, 1e-6)))
+            vals.append(call(aten.mul.Tensor, norm, pick()))
+            count += 6
+        elif r < 3 * p_plant:
+            score = call(aten.mul.Tensor, call(aten.bmm.default, pick(), pick()), 0.125)
+            vals.append(call(aten.bmm.default, call(aten._softmax.default, score, -1, False), pick()))
+            count += 4
+        else:
+            op = rng.choice(ops)
+            vals.append(call(op, pick(), pick()) if op in (aten.add.Tensor, aten.mul.Tensor) else call(op, pick()))
+            count += 1
+    g.output(vals[-1])
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def inductor_library(count: int = 150) -> tuple[Any, int]:
+    """Inductor's ``PatternMatcherPass`` holding the same rules as :func:`library` (match only).
+
+    Inductor has no alternatives: an ``Opt(clone, ...)`` rule is registered as two patterns;
+    a dtype constraint becomes an ``extra_check``. Returns (pass, #patterns registered)."""
+    from torch._inductor.pattern_matcher import (
+        CallFunction, Ignored, KeywordArg, PatternMatcherPass, register_graph_pattern,
+    )
+
+    pm_pass = PatternMatcherPass(pass_name="bench_library")
+    patterns: list[tuple[Any, Any]] = []
+    K = KeywordArg
+    for act in ACTS:
+        for m in ["aten.mm.default", "aten.bmm.default", "aten.addmm.default"]:
+            for optional in (False, True):
+                op = resolve_op(m)
+                lin = CallFunction(op, K("x"), K("w")) if m != "aten.addmm.default" else CallFunction(op, K("b"), K("x"), K("w"))
+                body = CallFunction(aten.add.Tensor, lin, K("b")) if m != "aten.addmm.default" else lin
+                patterns.append((CallFunction(resolve_op(act), body), None))
+                if optional:
+                    patterns.append((CallFunction(resolve_op(act), CallFunction(aten.clone.default, body)), None))
+    def is_bf16(match: Any) -> bool:
+        val = match.kwargs["x"].meta.get("val")
+        return val is not None and val.dtype == torch.bfloat16
+
+    for eps in range(10):
+        for weighted in (False, True):
+            for dtype in (None, "bfloat16"):
+                var = CallFunction(aten.mean.dim, CallFunction(aten.pow.Tensor_Scalar, K("x"), 2), [-1])
+                norm = CallFunction(aten.mul.Tensor, K("x"), CallFunction(aten.rsqrt.default,
+                                                                          CallFunction(aten.add.Tensor, var, 10.0 ** -(eps + 1))))
+                pat = CallFunction(aten.mul.Tensor, norm, K("w")) if weighted else norm
+                patterns.append((pat, is_bf16 if dtype else None))
+    for s in (aten.mul.Tensor, aten.div.Tensor):
+        for masked in (False, True):
+            for dropout in (False, True):
+                for transposed in (False, True):
+                    for variant in range(5):
+                        k = CallFunction(aten.transpose.int, K("k"), Ignored(), Ignored()) if transposed else K("k")
+                        score = CallFunction(s, CallFunction(aten.bmm.default, K("q"), k), 0.125 * (variant + 1))
+                        if masked:
+                            score = CallFunction(aten.add.Tensor, score, K("mask"))
+                        probs = CallFunction(aten._softmax.default, score, -1, Ignored())
+                        if dropout:
+                            probs = CallFunction(aten.native_dropout.default, probs, Ignored(), Ignored())
+                        patterns.append((CallFunction(aten.bmm.default, probs, K("v")), None))
+    # library() keeps its first `count` rules; the MLP block's 30 rules are 45 patterns here
+    kept = patterns[:count + 15] if count >= 30 else patterns[:count]
+    for pat, check in kept:
+        register_graph_pattern(pat, pass_dict=pm_pass, extra_check=check or (lambda match: True))(lambda match, *a, **k: None)
+    return pm_pass, len(kept)
+
+
+def bench_library(sizes: list[int]) -> list[str]:
     t_build, rules = timed(lambda: library(150), repeat=3)
     t_matcher, pm = timed(lambda: PatternMatcher(rules), repeat=3)
     t_all, _ = timed(lambda: PatternMatcher(library(150)), repeat=3)
+    t_ind_build, (ind_pass, n_ind) = timed(lambda: inductor_library(150))
     traced_n = 10
     def variant(i: int) -> Callable[..., Any]:
         return lambda a, b, c: torch.relu(a + b) * c * (i + 1)
 
     t_traced, _ = timed(lambda: [pattern_from_function(variant(i), 3) for i in range(traced_n)])
-    gm = synth_graph(10_000)
-    t_match, rep = timed(lambda: pm.match(FxView(gm.graph)))
-    return [
+    load = [
         "| what | time |", "|---|---|",
         f"| build 150 distinct rules (MLP x act x optional clone, RMSNorm x eps x dtype, attention variants) | {1e3 * t_build:.1f} ms |",
-        f"| construct the PatternMatcher (index by anchor) | {1e3 * t_matcher:.2f} ms |",
+        f"| construct the PatternMatcher (index by anchor, compile every pattern) | {1e3 * t_matcher:.2f} ms |",
         f"| **both: library of 150 patterns loaded** | **{1e3 * t_all:.1f} ms** |",
+        f"| Inductor: build and register the same rules ({n_ind} patterns: no alternatives) | {1e3 * t_ind_build:.1f} ms |",
         f"| for comparison: tracing patterns with make_fx ({traced_n} traced, x15 extrapolated to 150) | {15 * t_traced:.2f} s |",
-        f"| match all 150 rules over a 10k-node synthetic graph (one pass) | {1e3 * t_match:.1f} ms ({len(rep.matches)} matches) |",
     ]
+    rows = ["| n nodes | ours, 150 rules (matches) | Inductor, same rules (matches) | ratio Inductor / ours |", "|---|---|---|---|"]
+    for n in sizes:
+        gm = library_graph(n)
+        t_ours, rep = timed(lambda: pm.match(FxView(gm.graph)), repeat=3)
+        t_ind, ind_n = timed(lambda: ind_pass.apply(gm), repeat=3)
+        rows.append(f"| {n:,} | {t_ours:.3f} s ({len(rep.matches):,}) | {t_ind:.3f} s ({ind_n:,}) | {t_ind / t_ours:.1f}x |")
+        print(rows[-1], flush=True)
+    return load + [""] + rows
 
 
 def main() -> None:

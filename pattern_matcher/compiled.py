@@ -9,6 +9,11 @@ alternative) is a ``for`` loop, so backtracking is ``continue`` and the search o
 first match found at an anchor -- is exactly the interpreter's. Which names are already bound is
 known statically on each path, so a repeated name becomes one identity test.
 
+Rules that differ only in constants (an attribute value, a dtype) share one code object; where
+the search fails before testing any constant, the matcher skips the other rules of that group at
+this anchor, so a family of 20 norm variants costs one structural test per node (the prefix
+sharing of MLIR's PDL automaton, for the common case of identical structure).
+
 Patterns with a variadic (``Star``) and multi-output patterns stay on the interpreter, as does
 any pattern whose code would nest deeper than Python allows; :func:`compile_pattern` returns
 ``None`` for them.
@@ -46,14 +51,19 @@ _MAX_LINES = 4000
 class CompiledPattern:
     """The generated source of one pattern and the factory that binds it to a pass."""
 
-    __slots__ = ("source", "_factory")
+    __slots__ = ("source", "_factory", "code")
 
-    def __init__(self, source: str, factory: Callable[..., Callable[[Hashable], bool]]) -> None:
-        self.source, self._factory = source, factory
+    def __init__(self, source: str, factory: Callable[..., Callable[[Hashable], bool | None]], code: Any) -> None:
+        #: patterns with the same code object differ only in constants (attribute values,
+        #: predicates): where one fails before testing any constant, all of them fail
+        self.source, self._factory, self.code = source, factory, code
 
-    def bind(self, ctx: MatchContext, emit: Emit) -> Callable[[Hashable], bool]:
-        """``run(anchor) -> bool`` over ``ctx`` (whose positions are indexed), reporting each
-        structural match to ``emit(anchor, bindings, op_nodes)`` in the interpreter's order."""
+    def bind(self, ctx: MatchContext, emit: Emit) -> Callable[[Hashable], bool | None]:
+        """``run(anchor)`` over ``ctx`` (whose positions are indexed), reporting each structural
+        match to ``emit(anchor, bindings, op_nodes)`` in the interpreter's order. It returns True
+        when ``emit`` accepted a match, False when not, and ``None`` when the search failed
+        before testing any constant of the pattern (nor emitting): then every pattern sharing
+        this code object fails at this anchor too."""
         return self._factory(ctx, emit)
 
 
@@ -75,6 +85,11 @@ def compile_pattern(pattern: Pattern, commutative: frozenset[str]) -> CompiledPa
 
 class _TooBig(Exception):
     pass
+
+
+_MISSING = object()
+#: generated source -> code object
+_CODE: dict[str, Any] = {}
 
 
 class _Gen:
@@ -108,23 +123,33 @@ class _Gen:
                   "    ops, kinds_get, kind, inputs_get, attrs = ctx._ops, ctx._kinds.get, ctx.kind, ctx._inputs.get, ctx.attrs\n"
                   "    inputs_cache, view_inputs = ctx._inputs, ctx.view.inputs\n"
                   "    def run(n0):\n"
+                  "        reached = None\n"
                   f"{body}\n"
-                  "        return False\n"
+                  "        return reached\n"
                   "    return run\n")
-        scope: dict[str, Any] = {"ONCE": (0,), **self.consts}
-        try:
-            exec(compile(source, f"<pattern {pattern!r:.60}>", "exec"), scope)
-        except (SyntaxError, RecursionError, MemoryError):  # nesting or size limits of CPython
-            raise _TooBig from None
-        return CompiledPattern(source, scope["factory"])
+        scope: dict[str, Any] = {"ONCE": (0,), "MISSING": _MISSING, "COMM": self.commutative, **self.consts}
+        code = _CODE.get(source)
+        if code is None:  # rules that differ only in constants (keys excepted) share the code object
+            try:
+                code = compile(source, f"<pattern {pattern!r:.60}>", "exec")
+            except (SyntaxError, RecursionError, MemoryError):  # nesting or size limits of CPython
+                raise _TooBig from None
+            if len(_CODE) < 4096:
+                _CODE[source] = code
+        exec(code, scope)
+        return CompiledPattern(source, scope["factory"], code)
 
     # -- the walk ------------------------------------------------------------------------------------
     def tasks(self, todo: list[tuple], bound: dict[Hashable, str], names: list[tuple[str, str]],
               opvars: list[str], depth: int) -> None:
         """Code for matching ``todo`` in order, then emitting. ``bound``: slot -> variable on this
         path; ``names``: (name, variable) in binding order; ``opvars``: op nodes in binding order."""
-        for at, task in enumerate(todo):
+        for at, task in enumerate(todo):  # (the loop sees checks appended to todo on the way)
             rest = todo[at + 1:]
+            if task[0] == "check":
+                self.put(depth, "reached = False")
+                self.put(depth, task[1])
+                continue
             if task[0] == "alpha":  # add(x, y, alpha=2) is not symmetric: asked once the operands matched
                 self.put(depth, f"if {task[2]} and attrs({task[1]}).get('alpha', 1) not in (1, None): continue")
                 continue
@@ -135,7 +160,7 @@ class _Gen:
                     self.tasks([("pat", branch, var, False)] + rest, dict(bound), list(names), list(opvars), depth + 1)
                 return
             if isinstance(p, Wildcard):
-                self.wildcard(p, var, bound, names, depth)
+                todo.extend(self.wildcard(p, var, bound, names, depth))
                 continue
             slot = p.name if p.name is not None else p
             if slot in bound:
@@ -143,34 +168,39 @@ class _Gen:
                 continue
             self.op(p, var, known, rest, bound, names, opvars, depth)
             return
+        self.put(depth, "reached = False")
         self.put(depth, f"if emit(n0, {{{', '.join(f'{n!r}: {v}' for n, v in names)}}}, ({''.join(v + ', ' for v in opvars)})):")
         self.put(depth + 1, "return True")
 
     def wildcard(self, p: Wildcard, var: str, bound: dict[Hashable, str], names: list[tuple[str, str]],
-                 depth: int) -> None:
-        if not p.plain:
-            self.put(depth, f"if not {self.const(p)}.accepts(ctx, {var}): continue")
-        if p.name is None:
-            return
-        if p.name in bound:
-            self.put(depth, f"if {var} is not {bound[p.name]}: continue")
-        else:
-            bound[p.name] = var
-            names.append((p.name, var))
+                 depth: int) -> list[tuple[str, str]]:
+        """Binds or compares the name now; returns the constraint test, deferred (see :meth:`op`)."""
+        if p.name is not None:
+            if p.name in bound:
+                self.put(depth, f"if {var} is not {bound[p.name]}: continue")
+            else:
+                bound[p.name] = var
+                names.append((p.name, var))
+        return [] if p.plain else [("check", f"if not {self.const(p)}.accepts(ctx, {var}): continue")]
+
+    @staticmethod
+    def keyset(keys: frozenset[str]) -> str:
+        """A set display: inside ``in`` CPython makes it a constant, and it stays in the source."""
+        return "{" + ", ".join(map(repr, sorted(keys))) + "}"
 
     def key_test(self, p: Op, expr: str) -> str:
         """A condition that holds when the key ``expr`` is *not* accepted by ``p``."""
         if p.keys is None:
-            return f"not {self.const(p.pred)}({expr})"
+            return f"(reached := False) or not {self.const(p.pred)}({expr})"
         if len(p.keys) == 1:
             return f"{expr} != {next(iter(p.keys))!r}"
-        return f"{expr} not in {self.const(p.keys)}"
+        return f"{expr} not in {self.keyset(p.keys)}"
 
     def quick(self, p: Op, seq: str, swapped: bool = False) -> str:
         """The interpreter's ``_quick_ok`` on ``seq`` (with its first two items swapped), inlined
         (``True`` when there is nothing to test)."""
         at = {0: 1, 1: 0} if swapped else {}
-        tests = [f"ops[{seq}[{at.get(i, i)}]] {'== ' + repr(next(iter(k))) if len(k) == 1 else 'in ' + self.const(k)}"
+        tests = [f"ops[{seq}[{at.get(i, i)}]] {'== ' + repr(next(iter(k))) if len(k) == 1 else 'in ' + self.keyset(k)}"
                  for i, k in p._quick]
         return " and ".join(tests) or "True"
 
@@ -188,16 +218,17 @@ class _Gen:
            names: list[tuple[str, str]], opvars: list[str], depth: int) -> None:
         """Code matching ``p`` at ``var``. ``known``: the parent's quick test already checked the key.
 
-        The interpreter's tests in its order, except that the kind is asked after the inputs' keys
-        when no user predicate (``cons``) is involved: they reject most nodes at no adapter call."""
+        The interpreter's tests, with two reorderings that change no result (every test on a
+        path must pass; the paths and their order are the interpreter's): the kind is asked after
+        the inputs' keys, which reject most nodes at no adapter call; and constraint tests
+        (attributes, dtype, shape, ``where``, constrained wildcards) run after the whole structure
+        matched, just before the emit, so that rules differing only in them fail together."""
         put = self.put
         if not known:
             put(depth, f"if {self.key_test(p, f'ops[{var}]')}: continue")
         iv, n = self.fresh("i"), len(p.args)
         kind_test = self.kind_test(var)
-        if p.cons is not None:
-            put(depth, kind_test)
-            put(depth, f"if not {self.const(p.cons)}.ok(ctx, {var}): continue")
+        checks = self.constraints(p.cons, var) if p.cons is not None else []
         put(depth, f"{iv} = inputs_get({var})")
         put(depth, f"if {iv} is None: {iv} = inputs_cache[{var}] = view_inputs({var})")
         put(depth, f"if len({iv}) != {n}: continue")
@@ -211,26 +242,39 @@ class _Gen:
         todo = [("pat", a, v, i in quick) for i, (a, v) in enumerate(zip(p.args, args))]
         if mode == "never":
             put(depth, f"if not ({self.quick(p, iv)}): continue")
-            if p.cons is None:
-                put(depth, kind_test)
+            put(depth, kind_test)
             put(depth, f"{', '.join(args)}, = {iv}")
-            self.tasks(todo + rest, bound, names, opvars, depth)
+            self.tasks(todo + rest + checks, bound, names, opvars, depth)
             return
         st, sw, seq, flag = self.fresh("t"), self.fresh("s"), self.fresh("q"), self.fresh("f")
         cond = f"{iv}[0] is not {iv}[1]"
         if mode == "runtime":
-            cond = f"ops[{var}] in {self.const(self.commutative)} and " + cond
+            cond = f"ops[{var}] in COMM and " + cond
         swapped = f"({iv}[1], {iv}[0], *{iv}[2:])"
         put(depth, f"{st} = {self.quick(p, iv)}")
         put(depth, f"{sw} = {cond} and {self.quick(p, iv, swapped=True)}")  # no tuple built to say no
         put(depth, f"if not ({st} or {sw}): continue")
-        if p.cons is None:
-            put(depth, self.kind_test(var))
+        put(depth, kind_test)
         put(depth, f"for {seq}, {flag} in ((({iv}, False),) if {st} else ()) + "
                    f"((({swapped}, True),) if {sw} else ()):")
         put(depth + 1, f"{', '.join(args)}, = {seq}")
         alpha = [("alpha", var, flag)] if p.commutative is None else []
-        self.tasks(todo + alpha + rest, bound, names, opvars, depth + 1)
+        self.tasks(todo + alpha + rest + checks, bound, names, opvars, depth + 1)
+
+    def constraints(self, cons: Any, var: str) -> list[tuple[str, str]]:
+        """``cons.ok(ctx, var)`` as check tasks, attribute tests inlined (same tests, same order)."""
+        if cons.dtype is not None or cons.shape is not None or not cons.attrs:
+            return [("check", f"if not {self.const(cons)}.ok(ctx, {var}): continue")]
+        av = self.fresh("x")
+        lines = [f"{av} = attrs({var})"]
+        for key, want in cons.attrs.items():
+            if callable(want):
+                lines.append(f"if not {self.const(want)}({av}.get({key!r})): continue")
+            else:
+                lines.append(f"if {av}.get({key!r}, MISSING) != {self.const(want)}: continue")
+        if cons.where is not None:
+            lines.append(f"if not {self.const(cons.where)}(ctx.view, {var}): continue")
+        return [("check", line) for line in lines]
 
     def kind_test(self, var: str) -> str:
         """Fails unless the node is an operation (kinds are non-empty strings, cached by the context)."""

@@ -128,14 +128,15 @@ class Searcher:
             code = compile_pattern(pattern, ctx.commutative)  # type: ignore[arg-type]
         self._run = code.bind(ctx, self._emit_compiled) if code is not None else None
 
-    def runner(self) -> Callable[[Hashable], bool]:
-        """The fastest callable equivalent to :meth:`run`."""
+    def runner(self) -> Callable[[Hashable], bool | None]:
+        """The fastest callable equivalent to :meth:`run` (compiled code may answer ``None`` for
+        False, see :meth:`~torchvendor.pattern_matcher.compiled.CompiledPattern.bind`)."""
         return self._run if self._run is not None else self.run
 
     def run(self, anchor: Hashable) -> bool:
         """Search at ``anchor``; True when ``on_match`` accepted a match."""
         if self._run is not None:
-            return self._run(anchor)
+            return self._run(anchor) is True
         self.anchor = anchor
         if self._multi:
             return self.pattern.match(self.ctx, anchor, self.env, self._emit)  # type: ignore[call-arg]

@@ -30,7 +30,7 @@ from typing import Any, Collection, Hashable, Iterable
 from ..ir.graph_view import GraphView, MutableGraphView
 
 from .compiled import compile_pattern
-from .context import MatchContext
+from .context import MatchContext, paused_gc
 from .errors import PatternError
 from .keymap import COMMUTATIVE_OPS
 from .match import Match, Searcher
@@ -91,9 +91,13 @@ class PatternMatcher:
                 for k in keys:
                     self._by_key.setdefault(k, []).append(i)
         self._dispatch: dict[str, tuple[int, ...]] = {}
-        for rule in self.rules:  # ahead of time: the first pass finds the code ready
-            if isinstance(rule.pattern, Pattern):
-                compile_pattern(rule.pattern, self.commutative)
+        # Ahead of time: the first pass finds the code ready. Rules whose code is shared (they
+        # differ only in constants) form a group; None: no rule shares code with another.
+        codes = [compile_pattern(r.pattern, self.commutative) if isinstance(r.pattern, Pattern) else None
+                 for r in self.rules]
+        count = Counter(id(c.code) for c in codes if c is not None)
+        shared = [id(c.code) if c is not None and count[id(c.code)] > 1 else None for c in codes]
+        self._groups: list[int | None] | None = shared if any(g is not None for g in shared) else None
 
     def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
         return PatternMatcher(self.rules + other.rules, commutative=self.commutative | other.commutative)
@@ -126,6 +130,7 @@ class PatternMatcher:
         ops, rules, commutative = ctx._ops, self.rules, self.commutative
         dispatch = dict(self._dispatch)  # key -> rule ids, extended locally (a dict hit per node)
         admitted: dict[tuple, tuple[int, ...]] = {}  # (key, input keys, same01) -> rules worth trying
+        groups = self._groups
         for node in ctx.positions:
             key = ops[node]
             ids = dispatch.get(key)
@@ -140,8 +145,17 @@ class PatternMatcher:
                 if ids is None:
                     ids = admitted[sig] = tuple(i for i in dispatch[key]
                                                 if rules[i].pattern.admits(key, sig[1], sig[2], commutative))
+            if groups is None:
+                for i in ids:
+                    runs[i](node)
+                continue
+            failed: set[Any] = set()  # code shared by rules that failed here before any constant
             for i in ids:
-                runs[i](node)
+                grp = groups[i]
+                if grp is None:
+                    runs[i](node)
+                elif grp not in failed and runs[i](node) is None:
+                    failed.add(grp)
         return out
 
     def _acceptor(self, ctx: MatchContext, out: list[Match], report: MatchReport | None) -> Any:
@@ -175,6 +189,10 @@ class PatternMatcher:
 
     def match(self, view: GraphView, ctx: MatchContext | None = None) -> MatchReport:
         """Non-overlapping valid matches of all rules, found in one pass; see the module docstring."""
+        with paused_gc():
+            return self._match(view, ctx)
+
+    def _match(self, view: GraphView, ctx: MatchContext | None) -> MatchReport:
         ctx = ctx or self.context(view)
         report = MatchReport([])
         cands = self.candidates(view, ctx, report)
@@ -200,10 +218,11 @@ class PatternMatcher:
         """
         total = RewriteResult()
         for _ in range(max_passes):
-            ctx = self.context(view)
-            report = self.match(view, ctx)
-            todo = [m for m in report.matches if m.rule.replacement is not None]
-            result = apply_matches(view, ctx, todo)
+            with paused_gc():
+                ctx = self.context(view)
+                report = self._match(view, ctx)
+                todo = [m for m in report.matches if m.rule.replacement is not None]
+                result = apply_matches(view, ctx, todo)
             total.merge(result)
             total.passes += 1
             if result.replaced == 0:
