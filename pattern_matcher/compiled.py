@@ -25,7 +25,7 @@ Example::
     >>> g = DictGraph(); x, y = g.add_input("x"), g.add_input("y")
     >>> r = g.add_node("relu", [g.add_node("add", [y, x])])
     >>> ctx = MatchContext(g, {"add"}); _ = ctx.index_positions()
-    >>> run = compile_pattern(P("relu", P("add", "a", "b")), ctx.commutative).bind(ctx, lambda n, b, nodes: print(b) or False)
+    >>> run = compile_pattern(P("relu", P("add", "a", "b")), ctx.commutative).bind(ctx, lambda n, b, nodes, in_order: print(b) or False)
     >>> run(r)
     {'a': %y, 'b': %x}
     {'a': %x, 'b': %y}
@@ -40,8 +40,9 @@ from .pattern import Alt, Op, Pattern, Variadic, Wildcard
 
 __all__ = ["CompiledPattern", "compile_pattern"]
 
-#: emit(anchor, bindings, op_nodes) -> bool: True stops the search at this anchor (as in Pattern.match)
-Emit = Callable[[dict, tuple], bool]
+#: emit(anchor, bindings, op_nodes, in_order) -> bool: True stops the search at this anchor (as in
+#: Pattern.match); ``in_order``: op_nodes are distinct and in topological order
+Emit = Callable[[Hashable, dict, tuple, bool], bool]
 #: Python refuses more than 20 statically nested blocks; stay clear of it
 _MAX_DEPTH = 18
 #: above this many lines (alternatives duplicate the code after them) the interpreter is used
@@ -58,13 +59,17 @@ class CompiledPattern:
         #: predicates): where one fails before testing any constant, all of them fail
         self.source, self._factory, self.code = source, factory, code
 
-    def bind(self, ctx: MatchContext, emit: Emit) -> Callable[[Hashable], bool | None]:
+    def bind(self, ctx: MatchContext, emit: Emit, fast: Emit | None = None) -> Callable[[Hashable], bool | None]:
         """``run(anchor)`` over ``ctx`` (whose positions are indexed), reporting each structural
         match to ``emit(anchor, bindings, op_nodes)`` in the interpreter's order. It returns True
         when ``emit`` accepted a match, False when not, and ``None`` when the search failed
         before testing any constant of the pattern (nor emitting): then every pattern sharing
-        this code object fails at this anchor too."""
-        return self._factory(ctx, emit)
+        this code object fails at this anchor too.
+
+        With ``fast``, a match that passes the validity rules of :mod:`.validity` (containment,
+        no capture inside the match; a single-output match has no cycle to check) goes to
+        ``fast`` instead, which may skip those tests."""
+        return self._factory(ctx, emit, fast)
 
 
 def compile_pattern(pattern: Pattern, commutative: frozenset[str]) -> CompiledPattern | None:
@@ -100,6 +105,7 @@ class _Gen:
         self.lines: list[str] = []
         self.consts: dict[str, Any] = {}
         self.count = 0
+        self.parent: dict[str, str] = {}  # argument variable -> variable of its op
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
@@ -119,9 +125,11 @@ class _Gen:
         self.put(2, "for _ in ONCE:")
         self.tasks([("pat", pattern, "n0", False)], {}, [], [], 3)
         body = "\n".join(self.lines)
-        source = ("def factory(ctx, emit):\n"
+        source = ("def factory(ctx, emit, fast):\n"
                   "    ops, kinds_get, kind, inputs_get, attrs = ctx._ops, ctx._kinds.get, ctx.kind, ctx._inputs.get, ctx.attrs\n"
                   "    inputs_cache, view_inputs = ctx._inputs, ctx.view.inputs\n"
+                  "    kinds_set, view_kind = ctx._kinds.setdefault, ctx.view.kind\n"
+                  "    users_get, users_set, view_users = ctx._users.get, ctx._users.setdefault, ctx.view.users\n"
                   "    def run(n0):\n"
                   "        reached = None\n"
                   f"{body}\n"
@@ -168,8 +176,24 @@ class _Gen:
                 continue
             self.op(p, var, known, rest, bound, names, opvars, depth)
             return
+        self.emit(names, opvars, depth)
+
+    def emit(self, names: list[tuple[str, str]], opvars: list[str], depth: int) -> None:
+        """Report the match: to ``fast`` when it passes the validity rules (tested here), else to
+        ``emit`` (see :meth:`CompiledPattern.bind`)."""
+        ops = list(dict.fromkeys(opvars))
+        # a chain (each op the argument of the one before) is in topological order backwards:
+        # the emit is told so (True) and does not sort
+        chain = all(self.parent.get(v) == u for u, v in zip(opvars, opvars[1:]))
+        order = ops[::-1] if chain else opvars
+        args = f"n0, {{{', '.join(f'{n!r}: {v}' for n, v in names)}}}, ({''.join(v + ', ' for v in order)}), {chain}"
+        tests = [f"_in.issuperset(users_get({v}) or users_set({v}, view_users({v})))" for v in ops[1:]]
+        tests += [f"{v} not in _in" for n, v in names if v not in ops]  # a capture inside the match
         self.put(depth, "reached = False")
-        self.put(depth, f"if emit(n0, {{{', '.join(f'{n!r}: {v}' for n, v in names)}}}, ({''.join(v + ', ' for v in opvars)})):")
+        self.put(depth, f"_in = {{{', '.join(ops)}}}")
+        self.put(depth, f"if fast is not None and {' and '.join(tests) or 'True'}:")
+        self.put(depth + 1, f"if fast({args}): return True")
+        self.put(depth, f"elif emit({args}):")
         self.put(depth + 1, "return True")
 
     def wildcard(self, p: Wildcard, var: str, bound: dict[Hashable, str], names: list[tuple[str, str]],
@@ -238,6 +262,7 @@ class _Gen:
         opvars.append(var)
         mode = self.swap_mode(p)
         args = [self.fresh("a") for _ in range(n)]
+        self.parent.update(dict.fromkeys(args, var))
         quick = {i for i, _ in p._quick}
         todo = [("pat", a, v, i in quick) for i, (a, v) in enumerate(zip(p.args, args))]
         if mode == "never":
@@ -278,4 +303,4 @@ class _Gen:
 
     def kind_test(self, var: str) -> str:
         """Fails unless the node is an operation (kinds are non-empty strings, cached by the context)."""
-        return f"if (kinds_get({var}) or kind({var})) != 'op': continue"
+        return f"if (kinds_get({var}) or kinds_set({var}, view_kind({var}))) != 'op': continue"

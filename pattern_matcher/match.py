@@ -114,10 +114,14 @@ class Searcher:
     with the interpreter's search order; the rest run on the interpreter.
     """
 
-    __slots__ = ("ctx", "pattern", "on_match", "check", "rule", "comp", "env", "anchor", "_multi", "_run")
+    __slots__ = ("ctx", "pattern", "on_match", "check", "rule", "comp", "env", "anchor", "_multi", "_run", "_on_valid")
 
     def __init__(self, ctx: MatchContext, pattern: AnyPattern, on_match: Callable[[Match], bool],
-                 check: Callable[[Match], bool] | None = None, rule: Any = None, *, use_compiled: bool = True) -> None:
+                 check: Callable[[Match], bool] | None = None, rule: Any = None, *, use_compiled: bool = True,
+                 on_valid: Callable[[Match], bool] | None = None) -> None:
+        """``on_valid``: where compiled code sends a match it found valid (containment, no
+        capture inside; see :meth:`~torchvendor.pattern_matcher.compiled.CompiledPattern.bind`)
+        instead of ``on_match``, which then sees only the others."""
         self.ctx, self.pattern, self.on_match, self.check, self.rule = ctx, pattern, on_match, check, rule
         self.comp = compiled(pattern)
         self.env: dict = {}
@@ -126,7 +130,10 @@ class Searcher:
         code = None
         if use_compiled and not self._multi and ctx.positions:
             code = compile_pattern(pattern, ctx.commutative)  # type: ignore[arg-type]
-        self._run = code.bind(ctx, self._emit_compiled) if code is not None else None
+        self._on_valid = on_valid
+        self._run = None
+        if code is not None:
+            self._run = code.bind(ctx, self._emit_compiled, self._emit_valid if on_valid is not None else None)
 
     def runner(self) -> Callable[[Hashable], bool | None]:
         """The fastest callable equivalent to :meth:`run` (compiled code may answer ``None`` for
@@ -145,14 +152,27 @@ class Searcher:
     def _emit_single(self) -> bool:
         return self._emit((self.anchor,))
 
-    def _emit_compiled(self, anchor: Hashable, bindings: dict, op_nodes: tuple) -> bool:
-        nodes = list(dict.fromkeys(op_nodes))
-        nodes.sort(key=self.ctx.positions.__getitem__)
-        m = Match(self.ctx.view, self.pattern, anchor, (anchor,), tuple(nodes), bindings,
+    def _emit_compiled(self, anchor: Hashable, bindings: dict, op_nodes: tuple, in_order: bool) -> bool:
+        if not in_order:
+            nodes = list(dict.fromkeys(op_nodes))
+            nodes.sort(key=self.ctx.positions.__getitem__)
+            op_nodes = tuple(nodes)
+        m = Match(self.ctx.view, self.pattern, anchor, (anchor,), op_nodes, bindings,
                   self.comp.capture_names, self.rule)
         if self.check is not None and not self.check(m):
             return False
         return self.on_match(m)
+
+    def _emit_valid(self, anchor: Hashable, bindings: dict, op_nodes: tuple, in_order: bool) -> bool:
+        if not in_order:
+            nodes = list(dict.fromkeys(op_nodes))
+            nodes.sort(key=self.ctx.positions.__getitem__)
+            op_nodes = tuple(nodes)
+        m = Match(self.ctx.view, self.pattern, anchor, (anchor,), op_nodes, bindings,
+                  self.comp.capture_names, self.rule)
+        if self.check is not None and not self.check(m):
+            return False
+        return self._on_valid(m)  # type: ignore[misc]
 
     def _emit(self, roots: tuple[Hashable, ...]) -> bool:
         env, comp, pos = self.env, self.comp, self.ctx.positions

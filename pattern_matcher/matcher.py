@@ -159,10 +159,12 @@ class PatternMatcher:
         return out
 
     def _acceptor(self, ctx: MatchContext, out: list[Match], report: MatchReport | None) -> Any:
+        """(accept, accept_valid): the first tests a match against the validity rules and keeps it
+        if valid; the second keeps a match the compiled code already found valid. Both return
+        True to stop at this (rule, anchor) and False to backtrack to the next match."""
         name = ctx.view.name
 
         def accept(m: Match) -> bool:
-            """Keep the first valid match at this (rule, anchor); backtrack past invalid ones."""
             if report is not None:
                 report.candidates += 1
             reason = invalid_reason(ctx, m)
@@ -173,16 +175,23 @@ class PatternMatcher:
                 report._reject(m.rule, name(m.anchor), reason)
             return False
 
-        return accept
+        def accept_valid(m: Match) -> bool:
+            if report is not None:
+                report.candidates += 1
+            out.append(m)
+            return True
 
-    def _runs(self, ctx: MatchContext, accept: Any) -> Any:
+        return accept, accept_valid
+
+    def _runs(self, ctx: MatchContext, acceptors: Any) -> Any:
         """``run(anchor)`` per rule index, built on first use (a :class:`Searcher` each)."""
         rules = self.rules
+        accept, accept_valid = acceptors
 
         class Lazy(dict):
             def __missing__(self, i: int) -> Any:
                 rule = rules[i]
-                run = self[i] = Searcher(ctx, rule.pattern, accept, rule.check, rule).runner()
+                run = self[i] = Searcher(ctx, rule.pattern, accept, rule.check, rule, on_valid=accept_valid).runner()
                 return run
 
         return Lazy()
@@ -195,10 +204,11 @@ class PatternMatcher:
     def _match(self, view: GraphView, ctx: MatchContext | None) -> MatchReport:
         ctx = ctx or self.context(view)
         report = MatchReport([])
-        cands = self.candidates(view, ctx, report)
-        rank = {id(r): i for i, r in enumerate(self.rules)}
+        cands = self.candidates(view, ctx, report)  # in (anchor position, rule order) already
         pos = ctx.positions
-        cands.sort(key=lambda m: (-m.rule.priority, pos[m.anchor], rank[id(m.rule)]))
+        by_priority = len({r.priority for r in self.rules}) > 1
+        if by_priority:  # stable: ties keep anchor then rule order
+            cands.sort(key=lambda m: -m.rule.priority)
         claimed: set[Hashable] = set()
         accepted: list[Match] = []
         for m in cands:
@@ -207,7 +217,8 @@ class PatternMatcher:
                 accepted.append(m)
             else:
                 report._reject(m.rule, view.name(m.anchor), "overlap with a match of higher precedence")
-        accepted.sort(key=lambda m: pos[m.anchor])
+        if by_priority:
+            accepted.sort(key=lambda m: pos[m.anchor])
         report.matches = accepted
         return report
 
