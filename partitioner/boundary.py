@@ -110,6 +110,8 @@ class _Placement:
         self.size_of = size_of
         self.sizes: dict[int, int] = {}
         self.counts: dict[int, dict[int, int]] = {}
+        #: per unit, whether a sweep must look at it (see :func:`_boundary_marks`)
+        self.marks: list[bool] | None = None
 
     def wave(self, i: int) -> int:
         return self.uwave[i if self.unit_of is None else self.unit_of[i]]
@@ -273,9 +275,15 @@ def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, me
         b_of = _summaries(uwave, order, usucc, False, n_waves)
         a_of = [-1] * n
         walk = iter(order)
+    # Only units at a wave boundary can gain: an interior single-node unit (inputs and consumers
+    # all in its wave) is skipped at the cost of one test; a move re-marks its neighbours.
+    edge = _boundary_marks(st, members)
+    st.marks = edge
     moves = 0
     for u in walk:
         w0 = uwave[u]
+        if w0 >= 0 and not edge[u]:
+            continue
         if w0 < 0:
             if backward:
                 b = n_waves
@@ -303,6 +311,7 @@ def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, me
             if v < hi:
                 hi = v
         if lo >= hi or (u not in members and _interior(st, u, w0)):
+            edge[u] = False
             continue
         best = _best_wave(st, u, members.get(u), w0, lo, hi, backward)
         if best != w0 and (movable is None or movable(u, w0, best)):
@@ -313,6 +322,30 @@ def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, me
         elif not backward and lo < w0 and u not in members:
             moves += _move_cone(st, u, w0, lo, w0, usucc, upreds, members, movable)
     return moves
+
+
+def _boundary_marks(st: _Placement, members: Mapping[int, Sequence[int]]) -> list[bool]:
+    """Per unit: True unless it is a single node whose inputs and consumers are all in its
+    wave (:func:`_interior`); every multi-node unit is marked."""
+    uwave, unit_of, preds = st.uwave, st.unit_of, st.preds
+    marks = [False] * len(uwave)
+    if unit_of is None:
+        for k, ps in enumerate(preds):
+            wk = uwave[k]
+            for p in ps:
+                if uwave[p] != wk:
+                    marks[p] = marks[k] = True
+    else:
+        for k, ps in enumerate(preds):
+            uk = unit_of[k]
+            wk = uwave[uk]
+            for p in ps:
+                up = unit_of[p]
+                if uwave[up] != wk:
+                    marks[up] = marks[uk] = True
+        for root in members:
+            marks[root] = True
+    return marks
 
 
 def _cone(st: _Placement, u: int, w0: int, upreds, usucc, members, limit: int = 32) -> list[int]:
@@ -451,7 +484,11 @@ def _move(st: _Placement, units: Sequence[int], group, old: int, new: int) -> No
     for u in units:
         st.uwave[u] = new
     counts = st.counts
+    marks, unit_of = st.marks, st.unit_of
     for m in (group or units):
+        if marks is not None:  # the neighbours' values now cross (or stop crossing) a wave
+            for x in (*st.preds[m], *st.succ[m]):
+                marks[x if unit_of is None else unit_of[x]] = True
         for p in st.preds[m]:
             c = counts.get(p)
             if c is not None:

@@ -14,11 +14,32 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Hashable, Sequence
+import contextlib
+import gc
+from typing import Any, Collection, Hashable, Iterator, Sequence
 
 from ..ir.graph_view import GraphView, NodeKind
 
-__all__ = ["MatchContext"]
+__all__ = ["MatchContext", "paused_gc"]
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector during a pass: matching allocates many small
+    containers (matches, bindings), which would trigger full collections that walk the whole
+    (large) IR again and again. A no-op if the collector is already off.
+
+    >>> with paused_gc():
+    ...     gc.isenabled()
+    False
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class MatchContext:
@@ -43,47 +64,47 @@ class MatchContext:
     def index_positions(self) -> list[Hashable]:
         """Number the nodes in topological order and cache their operator keys; returns the nodes."""
         nodes = list(self.view.nodes())
-        self.positions = {n: i for i, n in enumerate(nodes)}
+        self.positions = dict(zip(nodes, range(len(nodes))))
         op, ops = self.view.op, self._ops
-        for n in nodes:
-            if n not in ops:
-                ops[n] = op(n)
+        if not ops:
+            self._ops = ops = dict(zip(nodes, map(op, nodes)))
+        else:
+            for n in nodes:
+                if n not in ops:
+                    ops[n] = op(n)
         return nodes
 
+    # Lookups miss once per node and pass, so they test the cache with get() rather than
+    # catching KeyError, which costs more than the adapter call on a miss.
     def op(self, node: Hashable) -> str:
-        try:
-            return self._ops[node]
-        except KeyError:
+        key = self._ops.get(node)
+        if key is None:
             key = self._ops[node] = self.view.op(node)
-            return key
+        return key
 
     def inputs(self, node: Hashable) -> Sequence[Hashable]:
-        try:
-            return self._inputs[node]
-        except KeyError:
+        ins = self._inputs.get(node)
+        if ins is None:
             ins = self._inputs[node] = self.view.inputs(node)
-            return ins
+        return ins
 
     def users(self, node: Hashable) -> Sequence[Hashable]:
-        try:
-            return self._users[node]
-        except KeyError:
+        us = self._users.get(node)
+        if us is None:
             us = self._users[node] = self.view.users(node)
-            return us
+        return us
 
     def kind(self, node: Hashable) -> NodeKind:
-        try:
-            return self._kinds[node]
-        except KeyError:
+        k = self._kinds.get(node)
+        if k is None:
             k = self._kinds[node] = self.view.kind(node)
-            return k
+        return k
 
     def attrs(self, node: Hashable) -> Any:
-        try:
-            return self._attrs[node]
-        except KeyError:
+        a = self._attrs.get(node)
+        if a is None:
             a = self._attrs[node] = self.view.attrs(node)
-            return a
+        return a
 
     def meta(self, node: Hashable) -> Any:
         return self.view.meta(node)

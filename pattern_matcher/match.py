@@ -21,6 +21,7 @@ from typing import Any, Callable, Collection, Hashable, Mapping, Union
 
 from ..ir.graph_view import GraphView
 
+from .compiled import compile_pattern
 from .context import MatchContext
 from .keymap import COMMUTATIVE_OPS
 from .multi import MultiPattern
@@ -108,21 +109,41 @@ class Searcher:
     """Searches one pattern's matches at anchor after anchor (built once per pass and rule).
 
     Each structural match that passes ``check`` goes to ``on_match``; the search at an anchor
-    stops when it returns True and backtracks to the next match otherwise.
+    stops when it returns True and backtracks to the next match otherwise. Single-output
+    patterns run as compiled code (:mod:`.compiled`) when the context's positions are indexed,
+    with the interpreter's search order; the rest run on the interpreter.
     """
 
-    __slots__ = ("ctx", "pattern", "on_match", "check", "rule", "comp", "env", "anchor", "_multi")
+    __slots__ = ("ctx", "pattern", "on_match", "check", "rule", "comp", "env", "anchor", "_multi", "_run", "_on_valid")
 
     def __init__(self, ctx: MatchContext, pattern: AnyPattern, on_match: Callable[[Match], bool],
-                 check: Callable[[Match], bool] | None = None, rule: Any = None) -> None:
+                 check: Callable[[Match], bool] | None = None, rule: Any = None, *, use_compiled: bool = True,
+                 on_valid: Callable[[Match], bool] | None = None) -> None:
+        """``on_valid``: where compiled code sends a match it found valid (containment, no
+        capture inside; see :meth:`~torchvendor.pattern_matcher.compiled.CompiledPattern.bind`)
+        instead of ``on_match``, which then sees only the others."""
         self.ctx, self.pattern, self.on_match, self.check, self.rule = ctx, pattern, on_match, check, rule
         self.comp = compiled(pattern)
         self.env: dict = {}
         self.anchor: Hashable = None
         self._multi = isinstance(pattern, MultiPattern)
+        code = None
+        if use_compiled and not self._multi and ctx.positions:
+            code = compile_pattern(pattern, ctx.commutative)  # type: ignore[arg-type]
+        self._on_valid = on_valid
+        self._run = None
+        if code is not None:
+            self._run = code.bind(ctx, self._emit_compiled, self._emit_valid if on_valid is not None else None)
+
+    def runner(self) -> Callable[[Hashable], bool | None]:
+        """The fastest callable equivalent to :meth:`run` (compiled code may answer ``None`` for
+        False, see :meth:`~torchvendor.pattern_matcher.compiled.CompiledPattern.bind`)."""
+        return self._run if self._run is not None else self.run
 
     def run(self, anchor: Hashable) -> bool:
         """Search at ``anchor``; True when ``on_match`` accepted a match."""
+        if self._run is not None:
+            return self._run(anchor) is True
         self.anchor = anchor
         if self._multi:
             return self.pattern.match(self.ctx, anchor, self.env, self._emit)  # type: ignore[call-arg]
@@ -130,6 +151,28 @@ class Searcher:
 
     def _emit_single(self) -> bool:
         return self._emit((self.anchor,))
+
+    def _emit_compiled(self, anchor: Hashable, bindings: dict, op_nodes: tuple, in_order: bool) -> bool:
+        if not in_order:
+            nodes = list(dict.fromkeys(op_nodes))
+            nodes.sort(key=self.ctx.positions.__getitem__)
+            op_nodes = tuple(nodes)
+        m = Match(self.ctx.view, self.pattern, anchor, (anchor,), op_nodes, bindings,
+                  self.comp.capture_names, self.rule)
+        if self.check is not None and not self.check(m):
+            return False
+        return self.on_match(m)
+
+    def _emit_valid(self, anchor: Hashable, bindings: dict, op_nodes: tuple, in_order: bool) -> bool:
+        if not in_order:
+            nodes = list(dict.fromkeys(op_nodes))
+            nodes.sort(key=self.ctx.positions.__getitem__)
+            op_nodes = tuple(nodes)
+        m = Match(self.ctx.view, self.pattern, anchor, (anchor,), op_nodes, bindings,
+                  self.comp.capture_names, self.rule)
+        if self.check is not None and not self.check(m):
+            return False
+        return self._on_valid(m)  # type: ignore[misc]
 
     def _emit(self, roots: tuple[Hashable, ...]) -> bool:
         env, comp, pos = self.env, self.comp, self.ctx.positions

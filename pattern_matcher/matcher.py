@@ -29,15 +29,20 @@ from typing import Any, Collection, Hashable, Iterable
 
 from ..ir.graph_view import GraphView, MutableGraphView
 
-from .context import MatchContext
+from .compiled import compile_pattern
+from .context import MatchContext, paused_gc
 from .errors import PatternError
 from .keymap import COMMUTATIVE_OPS
 from .match import Match, Searcher
+from .pattern import Pattern
 from .rewrite import RewriteResult, apply_matches
 from .rule import Rule
 from .validity import invalid_reason
 
 __all__ = ["PatternMatcher", "MatchReport"]
+
+#: up to this many rules at a key are run directly; above, the input-key signature filters them
+_DIRECT_RULES = 2
 
 
 @dataclass
@@ -86,6 +91,13 @@ class PatternMatcher:
                 for k in keys:
                     self._by_key.setdefault(k, []).append(i)
         self._dispatch: dict[str, tuple[int, ...]] = {}
+        # Ahead of time: the first pass finds the code ready. Rules whose code is shared (they
+        # differ only in constants) form a group; None: no rule shares code with another.
+        codes = [compile_pattern(r.pattern, self.commutative) if isinstance(r.pattern, Pattern) else None
+                 for r in self.rules]
+        count = Counter(id(c.code) for c in codes if c is not None)
+        shared = [id(c.code) if c is not None and count[id(c.code)] > 1 else None for c in codes]
+        self._groups: list[int | None] | None = shared if any(g is not None for g in shared) else None
 
     def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
         return PatternMatcher(self.rules + other.rules, commutative=self.commutative | other.commutative)
@@ -94,6 +106,7 @@ class PatternMatcher:
         return len(self.rules)
 
     def _rules_for(self, key: str) -> tuple[int, ...]:
+        """Indices of the rules that may anchor at a node with operator ``key``."""
         try:
             return self._dispatch[key]
         except KeyError:
@@ -113,13 +126,45 @@ class PatternMatcher:
         """For each (rule, anchor node), the first valid match, in anchor then rule order."""
         ctx = ctx or self.context(view)
         out: list[Match] = []
-        name = view.name
-        rules = self.rules
-        by_key, generic = self._by_key, self._generic
-        ops = ctx._ops
+        runs = self._runs(ctx, self._acceptor(ctx, out, report))
+        ops, rules, commutative = ctx._ops, self.rules, self.commutative
+        dispatch = dict(self._dispatch)  # key -> rule ids, extended locally (a dict hit per node)
+        admitted: dict[tuple, tuple[int, ...]] = {}  # (key, input keys, same01) -> rules worth trying
+        groups = self._groups
+        for node in ctx.positions:
+            key = ops[node]
+            ids = dispatch.get(key)
+            if ids is None:
+                ids = dispatch[key] = self._rules_for(key)
+            if not ids:
+                continue
+            if len(ids) > _DIRECT_RULES:  # several rules: skip those whose root cannot fit the inputs
+                ins = ctx.inputs(node)
+                sig = (key, tuple([ops[i] for i in ins]), len(ins) >= 2 and ins[0] is ins[1])
+                ids = admitted.get(sig)  # type: ignore[assignment]
+                if ids is None:
+                    ids = admitted[sig] = tuple(i for i in dispatch[key]
+                                                if rules[i].pattern.admits(key, sig[1], sig[2], commutative))
+            if groups is None:
+                for i in ids:
+                    runs[i](node)
+                continue
+            failed: set[Any] = set()  # code shared by rules that failed here before any constant
+            for i in ids:
+                grp = groups[i]
+                if grp is None:
+                    runs[i](node)
+                elif grp not in failed and runs[i](node) is None:
+                    failed.add(grp)
+        return out
+
+    def _acceptor(self, ctx: MatchContext, out: list[Match], report: MatchReport | None) -> Any:
+        """(accept, accept_valid): the first tests a match against the validity rules and keeps it
+        if valid; the second keeps a match the compiled code already found valid. Both return
+        True to stop at this (rule, anchor) and False to backtrack to the next match."""
+        name = ctx.view.name
 
         def accept(m: Match) -> bool:
-            """Keep the first valid match at this (rule, anchor); backtrack past invalid ones."""
             if report is not None:
                 report.candidates += 1
             reason = invalid_reason(ctx, m)
@@ -130,37 +175,40 @@ class PatternMatcher:
                 report._reject(m.rule, name(m.anchor), reason)
             return False
 
-        searchers: dict[int, Searcher] = {}
-        admitted: dict[tuple, tuple[int, ...]] = {}  # (key, input keys, same01) -> rules worth trying
-        commutative = self.commutative
-        for node in ctx.positions:
-            key = ops[node]
-            if key not in by_key and not generic:
-                continue
-            ins = ctx.inputs(node)
-            in_keys = tuple([ops[i] for i in ins])
-            same01 = len(ins) >= 2 and ins[0] is ins[1]
-            sig = (key, in_keys, same01)
-            ids = admitted.get(sig)
-            if ids is None:
-                ids = admitted[sig] = tuple(i for i in self._rules_for(key)
-                                            if rules[i].pattern.admits(key, in_keys, same01, commutative))
-            for i in ids:
-                searcher = searchers.get(i)
-                if searcher is None:
-                    rule = rules[i]
-                    searcher = searchers[i] = Searcher(ctx, rule.pattern, accept, rule.check, rule)
-                searcher.run(node)
-        return out
+        def accept_valid(m: Match) -> bool:
+            if report is not None:
+                report.candidates += 1
+            out.append(m)
+            return True
+
+        return accept, accept_valid
+
+    def _runs(self, ctx: MatchContext, acceptors: Any) -> Any:
+        """``run(anchor)`` per rule index, built on first use (a :class:`Searcher` each)."""
+        rules = self.rules
+        accept, accept_valid = acceptors
+
+        class Lazy(dict):
+            def __missing__(self, i: int) -> Any:
+                rule = rules[i]
+                run = self[i] = Searcher(ctx, rule.pattern, accept, rule.check, rule, on_valid=accept_valid).runner()
+                return run
+
+        return Lazy()
 
     def match(self, view: GraphView, ctx: MatchContext | None = None) -> MatchReport:
         """Non-overlapping valid matches of all rules, found in one pass; see the module docstring."""
+        with paused_gc():
+            return self._match(view, ctx)
+
+    def _match(self, view: GraphView, ctx: MatchContext | None) -> MatchReport:
         ctx = ctx or self.context(view)
         report = MatchReport([])
-        cands = self.candidates(view, ctx, report)
-        rank = {id(r): i for i, r in enumerate(self.rules)}
+        cands = self.candidates(view, ctx, report)  # in (anchor position, rule order) already
         pos = ctx.positions
-        cands.sort(key=lambda m: (-m.rule.priority, pos[m.anchor], rank[id(m.rule)]))
+        by_priority = len({r.priority for r in self.rules}) > 1
+        if by_priority:  # stable: ties keep anchor then rule order
+            cands.sort(key=lambda m: -m.rule.priority)
         claimed: set[Hashable] = set()
         accepted: list[Match] = []
         for m in cands:
@@ -169,7 +217,8 @@ class PatternMatcher:
                 accepted.append(m)
             else:
                 report._reject(m.rule, view.name(m.anchor), "overlap with a match of higher precedence")
-        accepted.sort(key=lambda m: pos[m.anchor])
+        if by_priority:
+            accepted.sort(key=lambda m: pos[m.anchor])
         report.matches = accepted
         return report
 
@@ -180,10 +229,11 @@ class PatternMatcher:
         """
         total = RewriteResult()
         for _ in range(max_passes):
-            ctx = self.context(view)
-            report = self.match(view, ctx)
-            todo = [m for m in report.matches if m.rule.replacement is not None]
-            result = apply_matches(view, ctx, todo)
+            with paused_gc():
+                ctx = self.context(view)
+                report = self._match(view, ctx)
+                todo = [m for m in report.matches if m.rule.replacement is not None]
+                result = apply_matches(view, ctx, todo)
             total.merge(result)
             total.passes += 1
             if result.replaced == 0:

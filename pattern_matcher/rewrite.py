@@ -82,23 +82,25 @@ def apply_matches(view: MutableGraphView, ctx: MatchContext, matches: Sequence[M
             raise RewriteError(f"{m!r} has an input computed after its first output; it is not a valid match")
         out_meta = [_meta(view, o, rule.name) for o in m.outputs]
         common = {k: v for k, v in out_meta[0].items() if k not in ("dtype", "shape")}
-        counting = _CountingView(view)
         repl = rule.replacement
-        if isinstance(repl, Template):
-            new = repl.instantiate(counting, m, resolve, first, out_meta, common)
+        if isinstance(repl, Template):  # creates one node per step: no counting wrapper
+            new = repl.instantiate(view, m, resolve, first, out_meta, common)
+            created = len(repl.steps)
         else:
+            counting = _CountingView(view)
             new = _custom(repl, counting, m, resolve, first, common)
+            created = counting.created
         if len(new) != len(m.outputs):
             raise RewriteError(f"replacement of rule {rule.name!r} returned {len(new)} outputs for a match with "
                                f"{len(m.outputs)}: {m!r}")
         for old, nw in zip(m.outputs, new):
             view.replace_uses(old, nw)
             replaced[old] = nw
-        for n in sorted(m.nodes, key=pos.__getitem__, reverse=True):
+        for n in reversed(m.nodes):  # users before producers (nodes are in topological order)
             view.erase(n)
         result.replaced += 1
         result.by_rule[rule.name] += 1
-        result.created += counting.created
+        result.created += created
         result.erased += len(m.nodes)
     return result
 

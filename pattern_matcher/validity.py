@@ -38,24 +38,37 @@ __all__ = ["invalid_reason", "creates_cycle", "late_capture"]
 
 def invalid_reason(ctx: MatchContext, m: Match) -> str | None:
     """Why ``m`` cannot be replaced, or ``None`` when it can. ``ctx.positions`` must be filled."""
-    inside = set(m.nodes)
-    outputs = set(m.outputs)
-    name = ctx.view.name
-    for n in m.nodes:
-        if n in outputs:
+    nodes, outputs = m.nodes, m.outputs
+    inside = set(nodes)
+    users = ctx.users
+    single = len(outputs) == 1
+    out0 = outputs[0]
+    for n in nodes:
+        if n is out0 if single else n in outputs:
             continue
-        for u in ctx.users(n):
+        for u in users(n):
             if u not in inside:
-                return f"interior node {name(n)} is used outside the match by {name(u)}"
+                return f"interior node {ctx.view.name(n)} is used outside the match by {ctx.view.name(u)}"
+    bindings = m.bindings
     for key in m.capture_names:
-        value = m.bindings.get(key)
-        for v in (value if isinstance(value, tuple) else (value,)):
-            if v in inside:
-                return f"capture {key!r} is bound to {name(v)}, a node of the match itself"
-    if len(m.outputs) > 1 or m.outputs[-1] is not m.nodes[-1]:
-        cycle = creates_cycle(ctx, inside, m.outputs)
-        if cycle is not None:
-            return f"fusing would create a cycle through {name(cycle)}"
+        value = bindings.get(key)
+        if type(value) is tuple:
+            hit = next((v for v in value if v in inside), None)
+        else:
+            hit = value if value is not None and value in inside else None
+        if hit is not None:
+            return f"capture {key!r} is bound to {ctx.view.name(hit)}, a node of the match itself"
+    if not single or out0 is not nodes[-1]:
+        return _placement_reason(ctx, m, inside)
+    return None
+
+
+def _placement_reason(ctx: MatchContext, m: Match, inside: set[Hashable]) -> str | None:
+    """Rules 3 and 4, for matches whose output is not their last node (multi-output ones)."""
+    name = ctx.view.name
+    cycle = creates_cycle(ctx, inside, m.outputs)
+    if cycle is not None:
+        return f"fusing would create a cycle through {name(cycle)}"
     if len(m.outputs) > 1:
         pos = ctx.positions
         first = min(m.outputs, key=pos.__getitem__)

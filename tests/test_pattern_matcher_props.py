@@ -301,3 +301,69 @@ def test_brute_force_sanity():
     g.add_node("add", [x, y])
     assert len(brute_matches(g, P("add", "a", "b"))) == 3  # (x,x), (x,y), (y,x)
     assert len(find_all(g, P("add", "a", "b"))) == 3
+
+
+# -- compiled patterns search exactly as the interpreter does ------------------------------------------
+def random_dag_pattern(data: st.DataObject) -> object:
+    """A random tree, or one with a shared subpattern, a named op, a constrained wildcard or an
+    explicit commutativity."""
+    def where_even(view, node) -> bool:
+        return len(view.name(node)) % 2 == 0
+
+    op = data.draw(st.sampled_from(BINARY))
+    leaf = data.draw(st.sampled_from([W("a"), W("b"), W(), W("a", where=where_even), W("c", kind="input")]))
+    inner = data.draw(st.sampled_from(BINARY + UNARY))
+    shared = P(inner, *([leaf, W("b")] if inner in BINARY else [leaf]), name=data.draw(st.sampled_from([None, "s"])))
+    choice = data.draw(st.integers(0, 4))
+    if choice == 0:  # the same pattern object twice: one graph node
+        return P(op, shared, shared)
+    if choice == 1:
+        return P(op, shared, leaf, commutative=data.draw(st.sampled_from([None, True, False])))
+    if choice == 2:
+        return P(op, leaf, W("b"), where=lambda view, node: True)
+    body = random_tree(data, data.draw(st.integers(1, 3)), ("a", "b", "c"))
+    return body if root_op(body) else P(op, body, leaf)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_compiled_search_equals_interpreter(data):
+    """Same structural matches in the same order at every anchor, and the same stop on acceptance."""
+    from torchvendor.pattern_matcher import MatchContext
+    from torchvendor.pattern_matcher.compiled import compile_pattern
+    from torchvendor.pattern_matcher.match import Searcher
+
+    g = random_graph(data)
+    for n in g.nodes():  # add(x, y, alpha=2) must not be matched with its operands swapped
+        if n.op == "add" and data.draw(st.booleans()):
+            n.attrs["alpha"] = 2
+    pat = random_dag_pattern(data)
+    stop_at = data.draw(st.integers(0, 3))  # accept the stop_at-th match at an anchor (0: never)
+    ctx = MatchContext(g, COMMUTATIVE_OPS)
+    ctx.index_positions()
+    assert compile_pattern(pat, ctx.commutative) is not None
+    seen: dict[bool, list] = {True: [], False: []}
+    for use in (True, False):
+        def on_match(m, log=seen[use]) -> bool:
+            log.append((m.anchor, tuple(m.bindings.items()), m.nodes))
+            return stop_at > 0 and sum(1 for e in log if e[0] is m.anchor) == stop_at
+        searcher = Searcher(ctx, pat, on_match, use_compiled=use)
+        assert (searcher._run is not None) is use
+        for node in g.nodes():
+            seen[use].append(("anchor", node, searcher.run(node)))
+    assert seen[True] == seen[False]
+
+
+def test_compiled_shared_subpattern_is_one_node():
+    from torchvendor.pattern_matcher.compiled import compile_pattern
+
+    """P(add, s, s) with one object s: two different neg nodes do not match, one used twice does."""
+    g = DictGraph()
+    x, y = g.add_input("x"), g.add_input("y")
+    nx, ny = g.add_node("neg", [x]), g.add_node("neg", [y])
+    two, one = g.add_node("add", [nx, ny]), g.add_node("add", [nx, nx])
+    g.add_output([two, one])
+    s = P("neg", "v")
+    for pat in (P("add", s, s), P("add", P("neg", "v", name="n"), P("neg", "w", name="n"))):
+        assert [m.anchor for m in find_all(g, pat)] == [one]
+        assert compile_pattern(pat, COMMUTATIVE_OPS) is not None  # find_all ran the compiled code
