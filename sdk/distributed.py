@@ -171,6 +171,12 @@ class _Done(dist.Work):
         return fut
 
 
+def _eager(method: Callable) -> Callable:
+    """Run a collective eagerly under torch.compile: Dynamo sees a process group as an opaque
+    object and cannot trace into its Python methods (compiled DDP calls them from forward)."""
+    return torch.compiler.disable(method, recursive=True)
+
+
 class StagedProcessGroup(dist.ProcessGroup):
     """A process group whose collectives on device tensors run over gloo through pinned host
     buffers. Made by ``init_process_group("tvgloo")``; not constructed directly."""
@@ -269,12 +275,14 @@ class StagedProcessGroup(dist.ProcessGroup):
 
     # ---- collectives (the names and signatures c10d's ProcessGroup calls) ---------------------------
 
+    @_eager
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         """all_reduce: SUM, AVG, MAX, MIN, PRODUCT."""
         name, opts, avg = self._reduce_op("all_reduce", opts or dist.AllreduceOptions())
         return self._stage(name, tensors, tensors, lambda h: self._gloo.allreduce([h(t) for t in tensors], opts),
                            self._divide(tensors) if avg else None)
 
+    @_eager
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         """broadcast from ``opts.rootRank``: only the root copies out, only the others copy back."""
         opts = opts or dist.BroadcastOptions()
@@ -282,6 +290,7 @@ class StagedProcessGroup(dist.ProcessGroup):
         return self._stage("broadcast", tensors if root else [], [] if root else tensors,
                            lambda h: self._gloo.broadcast([h(t) for t in tensors], opts))
 
+    @_eager
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                   opts: Any = None) -> dist.Work:
         """all_gather into a list of tensors per input."""
@@ -290,12 +299,14 @@ class StagedProcessGroup(dist.ProcessGroup):
         return self._stage("all_gather", inputs, outs, lambda h: self._gloo.allgather(
             [[h(t) for t in ts] for ts in output_lists], [h(t) for t in inputs], opts))
 
+    @_eager
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         """all_gather_single (all_gather_into_tensor)."""
         opts = opts or dist.AllgatherOptions()
         return self._stage("all_gather_single", [input], [output],
                            lambda h: self._gloo._allgather_base(h(output), h(input), opts))
 
+    @_eager
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                        opts: Any = None) -> dist.Work:
         """reduce_scatter from a list of tensors per output."""
@@ -305,20 +316,24 @@ class StagedProcessGroup(dist.ProcessGroup):
             [h(t) for t in outputs], [[h(t) for t in ts] for ts in input_lists], opts),
             self._divide(outputs) if avg else None)
 
+    @_eager
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         """reduce_scatter_single (reduce_scatter_tensor)."""
         name, opts, avg = self._reduce_op("reduce_scatter_single", opts or dist.ReduceScatterOptions())
         return self._stage(name, [input], [output], lambda h: self._gloo._reduce_scatter_base(h(output), h(input), opts),
                            self._divide([output]) if avg else None)
 
+    @_eager
     def barrier(self, opts: Any = None) -> dist.Work:
         """barrier over gloo (no tensors: nothing is staged or counted)."""
         return self._gloo.barrier(opts or dist.BarrierOptions())
 
+    @_eager
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
         """Point-to-point send (the device tensor is copied out before this returns)."""
         return self._stage("send", tensors, [], lambda h: self._gloo.send([h(t) for t in tensors], dst, tag))
 
+    @_eager
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
         """Point-to-point receive; the copy back happens at ``wait()``."""
         return self._stage("recv", [], tensors, lambda h: self._gloo.recv([h(t) for t in tensors], src, tag))
