@@ -41,6 +41,9 @@ def _collectives(rank: int, dev: str, out: dict[str, Any]) -> None:
         x = _rank_input(rank).to(dev)
         dist.all_reduce(x, op=getattr(dist.ReduceOp, op))
         out[f"all_reduce.{op}"] = x.cpu()
+    c = _rank_input(rank)  # a CPU tensor in the same group: gloo directly, AVG still works, not counted
+    dist.all_reduce(c, op=dist.ReduceOp.AVG)
+    out["cpu_all_reduce.AVG"] = c
     x = _rank_input(rank, torch.int64).to(dev)
     dist.all_reduce(x)
     out["all_reduce.int64"] = x.cpu()
@@ -86,6 +89,7 @@ def _errors(dev: str, out: dict[str, Any]) -> None:
         "dtype": lambda: dist.all_reduce(torch.ones(2, dtype=torch.uint16, device=dev)),
         "op": lambda: dist.all_reduce(torch.ones(2, device=dev), op=dist.ReduceOp.BAND),
         "all_to_all": lambda: dist.all_to_all_single(torch.empty(2, device=dev), torch.ones(2, device=dev)),
+        "device": lambda: dist.all_reduce(torch.ones(2, device="meta")),
         "avg_int": lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32, device=dev), op=dist.ReduceOp.AVG),
     }.items():
         try:
@@ -170,6 +174,8 @@ def test_all_reduce_matches_cpu(results: list[dict[str, Any]], op: str) -> None:
                 "MIN": inputs.amin(0), "PRODUCT": inputs.prod(0)}[op]
     for r in results:
         torch.testing.assert_close(r[f"all_reduce.{op}"], expected)
+        if op == "AVG":
+            torch.testing.assert_close(r["cpu_all_reduce.AVG"], expected)
 
 
 def test_other_collectives_match_cpu(results: list[dict[str, Any]]) -> None:
@@ -202,6 +208,7 @@ def test_unsupported_input_is_a_clear_error(results: list[dict[str, Any]]) -> No
     assert errors["error.dtype"].startswith("TypeError") and "uint16" in errors["error.dtype"]
     assert errors["error.op"].startswith("ValueError") and "BAND" in errors["error.op"]
     assert errors["error.all_to_all"].startswith("NotImplementedError") and "supported:" in errors["error.all_to_all"]
+    assert errors["error.device"].startswith("ValueError") and "meta" in errors["error.device"]
     assert errors["error.avg_int"].startswith("TypeError") and "int32" in errors["error.avg_int"]
 
 
