@@ -56,7 +56,13 @@ _in_flight: collections.deque[tuple[torch.Event, list[torch.Tensor]]] = collecti
 
 def collective_counts() -> dict[str, int]:
     """Collectives staged through host memory since the last reset, most used first
-    (CPU tensors, which gloo handles directly, are not counted)."""
+    (CPU tensors, which gloo handles directly, are not counted).
+
+    Example::
+
+        >>> reset_collective_counts(); collective_counts()
+        {}
+    """
     with _lock:
         return dict(sorted(_counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
