@@ -2,8 +2,9 @@
 
 Two processes (``torch.multiprocessing`` spawn, gloo over localhost) each train a copy of a small
 model compiled with the backend on their half of a batch for a few steps; the result must match
-one process training the uncompiled model on the whole batch. The model runs on the CPU when the
-device has no collectives of its own (a torchvendor device has none yet: gloo runs on the CPU).
+one process training the uncompiled model on the whole batch. The model runs on the CPU over gloo;
+for a torchvendor device a second case runs it on the device, through the staged c10d backend
+(``torchvendor.sdk.register_distributed``: collectives staged through host memory over gloo).
 
     >>> from torchvendor.sdk.conformance.core import Target
     >>> [c.id for c in cases(Target(device="cpu", backend="eager"), "full")]
@@ -11,6 +12,7 @@ device has no collectives of its own (a torchvendor device has none yet: gloo ru
 """
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import tempfile
@@ -35,25 +37,33 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(8, 8, generator=g), torch.randn(8, 1, generator=g)
 
 
-def _worker(rank: int, world: int, port: int, target: Target, out: str) -> None:
+def _worker(rank: int, world: int, port: int, target: Target, out: str, on_device: bool = False) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dev = "cpu"
+    if on_device:  # the device and its staged backend must exist before init_process_group
+        from torchvendor.sdk import register_distributed
+
+        target.setup()
+        dev = f"{target.device}:{rank % torch.get_device_module(target.device).device_count()}"
+        dist.init_process_group(register_distributed(), rank=rank, world_size=world, device_id=torch.device(dev))
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         target.setup()
-        model = DistributedDataParallel(_model())
+        model = DistributedDataParallel(_model().to(dev))
         compiled = torch.compile(model, backend=target.backend_name(), options=dict(target.options) or None)
         opt = torch.optim.SGD(model.parameters(), lr=LR)
         x, y = _data()
         shard = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
         for _ in range(STEPS):
             opt.zero_grad()
-            torch.nn.functional.mse_loss(compiled(x[shard]), y[shard]).backward()
+            torch.nn.functional.mse_loss(compiled(x[shard].to(dev)), y[shard].to(dev)).backward()
             opt.step()
         if rank == 0:
-            torch.save([p.detach() for p in model.parameters()], out)
+            torch.save([p.detach().cpu() for p in model.parameters()], out)
     finally:
         dist.destroy_process_group()
 
@@ -64,7 +74,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp(target: Target) -> Any:
+def _ddp(target: Target, on_device: bool = False) -> Any:
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
@@ -72,7 +82,7 @@ def _ddp(target: Target) -> Any:
         return {"skip": "this torch build has no gloo"}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "params.pt")
-        mp.spawn(_worker, args=(2, _free_port(), target, out), nprocs=2, join=True)
+        mp.spawn(_worker, args=(2, _free_port(), target, out, on_device), nprocs=2, join=True)
         got = torch.load(out)
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=LR)
@@ -87,7 +97,12 @@ def _ddp(target: Target) -> Any:
 
 
 def cases(target: Target, profile: str) -> list[Case]:
-    """The DDP case (training and full profiles, with a backend)."""
+    """The DDP case (training and full profiles, with a backend); on a torchvendor device also
+    DDP on the device through the staged backend."""
     if not target.backend or profile not in ("training", "full"):
         return []
-    return [Case("distributed/ddp_compiled_two_processes", "distributed", _ddp, timeout=600)]
+    out = [Case("distributed/ddp_compiled_two_processes", "distributed", _ddp, timeout=600)]
+    if target.device not in ("cpu", "cuda", "meta"):
+        out.append(Case("distributed/ddp_compiled_on_device_staged", "distributed",
+                        functools.partial(_ddp, on_device=True), timeout=600))
+    return out

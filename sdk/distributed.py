@@ -1,0 +1,385 @@
+"""torch.distributed on a torchvendor device: a c10d backend that stages collectives through host
+memory over gloo.
+
+``register_distributed()`` registers the backend ``"tvgloo"`` with torch's extension point
+(``torch.distributed.Backend.register_backend(..., devices=[<device>, "cpu"])``), so that
+``init_process_group("tvgloo")`` or ``init_process_group(device_id=torch.device("acme:0"))``
+gives a process group whose collectives accept device tensors. Each collective on device tensors
+copies them to pinned host buffers on the caller's current stream, runs the gloo collective, and
+copies the result back on that same stream, so later work on the stream sees it; ``wait()`` makes
+the waiting thread's current stream wait for the copy back. Every staged collective is counted,
+like the operator fallback (``collective_counts()``, also ``torch.<device>.collective_counts()``)::
+
+    >>> import torch, torch.distributed as dist
+    >>> from torchvendor.sdk import register_device, register_distributed, collective_counts
+    >>> acme = register_device("acme")
+    >>> register_distributed()
+    'tvgloo'
+    >>> store = dist.HashStore()
+    >>> dist.init_process_group("tvgloo", store=store, rank=0, world_size=1,
+    ...                         device_id=torch.device("acme:0"))
+    >>> x = torch.ones(4, device="acme")
+    >>> dist.all_reduce(x, op=dist.ReduceOp.AVG); x.cpu()
+    tensor([1., 1., 1., 1.])
+    >>> collective_counts()
+    {'all_reduce.avg': 1}
+    >>> dist.destroy_process_group(); acme.reset_collective_counts()
+
+CPU tensors go to gloo directly and are not counted. Functional collectives
+(``torch.distributed._functional_collectives``, used by DTensor and compiled autograd) dispatch in
+C++ straight to the gloo backend and do not reach this group: use eager collectives or DDP.
+"""
+from __future__ import annotations
+
+import collections
+import datetime
+import threading
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["BACKEND_NAME", "StagedProcessGroup", "register_distributed", "collective_counts",
+           "reset_collective_counts"]
+
+BACKEND_NAME = "tvgloo"
+_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.MAX: "max",
+        dist.ReduceOp.MIN: "min", dist.ReduceOp.PRODUCT: "product"}
+# gloo's own dtype list (ProcessGroupGloo.cpp, GENERATE_ALL_TYPES); anything else fails in gloo
+# with a message that does not name the device, so it is refused here first.
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+           torch.int32, torch.int64, torch.bool)
+_counts: collections.Counter[str] = collections.Counter()
+_lock = threading.Lock()
+_in_flight: collections.deque[tuple[torch.Event, list[torch.Tensor]]] = collections.deque()
+
+
+def collective_counts() -> dict[str, int]:
+    """Collectives staged through host memory since the last reset, most used first
+    (CPU tensors, which gloo handles directly, are not counted).
+
+    Example::
+
+        >>> reset_collective_counts(); collective_counts()
+        {}
+    """
+    with _lock:
+        return dict(sorted(_counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def reset_collective_counts() -> None:
+    """Forget the staged-collective counts."""
+    with _lock:
+        _counts.clear()
+
+
+def register_distributed() -> str:
+    """Register the staged c10d backend for the registered device; returns its name.
+
+    Idempotent. Raises RuntimeError if no device is registered or this torch lacks gloo.
+
+    Example::
+
+        >>> from torchvendor.sdk import register_device, register_distributed
+        >>> _ = register_device("acme")
+        >>> register_distributed() == register_distributed() == "tvgloo"
+        True
+        >>> torch.distributed.Backend.default_device_backend_map["acme"]
+        'tvgloo'
+    """
+    from .device import registered_device
+
+    module = registered_device()
+    if module is None:
+        raise RuntimeError("register_distributed() needs a device: call "
+                           "torchvendor.sdk.register_device(name) first.")
+    if not dist.is_available() or not dist.is_gloo_available():
+        raise RuntimeError("this torch build has no torch.distributed with gloo, which the staged "
+                           "collectives run on; install a torch build with distributed support.")
+    device_type = module.__name__.rsplit(".", 1)[1]
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        def create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> StagedProcessGroup:
+            return StagedProcessGroup(store, rank, size, timeout, device_type)
+
+        dist.Backend.register_backend(BACKEND_NAME, create, devices=[device_type, "cpu"])
+        module.collective_counts = collective_counts  # the device module is ours: additive
+        module.reset_collective_counts = reset_collective_counts
+    return BACKEND_NAME
+
+
+class _StagedWork(dist.Work):
+    """An async collective: gloo's work plus the copy back to the device on the launch stream."""
+
+    def __init__(self, gloo_work: dist.Work | None, finish: Callable[[], None],
+                 outputs: list[torch.Tensor], stream: torch.Stream | None) -> None:
+        super().__init__()
+        self._gloo, self._finish, self._outputs, self._stream = gloo_work, finish, outputs, stream
+        self._done: torch.Event | None = None
+        self._once = threading.Lock()
+
+    def _complete(self, gloo_done: bool = False) -> None:
+        # gloo runs future callbacks before its work counts as finished: waiting on the work from
+        # the callback, or holding the lock while waiting, would deadlock.
+        if not gloo_done and self._gloo is not None:
+            self._gloo.wait()
+        with self._once:  # wait() and the future callback may both get here
+            if self._done is None:
+                with torch.get_device_module(self._stream.device.type).stream(self._stream):
+                    self._finish()
+                self._done = self._stream.record_event()
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        self._complete()
+        current = torch.accelerator.current_stream(self._stream.device_index)
+        current.wait_event(self._done)  # device-side: later work on the caller's stream is ordered
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done is not None and self._done.query()
+
+    def result(self) -> list[torch.Tensor]:
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+
+        def done(_: Any) -> None:
+            try:
+                self._complete(gloo_done=True)
+                self._done.synchronize()  # the future carries no stream: the host sees the result
+                fut.set_result(self._outputs)
+            except Exception as e:  # noqa: BLE001  handed to whoever waits on the future
+                fut.set_exception(e)
+
+        if self._gloo is None:
+            done(None)
+        else:
+            self._gloo.get_future().add_done_callback(done)
+        return fut
+
+
+class _Done(dist.Work):
+    """A completed work for collectives that ran synchronously (CPU-only AVG, empty input)."""
+
+    def __init__(self, outputs: list[torch.Tensor]) -> None:
+        super().__init__()
+        self._outputs = outputs
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        return True
+
+    def result(self) -> list[torch.Tensor]:
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(self._outputs)
+        return fut
+
+
+def _eager(method: Callable) -> Callable:
+    """Run a collective eagerly under torch.compile: Dynamo sees a process group as an opaque
+    object and cannot trace into its Python methods (compiled DDP calls them from forward)."""
+    return torch.compiler.disable(method, recursive=True)
+
+
+class StagedProcessGroup(dist.ProcessGroup):
+    """A process group whose collectives on device tensors run over gloo through pinned host
+    buffers. Made by ``init_process_group("tvgloo")``; not constructed directly."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta,
+                 device_type: str) -> None:
+        super().__init__(rank, size)
+        self._device_type = device_type
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        # init_process_group(device_id=...) and barrier() look up a C++ backend per device type;
+        # gloo is the one that exists. Python-level collectives never reach it for device tensors.
+        for d in ("cpu", device_type):
+            self._register_backend(torch.device(d), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        self._pin = bool(torch.get_device_module(device_type).is_available())
+
+    def getBackendName(self) -> str:
+        """c10d's name for this backend (also what DDP logs)."""
+        return BACKEND_NAME
+
+    # ---- the staging machinery ------------------------------------------------------------------
+
+    def _check(self, op: str, tensors: Sequence[torch.Tensor]) -> None:
+        devices = {t.device for t in tensors if t.device.type != "cpu"}
+        for t in tensors:
+            if t.device.type not in ("cpu", self._device_type):
+                raise ValueError(f"{BACKEND_NAME} {op}: tensor on {t.device} is neither on the CPU "
+                                 f"nor on the {self._device_type!r} device; move it first.")
+            if t.dtype not in _DTYPES:
+                raise TypeError(f"{BACKEND_NAME} {op}: dtype {t.dtype} is not supported by the gloo "
+                                f"staging path (supported: {', '.join(str(d)[6:] for d in _DTYPES)}); "
+                                "cast the tensor to a supported dtype first.")
+        if len(devices) > 1:
+            raise ValueError(f"{BACKEND_NAME} {op}: tensors on several devices {sorted(map(str, devices))};"
+                             " one collective takes tensors of one device.")
+
+    def _stage(self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor],
+               call: Callable[[Callable[[torch.Tensor], torch.Tensor]], dist.Work],
+               post: Callable[[Callable[[torch.Tensor], torch.Tensor]], None] | None = None) -> dist.Work:
+        """Run ``call(host)`` (gloo on host tensors) with device tensors staged; ``post(host)``
+        adjusts host results (AVG's division) before they are copied back into ``outputs``."""
+        self._check(op, inputs + outputs)
+        while _in_flight and _in_flight[0][0].query():  # host buffers whose copy back is done
+            _in_flight.popleft()
+        staged = [t for t in inputs + outputs if t.device.type == self._device_type]
+        if not staged:
+            work = call(lambda t: t)
+            if post is None:
+                return work
+            work.wait()
+            post(lambda t: t)
+            return _Done(outputs)
+        stream = torch.accelerator.current_stream(staged[0].device.index)
+        host = {id(t): torch.empty(t.shape, dtype=t.dtype, pin_memory=self._pin) for t in staged}
+        for t in inputs:
+            if id(t) in host:
+                host[id(t)].copy_(t, non_blocking=True)  # on the caller's current stream
+        stream.synchronize()  # gloo reads the host buffers from its own threads
+
+        def h(t: torch.Tensor) -> torch.Tensor:
+            return host.get(id(t), t)
+
+        with _lock:
+            _counts[op] += 1
+        work = call(h)
+
+        def finish() -> None:
+            if post is not None:
+                post(h)
+            for t in outputs:
+                if id(t) in host:
+                    t.copy_(host[id(t)], non_blocking=True)
+            _in_flight.append((stream.record_event(), list(host.values())))
+
+        return _StagedWork(work, finish, outputs, stream)
+
+    def _reduce_op(self, op: str, opts: Any) -> tuple[str, Any, bool]:
+        """(counted name, options for gloo, whether to divide by the world size)."""
+        kind = opts.reduceOp.op if isinstance(opts.reduceOp, dist.ReduceOp) else opts.reduceOp
+        if kind not in _OPS:
+            raise ValueError(f"{BACKEND_NAME} {op}: ReduceOp {kind} is not supported; use one of "
+                             f"{', '.join(n.upper() for n in _OPS.values())}.")
+        avg = kind == dist.ReduceOp.AVG  # gloo has no AVG: SUM, then divide on the host
+        if avg:
+            opts.reduceOp = dist.ReduceOp.SUM
+        return f"{op}.{_OPS[kind]}", opts, avg
+
+    def _divide(self, tensors: list[torch.Tensor]) -> Callable[[Callable], None] | None:
+        def post(h: Callable[[torch.Tensor], torch.Tensor]) -> None:
+            for t in tensors:
+                h(t).div_(self.size())
+        for t in tensors:
+            if not (t.is_floating_point() or t.is_complex()):
+                raise TypeError(f"{BACKEND_NAME}: ReduceOp.AVG on {t.dtype} would truncate; use "
+                                "SUM and divide, or a floating-point tensor.")
+        return post
+
+    # ---- collectives (the names and signatures c10d's ProcessGroup calls) ---------------------------
+
+    @_eager
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        """all_reduce: SUM, AVG, MAX, MIN, PRODUCT."""
+        name, opts, avg = self._reduce_op("all_reduce", opts or dist.AllreduceOptions())
+        return self._stage(name, tensors, tensors, lambda h: self._gloo.allreduce([h(t) for t in tensors], opts),
+                           self._divide(tensors) if avg else None)
+
+    @_eager
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        """broadcast from ``opts.rootRank``: only the root copies out, only the others copy back."""
+        opts = opts or dist.BroadcastOptions()
+        root = self.rank() == opts.rootRank
+        return self._stage("broadcast", tensors if root else [], [] if root else tensors,
+                           lambda h: self._gloo.broadcast([h(t) for t in tensors], opts))
+
+    @_eager
+    def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                  opts: Any = None) -> dist.Work:
+        """all_gather into a list of tensors per input."""
+        opts = opts or dist.AllgatherOptions()
+        outs = [t for ts in output_lists for t in ts]
+        return self._stage("all_gather", inputs, outs, lambda h: self._gloo.allgather(
+            [[h(t) for t in ts] for ts in output_lists], [h(t) for t in inputs], opts))
+
+    @_eager
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        """all_gather_single (all_gather_into_tensor)."""
+        opts = opts or dist.AllgatherOptions()
+        return self._stage("all_gather_single", [input], [output],
+                           lambda h: self._gloo._allgather_base(h(output), h(input), opts))
+
+    @_eager
+    def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
+                       opts: Any = None) -> dist.Work:
+        """reduce_scatter from a list of tensors per output."""
+        name, opts, avg = self._reduce_op("reduce_scatter", opts or dist.ReduceScatterOptions())
+        ins = [t for ts in input_lists for t in ts]
+        return self._stage(name, ins, outputs, lambda h: self._gloo.reduce_scatter(
+            [h(t) for t in outputs], [[h(t) for t in ts] for ts in input_lists], opts),
+            self._divide(outputs) if avg else None)
+
+    @_eager
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        """reduce_scatter_single (reduce_scatter_tensor)."""
+        name, opts, avg = self._reduce_op("reduce_scatter_single", opts or dist.ReduceScatterOptions())
+        return self._stage(name, [input], [output], lambda h: self._gloo._reduce_scatter_base(h(output), h(input), opts),
+                           self._divide([output]) if avg else None)
+
+    @_eager
+    def barrier(self, opts: Any = None) -> dist.Work:
+        """barrier over gloo (no tensors: nothing is staged or counted)."""
+        return self._gloo.barrier(opts or dist.BarrierOptions())
+
+    @_eager
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
+        """Point-to-point send (the device tensor is copied out before this returns)."""
+        return self._stage("send", tensors, [], lambda h: self._gloo.send([h(t) for t in tensors], dst, tag))
+
+    @_eager
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
+        """Point-to-point receive; the copy back happens at ``wait()``."""
+        return self._stage("recv", [], tensors, lambda h: self._gloo.recv([h(t) for t in tensors], src, tag))
+
+    def _unsupported(self, op: str) -> dist.Work:
+        raise NotImplementedError(
+            f"{BACKEND_NAME} does not stage {op}; supported: all_reduce, broadcast, all_gather(_single), "
+            "reduce_scatter(_single), barrier, send, recv. Move the tensors to the CPU and use a gloo group "
+            "(dist.new_group(backend='gloo')) for this collective.")
+
+    def alltoall(self, *args: Any) -> dist.Work:
+        """Not staged: raises NotImplementedError naming the supported collectives."""
+        return self._unsupported("all_to_all")
+
+    _allgather_base, _reduce_scatter_base = all_gather_single, reduce_scatter_single  # older names
+
+    def all_to_all_single(self, *args: Any) -> dist.Work:
+        """Not staged: raises NotImplementedError naming the supported collectives."""
+        return self._unsupported("all_to_all_single")
+
+    def allreduce_coalesced(self, *args: Any) -> dist.Work:
+        """Not staged: raises NotImplementedError naming the supported collectives."""
+        return self._unsupported("all_reduce_coalesced")
+
+    def allgather_coalesced(self, *args: Any) -> dist.Work:
+        """Not staged: raises NotImplementedError naming the supported collectives."""
+        return self._unsupported("all_gather_coalesced")
+
+    def recv_anysource(self, *args: Any) -> dist.Work:
+        """Not staged: raises NotImplementedError naming the supported collectives."""
+        return self._unsupported("recv from any source")
+
+    def gather(self, *args: Any) -> dist.Work:
+        """Not staged: raises NotImplementedError naming the supported collectives."""
+        return self._unsupported("gather")
+
+    def scatter(self, *args: Any) -> dist.Work:
+        """Not staged: raises NotImplementedError naming the supported collectives."""
+        return self._unsupported("scatter")
+
+    def reduce(self, *args: Any) -> dist.Work:
+        """Not staged: raises NotImplementedError naming the supported collectives."""
+        return self._unsupported("reduce")

@@ -1,0 +1,235 @@
+"""The staged c10d backend (sdk/distributed.py) over two real processes on this machine.
+
+One spawn of two processes (a FileStore rendezvous, the simulated device in each) runs every check
+and saves what it saw; the tests below compare that with references computed on the CPU here.
+Spawning is the slow part (a few seconds per process), so it happens once per tier.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("this torch build has no gloo", allow_module_level=True)
+
+WORLD, STEPS, LR = 2, 3, 0.1
+_OPS = ("SUM", "AVG", "MAX", "MIN", "PRODUCT")
+
+
+def _rank_input(rank: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Each rank's input: different per rank, exact in float32 for every reduction."""
+    return (torch.arange(6, dtype=torch.float32) + 1 + 3 * rank).to(dtype)
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(8, 8, generator=g), torch.randn(8, 1, generator=g)
+
+
+def _collectives(rank: int, dev: str, out: dict[str, Any]) -> None:
+    """Every supported collective on device tensors; results moved to the CPU into ``out``."""
+    for op in _OPS:
+        x = _rank_input(rank).to(dev)
+        dist.all_reduce(x, op=getattr(dist.ReduceOp, op))
+        out[f"all_reduce.{op}"] = x.cpu()
+    c = _rank_input(rank)  # a CPU tensor in the same group: gloo directly, AVG still works, not counted
+    dist.all_reduce(c, op=dist.ReduceOp.AVG)
+    out["cpu_all_reduce.AVG"] = c
+    x = _rank_input(rank, torch.int64).to(dev)
+    dist.all_reduce(x)
+    out["all_reduce.int64"] = x.cpu()
+    x = _rank_input(rank).to(dev) if rank == 1 else torch.zeros(6, device=dev)
+    dist.broadcast(x, src=1)
+    out["broadcast"] = x.cpu()
+    outs = [torch.empty(6, device=dev) for _ in range(WORLD)]
+    dist.all_gather(outs, _rank_input(rank).to(dev))
+    out["all_gather"] = torch.stack([o.cpu() for o in outs])
+    flat = torch.empty(WORLD * 6, device=dev)
+    dist.all_gather_single(flat, _rank_input(rank).to(dev))
+    out["all_gather_single"] = flat.cpu()
+    o = torch.empty(3, device=dev)
+    dist.reduce_scatter(o, list(_rank_input(rank).to(dev).chunk(WORLD)))
+    out["reduce_scatter"] = o.cpu()
+    o = torch.empty(3, device=dev)
+    dist.reduce_scatter_single(o, _rank_input(rank).to(dev), op=dist.ReduceOp.AVG)
+    out["reduce_scatter_single.AVG"] = o.cpu()
+    if rank == 0:
+        dist.send(_rank_input(0).to(dev), dst=1)
+    else:
+        r = torch.zeros(6, device=dev)
+        dist.recv(r, src=0)
+        out["send_recv"] = r.cpu()
+    dist.barrier()
+
+
+def _async_on_side_stream(rank: int, dev: str, out: dict[str, Any]) -> None:
+    """A collective launched on a side stream and waited for on the default stream: wait() must
+    order the reader after the copy back."""
+    mod = torch.get_device_module(dev.split(":")[0])
+    side = mod.Stream()
+    base = _rank_input(rank).to(dev)
+    with mod.stream(side):
+        y = base * 2  # produced on the side stream, so the D2H copy must follow this kernel
+        work = dist.all_reduce(y, async_op=True)
+    work.wait()
+    out["async_side_stream"] = (y + 0).cpu()  # read on the default stream
+
+
+def _errors(dev: str, out: dict[str, Any]) -> None:
+    for what, call in {
+        "dtype": lambda: dist.all_reduce(torch.ones(2, dtype=torch.uint16, device=dev)),
+        "op": lambda: dist.all_reduce(torch.ones(2, device=dev), op=dist.ReduceOp.BAND),
+        "all_to_all": lambda: dist.all_to_all_single(torch.empty(2, device=dev), torch.ones(2, device=dev)),
+        "device": lambda: dist.all_reduce(torch.ones(2, device="meta")),
+        "avg_int": lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32, device=dev), op=dist.ReduceOp.AVG),
+    }.items():
+        try:
+            call()
+            out[f"error.{what}"] = "no error"
+        except (TypeError, ValueError, NotImplementedError, RuntimeError) as e:
+            out[f"error.{what}"] = f"{type(e).__name__}: {e}"
+
+
+def _ddp(rank: int, dev: str, compiled: bool) -> list[torch.Tensor]:
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(_model().to(dev), device_ids=None)
+    run = torch.compile(model, backend="aot_eager") if compiled else model
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    x, y = _data()
+    shard = slice(rank * len(x) // WORLD, (rank + 1) * len(x) // WORLD)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(run(x[shard].to(dev)), y[shard].to(dev)).backward()
+        opt.step()
+    return [p.detach().cpu() for p in model.parameters()]
+
+
+def _worker(rank: int, store_path: str, out_dir: str, compiled: bool) -> None:
+    from torchvendor.sdk import collective_counts, register_device, register_distributed
+
+    acme = register_device("acme")
+    register_distributed()
+    dev = f"acme:{rank % acme.device_count()}"
+    store = dist.FileStore(store_path, WORLD)
+    dist.init_process_group(store=store, rank=rank, world_size=WORLD, device_id=torch.device(dev))
+    out: dict[str, Any] = {"backend": dist.get_backend()}
+    try:
+        _collectives(rank, dev, out)
+        _async_on_side_stream(rank, dev, out)
+        out["counts"] = collective_counts()
+        out["device_module_counts"] = acme.collective_counts()
+        _errors(dev, out)
+        acme.reset_collective_counts()
+        out["ddp"] = _ddp(rank, dev, compiled=False)
+        out["ddp_counts"] = collective_counts()
+        if compiled:
+            out["ddp_compiled"] = _ddp(rank, dev, compiled=True)
+    finally:
+        dist.destroy_process_group()
+    torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def _spawn(tmp_path_factory: pytest.TempPathFactory, compiled: bool) -> list[dict[str, Any]]:
+    import torch.multiprocessing as mp
+
+    tmp = tmp_path_factory.mktemp("dist")
+    mp.spawn(_worker, args=(str(tmp / "store"), str(tmp), compiled), nprocs=WORLD, join=True)
+    return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return _spawn(tmp_path_factory, compiled=False)
+
+
+def _reference_train() -> list[torch.Tensor]:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    x, y = _data()
+    for _ in range(STEPS):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [p.detach() for p in model.parameters()]
+
+
+def test_device_id_picks_the_staged_backend(results: list[dict[str, Any]]) -> None:
+    assert [r["backend"] for r in results] == ["tvgloo"] * WORLD
+
+
+@pytest.mark.parametrize("op", _OPS)
+def test_all_reduce_matches_cpu(results: list[dict[str, Any]], op: str) -> None:
+    inputs = torch.stack([_rank_input(r) for r in range(WORLD)])
+    expected = {"SUM": inputs.sum(0), "AVG": inputs.mean(0), "MAX": inputs.amax(0),
+                "MIN": inputs.amin(0), "PRODUCT": inputs.prod(0)}[op]
+    for r in results:
+        torch.testing.assert_close(r[f"all_reduce.{op}"], expected)
+        if op == "AVG":
+            torch.testing.assert_close(r["cpu_all_reduce.AVG"], expected)
+
+
+def test_other_collectives_match_cpu(results: list[dict[str, Any]]) -> None:
+    inputs = torch.stack([_rank_input(r) for r in range(WORLD)])
+    for rank, r in enumerate(results):
+        assert torch.equal(r["all_reduce.int64"], inputs.sum(0).long())
+        assert torch.equal(r["broadcast"], _rank_input(1))
+        assert torch.equal(r["all_gather"], inputs)
+        assert torch.equal(r["all_gather_single"], inputs.flatten())
+        assert torch.equal(r["reduce_scatter"], inputs.sum(0).chunk(WORLD)[rank])
+        torch.testing.assert_close(r["reduce_scatter_single.AVG"], inputs.mean(0).chunk(WORLD)[rank])
+        torch.testing.assert_close(r["async_side_stream"], 2 * inputs.sum(0))
+    assert torch.equal(results[1]["send_recv"], _rank_input(0))
+
+
+def test_staged_collectives_are_counted(results: list[dict[str, Any]]) -> None:
+    counts = results[0]["counts"]
+    assert counts == results[0]["device_module_counts"]
+    assert counts["all_reduce.sum"] == 3  # SUM, int64, the async one
+    for name in ("all_reduce.avg", "all_reduce.max", "all_reduce.min", "all_reduce.product", "broadcast",
+                 "all_gather", "all_gather_single", "reduce_scatter.sum", "reduce_scatter_single.avg", "send"):
+        assert counts[name] == 1, name
+    assert results[1]["counts"]["recv"] == 1
+    # DDP: parameter broadcast at construction and one bucketed all-reduce per step
+    assert results[0]["ddp_counts"].get("all_reduce.sum", 0) >= STEPS
+
+
+def test_unsupported_input_is_a_clear_error(results: list[dict[str, Any]]) -> None:
+    errors = {k: v for k, v in results[0].items() if k.startswith("error.")}
+    assert errors["error.dtype"].startswith("TypeError") and "uint16" in errors["error.dtype"]
+    assert errors["error.op"].startswith("ValueError") and "BAND" in errors["error.op"]
+    assert errors["error.all_to_all"].startswith("NotImplementedError") and "supported:" in errors["error.all_to_all"]
+    assert errors["error.device"].startswith("ValueError") and "meta" in errors["error.device"]
+    assert errors["error.avg_int"].startswith("TypeError") and "int32" in errors["error.avg_int"]
+
+
+def test_ddp_on_device_matches_single_process_cpu(results: list[dict[str, Any]]) -> None:
+    expected = _reference_train()
+    for r in results:
+        for got, want in zip(r["ddp"], expected):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_ddp_of_compiled_model_on_device(tmp_path_factory: pytest.TempPathFactory) -> None:
+    expected = _reference_train()
+    for r in _spawn(tmp_path_factory, compiled=True):
+        for got, want in zip(r["ddp_compiled"], expected):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_register_needs_a_device_and_is_idempotent() -> None:
+    from torchvendor.sdk import register_device, register_distributed
+
+    register_device("acme")
+    assert register_distributed() == register_distributed() == "tvgloo"
+    assert dist.Backend.default_device_backend_map["acme"] == "tvgloo"
