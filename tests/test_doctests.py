@@ -16,7 +16,6 @@ import torchvendor
 
 #: module -> why its examples are not run here
 NEEDS: dict[str, str] = {
-    "torchvendor.sdk.conformance.opinfo": "its helpers are exercised by tests/test_device_opinfo.py",
 }
 
 

@@ -82,7 +82,7 @@ def lib_path(name: str) -> str:
     for c in candidates:
         if c.is_file():
             return str(c)
-    pytest.skip(f"{name} is not built")
+    pytest.fail(f"{name} is not built: ./dev.sh (pip install -e .) builds it with the package")
 
 
 class Sim:
