@@ -112,6 +112,7 @@ class Case:
     run: Callable[[Target], Any] = field(repr=False)
     tags: dict[str, str] = field(default_factory=dict)
     timeout: float = 120.0
+    cost: float = 1.0  # a relative estimate: the runner hands out costly cases first (fewer idle workers at the end)
 
 
 @dataclass
