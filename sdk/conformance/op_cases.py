@@ -85,7 +85,7 @@ def _errors_case(op: Any) -> Callable[[Target], Any]:
     """OpInfo's error inputs: what the CPU rejects, the device must reject with the same type."""
     def run(target: Target) -> Any:
         try:
-            errors = list(op.error_inputs("cpu"))[:8]
+            errors = opinfo.op_error_inputs(op)[:8]
         except Exception as e:  # noqa: BLE001
             return {"skip": f"error-input generation failed: {e}"}
         if not errors:
@@ -167,7 +167,7 @@ def _run_variant(op: Any, dtype: torch.dtype, device: str, variant: str) -> Any:
         res.status, res.reason = "skip", "the op has no autograd"
         return res
     try:
-        samples = list(op.sample_inputs("cpu", dtype, requires_grad=backward))
+        samples = opinfo.op_samples(op, dtype, requires_grad=backward)
     except Exception as e:  # noqa: BLE001
         res.status, res.reason = "skip", f"sample generation failed: {e}"
         return res
@@ -195,7 +195,7 @@ def _run_variant(op: Any, dtype: torch.dtype, device: str, variant: str) -> Any:
 # ---- compiled: all of an op's samples in one compiled call ----------------------------------------------
 
 def _pick_samples(op: Any, dtype: torch.dtype, backward: bool, count: int) -> list[Any]:
-    batch = list(op.sample_inputs("cpu", dtype, requires_grad=backward))
+    batch = opinfo.op_samples(op, dtype, requires_grad=backward)
     # the largest samples exercise the most (OpInfo lists 0-d and size-1 cases first)
     return sorted(batch, key=lambda s: -s.input.numel() if isinstance(s.input, torch.Tensor) else 0)[:count]
 
