@@ -171,7 +171,12 @@ def _run_variant(op: Any, dtype: torch.dtype, device: str, variant: str) -> Any:
     except Exception as e:  # noqa: BLE001
         res.status, res.reason = "skip", f"sample generation failed: {e}"
         return res
-    samples = samples if backward else _VARIANT_SAMPLES[variant](samples)
+    if not backward:
+        try:
+            samples = _VARIANT_SAMPLES[variant](samples)
+        except Exception as e:  # noqa: BLE001 - e.g. sparse samples have no non-contiguous form
+            res.status, res.reason = "skip", f"OpInfo's samples have no {variant} form: {type(e).__name__}: {e}"
+            return res
     reset, counts = _fallback_counter(device)
     reset()
     _, tol, _ = opinfo._compare_cpu_decorations(op, "privateuse1", dtype)
