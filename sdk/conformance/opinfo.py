@@ -495,13 +495,15 @@ def _run_one_backward(res: OpResult, fn: Callable, sample, device: torch.device,
     wrt, d_wrt = _grad_targets((sample.input, sample.args, sample.kwargs)), _grad_targets((d_input, d_args, d_kwargs))
     if not mover.moved or mover.foreign or not wrt or len(wrt) != len(d_wrt):
         return "skip"
+    detector = _SeededOpDetector()
     try:
-        expected = _grads(sample.output_process_fn_grad(fn(sample.input, *sample.args, **sample.kwargs)), wrt,
-                          seed, None)
+        with detector:
+            out = fn(sample.input, *sample.args, **sample.kwargs)
+        expected = _grads(sample.output_process_fn_grad(out), wrt, seed, None)
     except Exception:
         return "skip"  # the CPU itself has no backward for this sample
-    if expected is None:
-        return "skip"
+    if expected is None or detector.seeded:
+        return "skip"  # nothing differentiable, or random (dropout): gradients are not comparable
     res.samples += 1
     try:
         actual = _grads(sample.output_process_fn_grad(fn(d_input, *d_args, **d_kwargs)), d_wrt, seed, device)
