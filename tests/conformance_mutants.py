@@ -1,8 +1,13 @@
-"""A pytest plugin module for tests/test_conformance.py's subprocess: registers a broken backend
-(it drops input mutations) so the conformance pytest plugin has something to catch."""
+"""Broken backends for tests/test_conformance.py that must live in an importable module (the
+conformance pytest plugin's subprocess loads it with ``-p conformance_mutants``):
+
+- ``tv_conf_dropped_mutation`` drops input mutations;
+- ``tv_conf_fused_wrong_epilogue`` fuses matmul + bias + ReLU into one op, as vendors do, whose
+  epilogue is wrong (ReLU before the bias add). Each must be caught by the suite."""
 import torch
 
-from torchvendor.sdk import Backend, register_backend
+from torchvendor.sdk import Backend, Level, register_backend
+from torchvendor.sdk.fx_pattern import fx_rule
 
 
 class DroppedMutation(Backend):
@@ -18,3 +23,26 @@ class DroppedMutation(Backend):
 
 
 register_backend(DroppedMutation)
+
+
+@torch.library.custom_op("tv_conf::linear_relu", mutates_args=())
+def linear_relu(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The vendor's 'fused kernel', with the bug: the ReLU epilogue runs before the bias add."""
+    return torch.relu(torch.mm(x, w)) + bias
+
+
+@linear_relu.register_fake
+def _(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.shape[0], w.shape[1])
+
+
+class FusedWrongEpilogue(Backend):
+    name = "tv_conf_fused_wrong_epilogue"
+    level = Level.ATEN
+    patterns = (fx_rule(lambda b, x, w: torch.relu(torch.addmm(b, x, w)), "tv_conf.linear_relu.default", 3),)
+
+    def compile(self, gm, example_inputs):
+        return gm
+
+
+register_backend(FusedWrongEpilogue)

@@ -227,6 +227,7 @@ MUTANTS = {
     "wrong_epilogue": (lambda: _mutant("wrong_epilogue", lambda gm: _retarget(
         gm, torch.ops.aten.gelu.default, lambda x, approximate="none": torch.ops.aten.gelu.default(x, approximate="tanh"))),
                        ["ops/nn.functional.gelu/float32/compiled"]),
+    "fused_op_wrong_epilogue": ("tv_conf_fused_wrong_epilogue", ["compile/fused_epilogue"]),
     "log_softmax_for_softmax": (lambda: _mutant("softmax_swap", lambda gm: _retarget(
         gm, torch.ops.aten._softmax.default, torch.ops.aten._log_softmax.default)),
                            ["ops/softmax/float32/compiled"]),
@@ -249,15 +250,24 @@ def test_negative_control_is_caught(mutant):
 
 
 RUNTIME_MUTANTS = {
-    # name: (the wrapped entry, its replacement body, the case that must fail)
+    # name: (the wrapped entry, its replacement body, the case that must fail, what its reason says)
     "memcpy_drops_a_byte": ("memcpy", "static tv_status bad(void* d, const void* s, size_t n, tv_memcpy_kind k) "
-                            "{ return real->memcpy(d, s, n > 1 ? n - 1 : n, k); }", "runtime/memory"),
+                            "{ return real->memcpy(d, s, n > 1 ? n - 1 : n, k); }", "runtime/memory",
+                            "round trip changed the bytes"),
     "allocator_reuses_a_live_block": ("malloc", "static void* last; static tv_status bad(int32_t dev, size_t n, "
                                       "void** p) { if (last && n == 4096) { *p = last; return TV_SUCCESS; } "
                                       "tv_status s = real->malloc(dev, n, p); if (n == 4096) last = *p; return s; }",
-                                      "runtime/memory"),
+                                      "runtime/memory", "memset"),
     "event_never_records": ("event_record", "static tv_status bad(tv_event e, tv_stream s) { (void)e; (void)s; "
-                            "return TV_SUCCESS; }", "runtime/events"),
+                            "return TV_SUCCESS; }", "runtime/events", "never recorded"),
+    # the copy goes to the default stream, not the one it was given: it no longer waits for that stream's work
+    "copy_ignores_the_stream": ("memcpy_async", "static tv_status bad(void* d, const void* s, size_t n, "
+                                "tv_memcpy_kind k, tv_stream st) { (void)st; return real->memcpy_async(d, s, n, k, "
+                                "NULL); }", "runtime/stream_order", "stream order broken"),
+    # the event is recorded on an idle stream of its own: it completes before the work it should follow
+    "event_fires_early": ("event_record", "static tv_stream idle; static tv_status bad(tv_event e, tv_stream s) { "
+                          "(void)s; if (!idle && real->stream_create(0, 0, &idle)) return TV_ERROR_UNKNOWN; "
+                          "return real->event_record(e, idle); }", "runtime/events", "event fired early"),
 }
 
 
@@ -266,7 +276,7 @@ def test_runtime_mutant_is_caught(mutant, tmp_path):
     """A C shim over the simulator's table with one entry broken: the runtime ABI area catches it."""
     from torchvendor.sdk import default_runtime_path
 
-    entry, body, case_id = RUNTIME_MUTANTS[mutant]
+    entry, body, case_id, why = RUNTIME_MUTANTS[mutant]
     shim = tmp_path / "mutant.c"
     shim.write_text(textwrap.dedent(f"""
         #include <dlfcn.h>
@@ -289,7 +299,8 @@ def test_runtime_mutant_is_caught(mutant, tmp_path):
 
     target = Target(device="acme", runtime=str(lib))
     cases = {c.id: c for c in runtime_cases.cases(target, "minimal")}
-    assert run_case(cases[case_id], target).status == "fail"
+    result = run_case(cases[case_id], target)
+    assert result.status == "fail" and why in result.reason, result
     assert run_case(cases["runtime/header"], target).status == "pass"
 
 

@@ -137,6 +137,20 @@ def _backward(t: Target) -> None:
         _close(a.grad, b.grad)
 
 
+def _fused_epilogue(t: Target) -> None:
+    """Matmul + bias + activation chains, what vendors fuse into one kernel with an epilogue; the
+    biases are negative and positive, so an epilogue applied in the wrong order shows."""
+    def f(x, w1, b1, w2, b2, w3, b3):
+        h = torch.relu(torch.nn.functional.linear(x, w1, b1))
+        h = torch.nn.functional.gelu(torch.addmm(b2, h, w2))
+        return torch.nn.functional.silu(h @ w3 + b3) + h.sum(-1, keepdim=True)
+    g = torch.Generator().manual_seed(0)
+    shapes = [(6, 8), (12, 8), (12,), (12, 10), (10,), (10, 5), (5,)]
+    args = [(torch.randn(s, generator=g) * 2).to(t.device) for s in shapes]
+    with torch.no_grad():
+        _close(_compile(t, _fresh(f))(*args), f(*args))
+
+
 def _one_object_per_options(t: Target) -> None:
     counters = compat.dynamo_counters()
     before = counters["stats"]["unique_graphs"]
@@ -169,7 +183,7 @@ def _cache(t: Target) -> Any:
 _FEATURES: dict[str, Callable[[Target], Any]] = {
     "graph_break": _graph_break, "guards_recompile": _recompile, "dynamic_shapes": _dynamic, "mutation": _mutation,
     "noncontiguous_input": _noncontiguous_input, "aliasing": _aliasing, "no_grad_inference_mode": _no_grad_modes,
-    "autocast": _autocast, "backward": _backward,
+    "autocast": _autocast, "backward": _backward, "fused_epilogue": _fused_epilogue,
     "one_object_per_options": _one_object_per_options, "artifact_cache": _cache,
 }
 
@@ -178,7 +192,7 @@ def feature_cases(target: Target, profile: str) -> list[Case]:
     """Compile-feature cases (none without a backend)."""
     if not target.backend or profile == "device":
         return []
-    return [Case(f"compile/{name}", "compile", fn) for name, fn in _FEATURES.items()]
+    return [Case(f"compile/{name}", "compile", fn, cost=3.0) for name, fn in _FEATURES.items()]
 
 
 def _timed(fn: Callable[[], Any], repeat: int = 3) -> float:
@@ -237,8 +251,9 @@ def model_cases(target: Target, profile: str) -> list[Case]:
     names = ["mlp"] if profile == "minimal" else zoo.names("fast") if profile != "full" else zoo.names()
     out = []
     for name in names:
-        out.append(Case(f"models/{name}/inference", "models", _model_case(name, False), {"model": name}, timeout=600))
+        out.append(Case(f"models/{name}/inference", "models", _model_case(name, False), {"model": name}, timeout=600,
+                        cost=20.0))
         if profile in ("training", "full"):
-            out.append(Case(f"models/{name}/training", "models", _model_case(name, True), {"model": name},
+            out.append(Case(f"models/{name}/training", "models", _model_case(name, True), {"model": name}, cost=30.0,
                             timeout=600))
     return out

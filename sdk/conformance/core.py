@@ -112,6 +112,7 @@ class Case:
     run: Callable[[Target], Any] = field(repr=False)
     tags: dict[str, str] = field(default_factory=dict)
     timeout: float = 120.0
+    cost: float = 1.0  # a relative estimate: the runner hands out costly cases first (fewer idle workers at the end)
 
 
 @dataclass
@@ -218,6 +219,7 @@ AREAS: dict[str, str] = {
     "runtime": "runtime_cases:cases",
     "device": "device_cases:cases",
     "ops": "op_cases:cases",
+    "torch": "torch_tests:cases",
     "compile": "compile_cases:feature_cases",
     "models": "compile_cases:model_cases",
     "distributed": "distributed_cases:cases",
@@ -226,10 +228,10 @@ AREAS: dict[str, str] = {
 #: profile -> areas it runs (each area reads the profile to pick its variants)
 PROFILES: dict[str, tuple[str, ...]] = {
     "minimal": ("runtime", "device", "ops", "compile", "models"),
-    "device": ("runtime", "device", "ops"),
+    "device": ("runtime", "device", "ops", "torch"),
     "inference": ("ops", "compile", "models"),
     "training": ("ops", "compile", "models", "distributed"),
-    "full": ("runtime", "device", "ops", "compile", "models", "distributed"),
+    "full": ("runtime", "device", "ops", "torch", "compile", "models", "distributed"),
 }
 
 

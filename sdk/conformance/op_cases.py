@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import types
 import warnings
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Callable
 
@@ -50,7 +51,7 @@ def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
-def _to(x: Any, device: str) -> Any:
+def _to(x: Any, device: str) -> Any:  # error inputs: plain copies suffice
     if isinstance(x, torch.Tensor):
         return x.to(device)
     if isinstance(x, (list, tuple)):
@@ -83,8 +84,10 @@ def _eager_case(op: Any, dtype: torch.dtype, variant: str) -> Callable[[Target],
 def _errors_case(op: Any) -> Callable[[Target], Any]:
     """OpInfo's error inputs: what the CPU rejects, the device must reject with the same type."""
     def run(target: Target) -> Any:
+        if getattr(op, "error_inputs_func", None) is None:
+            return {"skip": "OpInfo has no error inputs for this op"}
         try:
-            errors = list(op.error_inputs("cpu"))[:8]
+            errors = opinfo.op_error_inputs(op)[:8]
         except Exception as e:  # noqa: BLE001
             return {"skip": f"error-input generation failed: {e}"}
         if not errors:
@@ -127,30 +130,173 @@ def _plant_nan(sample: Any) -> Any:
     return sample.transform(plant)
 
 
+def _channels_last(sample: Any) -> Any:
+    """The sample with every 4-D (5-D) tensor in channels-last (channels-last-3d) memory format."""
+    def convert(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.dim() in (4, 5):
+            fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+            return x.detach().contiguous(memory_format=fmt).requires_grad_(x.requires_grad)
+        return x
+    return sample.transform(convert)
+
+
+def _has_4d(sample: Any) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.dim() in (4, 5)
+               for t in opinfo._tensors((sample.input, sample.args, sample.kwargs)))
+
+
+#: eager variants: how each one picks and transforms OpInfo's samples (at most 4 per op)
+_VARIANT_SAMPLES: dict[str, Callable[[list[Any]], list[Any]]] = {
+    "noncontiguous": lambda samples: [s.noncontiguous() for s in samples[:4]],
+    "nan_inf": lambda samples: [_plant_nan(s) for s in samples[:4]],
+    "channels_last": lambda samples: [_channels_last(s) for s in samples if _has_4d(s)][:4],
+}
+
+
+def _fallback_counter(device: str) -> tuple[Callable[[], None], Callable[[], dict[str, int]]]:
+    module = getattr(torch, torch.device(device).type, None)
+    reset = getattr(module, "reset_fallback_counts", lambda: None)
+    counts = getattr(module, "fallback_counts", dict)
+    return reset, lambda: {k: v for k, v in counts().items() if v}
+
+
 def _run_variant(op: Any, dtype: torch.dtype, device: str, variant: str) -> Any:
-    """Non-contiguous or NaN/Inf samples on the device vs the CPU, through the OpInfo runner's
-    comparison (it keeps views and checks mutated inputs)."""
+    """Non-contiguous, NaN/Inf, channels-last or backward samples on the device vs the CPU, through
+    the OpInfo runner's comparison (it keeps views and checks mutated inputs)."""
     res = opinfo.OpResult(name=op.full_name)
+    backward = variant == "backward"
+    if backward and not op.supports_autograd:
+        res.status, res.reason = "skip", "the op has no autograd"
+        return res
     try:
-        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:4]
+        samples = opinfo.op_samples(op, dtype, requires_grad=backward)
     except Exception as e:  # noqa: BLE001
         res.status, res.reason = "skip", f"sample generation failed: {e}"
         return res
-    samples = [s.noncontiguous() if variant == "noncontiguous" else _plant_nan(s) for s in samples]
-    module = getattr(torch, torch.device(device).type, None)
-    if hasattr(module, "reset_fallback_counts"):
-        module.reset_fallback_counts()
-    meta_only = "nondeterministic" if _nondeterministic(op, dtype) else ""
+    if not backward:
+        try:
+            samples = _VARIANT_SAMPLES[variant](samples)
+        except Exception as e:  # noqa: BLE001 - e.g. sparse samples have no non-contiguous form
+            res.status, res.reason = "skip", f"OpInfo's samples have no {variant} form: {type(e).__name__}: {e}"
+            return res
+    reset, counts = _fallback_counter(device)
+    reset()
+    _, tol, _ = opinfo._compare_cpu_decorations(op, "privateuse1", dtype)
+    tol_kwargs = {"atol": tol.atol, "rtol": tol.rtol} if tol is not None else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        opinfo._run_samples(res, op.op, samples, torch.device(device), meta_only, {})
-    if hasattr(module, "fallback_counts"):
-        res.fallback_ops = {k: v for k, v in module.fallback_counts().items() if v}
+        if backward:
+            opinfo.run_backward_samples(res, op.op, samples, torch.device(device), tol_kwargs)
+        else:
+            meta_only = "nondeterministic" if _nondeterministic(op, dtype) else ""
+            opinfo._run_samples(res, op.op, samples, torch.device(device), meta_only, tol_kwargs)
+    res.fallback_ops = counts()
     if res.failed:
         res.status, res.failure_class, res.reason = "fail", res.failures[0].kind, res.failures[0].message
     elif res.samples == 0:
-        res.status, res.reason = "skip", "no sample ran"
+        res.status, res.reason = "skip", ("no 4-D or 5-D input" if variant == "channels_last" and not samples
+                                          else "no sample ran")
     return res
+
+
+# ---- compiled: all of an op's samples in one compiled call ----------------------------------------------
+
+def _pick_samples(op: Any, dtype: torch.dtype, backward: bool, count: int) -> list[Any]:
+    batch = opinfo.op_samples(op, dtype, requires_grad=backward)
+    # the largest samples exercise the most (OpInfo lists 0-d and size-1 cases first)
+    return sorted(batch, key=lambda s: -s.input.numel() if isinstance(s.input, torch.Tensor) else 0)[:count]
+
+
+@dataclass
+class _Call:
+    """One sample as an eager call and an independent copy for the compiled call."""
+
+    eager: tuple[Any, list[Any], dict[str, Any]]
+    compiled: tuple[Any, list[Any], dict[str, Any]]
+    expected: Any = None
+
+
+def _eager_calls(op: Any, batch: list[Any], device: str) -> tuple[list[_Call], list[str]]:
+    """Each sample moved to the device twice (views, aliasing and strides kept) and run eagerly on
+    one copy; samples that eager itself rejects on the device are left out (their errors returned)."""
+    calls, rejected = [], []
+    for sample in batch:
+        copies = []
+        for _ in range(2):
+            inp, args, kwargs, mover = opinfo._move_sample(sample, torch.device(device), copy=True)
+            copies.append((inp, list(args), kwargs))
+        if mover.foreign:
+            continue
+        call = _Call(copies[0], copies[1])
+        inp, args, kwargs = call.eager
+        try:
+            call.expected = op.op(inp, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - nothing to compare with on this device
+            rejected.append(f"{type(e).__name__}: {str(e)[:120]}")
+            continue
+        calls.append(call)
+    return calls, rejected
+
+
+def _batched(op: Any, calls: list[_Call]) -> tuple[Callable[..., Any], list[Any]]:
+    """One function running every sample (tensors as graph inputs, other arguments as constants),
+    so that Dynamo, AOTAutograd and the backend compile once per op instead of once per sample."""
+    flat: list[Any] = []
+    plan: list[tuple[int, int, dict[str, Any]]] = []
+    for call in calls:
+        inp, args, kwargs = call.compiled
+        plan.append((len(flat), 1 + len(args), kwargs))
+        flat += [inp, *args]
+
+    def run_all(*values: Any) -> tuple[Any, ...]:
+        return tuple(op.op(*values[start:start + n], **kwargs) for start, n, kwargs in plan)
+    return _fresh(run_all), flat
+
+
+def _check_outputs(calls: list[_Call], got: tuple[Any, ...], meta_only: bool) -> None:
+    for i, (call, out) in enumerate(zip(calls, got)):
+        outs, refs = _leaves(out), _leaves(call.expected)
+        assert len(outs) == len(refs), f"sample {i}: compiled returned {len(outs)} tensors, eager {len(refs)}"
+        for o, r in zip(outs, refs):
+            assert o.shape == r.shape and o.dtype == r.dtype, \
+                f"sample {i}: compiled {tuple(o.shape)}/{o.dtype} vs eager {tuple(r.shape)}/{r.dtype}"
+            if not meta_only:
+                torch.testing.assert_close(o.detach().cpu(), r.detach().cpu(), equal_nan=True,
+                                           msg=lambda m, i=i: f"sample {i}: {m}")
+        if not meta_only:  # an input the op mutates is mutated alike (a dropped mutation is caught)
+            try:
+                torch.testing.assert_close(opinfo.to_cpu(call.compiled), opinfo.to_cpu(call.eager), equal_nan=True)
+            except AssertionError as e:
+                raise AssertionError(f"sample {i}: input mutation differs from eager: {e}") from None
+            except (TypeError, ValueError):
+                pass
+
+
+def _check_grads(calls: list[_Call], got: tuple[Any, ...]) -> None:
+    def grads(outputs: list[Any], sides: list[Any]) -> list[Any]:
+        outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
+        wrt = opinfo._grad_targets(sides)
+        if not outs or not wrt:
+            return []
+        return list(torch.autograd.grad([o.sum() for o in outs], wrt, allow_unused=True))
+    mine = grads(_leaves(got), [c.compiled for c in calls])
+    ref = grads(_leaves(tuple(c.expected for c in calls)), [c.eager for c in calls])
+    assert len(mine) == len(ref), f"compiled gave {len(mine)} gradients, eager {len(ref)}"
+    for k, (a, b) in enumerate(zip(mine, ref)):
+        assert (a is None) == (b is None), f"gradient {k}: {'none' if a is None else 'one'} compiled, " \
+                                           f"{'none' if b is None else 'one'} eager"
+        if a is not None:
+            torch.testing.assert_close(a.cpu(), b.cpu(), equal_nan=True, msg=lambda m, k=k: f"gradient {k}: {m}")
+
+
+def _fallback_of(report: Any) -> dict[str, int]:
+    fallback: dict[str, int] = {}
+    for key, n in {**report.unsupported(), **report.device_fallback()}.items():
+        fallback[key] = fallback.get(key, 0) + n
+    for p in report.partitions:
+        if p.status == "fallback":
+            fallback[f"partition {p.name}: {p.reason[:80]}"] = 1
+    return fallback
 
 
 def _compiled_case(op: Any, dtype: torch.dtype, backward: bool, samples: int) -> Callable[[Target], Any]:
@@ -158,60 +304,57 @@ def _compiled_case(op: Any, dtype: torch.dtype, backward: bool, samples: int) ->
         from torchvendor.sdk import last_report
 
         name = target.backend_name()
-        options = dict(target.options)
         if backward and not op.supports_autograd:
             return {"skip": "the op has no autograd"}
         try:
-            batch = list(op.sample_inputs("cpu", dtype, requires_grad=backward))
-            # the largest samples exercise the most (OpInfo lists 0-d and size-1 cases first)
-            batch = sorted(batch, key=lambda s: -s.input.numel() if isinstance(s.input, torch.Tensor) else 0)[:samples]
+            batch = _pick_samples(op, dtype, backward, samples)
         except Exception as e:  # noqa: BLE001
             return {"skip": f"sample generation failed: {e}"}
-        if not batch:
-            return {"skip": "no samples for this dtype"}
-        meta_only = _nondeterministic(op, dtype)
-        fallback: dict[str, int] = {}
-        for sample in batch:
-            inputs = [sample.input, *sample.args]
-            kwargs = sample.kwargs
-            moved = _to(inputs, target.device)
-            if backward:
-                moved = [x.detach().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x for x in moved]
-            fn = _fresh(lambda *a: op.op(*a, **kwargs))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            calls, rejected = _eager_calls(op, batch, target.device)
+            if not calls:
+                return {"skip": f"eager itself raises on {target.device}: {rejected[0]}" if rejected
+                        else "no samples for this dtype"}
+            fn, flat = _batched(op, calls)
             compat.dynamo_reset()
             before = id(last_report())
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                try:
-                    expected = op.op(*moved, **kwargs)
-                except Exception as e:  # noqa: BLE001 - nothing to compare with on this device
-                    return {"skip": f"eager itself raises on {target.device}: {type(e).__name__}: {str(e)[:120]}"}
-                got = torch.compile(fn, backend=name, options=options or None)(*moved)
-            outs, refs = _leaves(got), _leaves(expected)
-            assert len(outs) == len(refs), f"compiled returned {len(outs)} tensors, eager {len(refs)}"
-            for o, r in zip(outs, refs):
-                assert o.shape == r.shape and o.dtype == r.dtype, \
-                    f"compiled {tuple(o.shape)}/{o.dtype} vs eager {tuple(r.shape)}/{r.dtype}"
-                if not meta_only:
-                    torch.testing.assert_close(o.detach().cpu(), r.detach().cpu(), equal_nan=True)
-            if backward:
-                wrt = [x for x in moved if isinstance(x, torch.Tensor) and x.requires_grad]
-                diff = [(o, r) for o, r in zip(outs, refs) if o.requires_grad and r.requires_grad]
-                if wrt and diff and not meta_only:
-                    g = torch.autograd.grad([o.sum() for o, _ in diff], wrt, allow_unused=True)
-                    g_ref = torch.autograd.grad([r.sum() for _, r in diff], wrt, allow_unused=True)
-                    for a, b in zip(g, g_ref):
-                        if a is not None or b is not None:
-                            torch.testing.assert_close(a.cpu(), b.cpu(), equal_nan=True)
-            report = last_report()
-            if report is not None and id(report) != before:
-                for key, n in {**report.unsupported(), **report.device_fallback()}.items():
-                    fallback[key] = fallback.get(key, 0) + n
-                for p in report.partitions:
-                    if p.status == "fallback":
-                        fallback[f"partition {p.name}: {p.reason[:80]}"] = 1
-        return {"fallback": fallback, "reason": "some ops did not run in the backend (see fallback)"}
+            got = torch.compile(fn, backend=name, options=dict(target.options) or None, dynamic=False)(*flat)
+        meta_only = _nondeterministic(op, dtype)
+        _check_outputs(calls, got, meta_only)
+        if backward and not meta_only:
+            _check_grads(calls, got)
+        report = last_report()
+        fallback = _fallback_of(report) if report is not None and id(report) != before else {}
+        return {"fallback": fallback, "reason": "some ops did not run in the backend (see fallback)",
+                "metrics": {"samples": len(calls)}}
     return run
+
+
+#: eager variants per profile (errors: float32 only)
+_EAGER_VARIANTS = {"minimal": ("eager",),
+                   "device": ("eager", "noncontiguous", "channels_last", "nan_inf", "backward"),
+                   "full": ("eager", "noncontiguous", "channels_last", "nan_inf", "backward")}
+
+
+def _op_cases(target: Target, profile: str, op: Any, dtype: torch.dtype) -> list[Case]:
+    name, dn = op.full_name, _dtype_name(dtype)
+    tags = {"op": name, "dtype": dn}
+    out: list[Case] = []
+    if target.device != "cpu" and profile in _EAGER_VARIANTS:
+        for v in _EAGER_VARIANTS[profile]:
+            out.append(Case(f"ops/{name}/{dn}/{v}", "ops", _eager_case(op, dtype, v), {**tags, "variant": v}))
+        if profile != "minimal" and dtype == torch.float32:
+            out.append(Case(f"ops/{name}/errors", "ops", _errors_case(op), {"op": name, "variant": "errors"}))
+    if target.backend and profile != "device" and dtype == torch.float32:
+        samples = 1 if profile == "minimal" else 3
+        # a compile costs more than an eager run: the runner starts the costly cases first
+        out.append(Case(f"ops/{name}/{dn}/compiled", "ops", _compiled_case(op, dtype, False, samples),
+                        {**tags, "variant": "compiled"}, cost=5.0))
+        if profile in ("training", "full"):
+            out.append(Case(f"ops/{name}/{dn}/compiled_backward", "ops", _compiled_case(op, dtype, True, 1),
+                            {**tags, "variant": "compiled_backward"}, cost=8.0))
+    return out
 
 
 def cases(target: Target, profile: str) -> list[Case]:
@@ -221,21 +364,6 @@ def cases(target: Target, profile: str) -> list[Case]:
     for dtype in dtypes:
         ops = _ops_by_name(dtype)
         names = [n for n in MINIMAL_OPS if n in ops] if profile == "minimal" else sorted(ops)
-        dn = _dtype_name(dtype)
         for name in names:
-            op = ops[name]
-            tags = {"op": name, "dtype": dn}
-            if target.device != "cpu" and profile in ("minimal", "device", "full"):
-                variants = ("eager",) if profile == "minimal" else ("eager", "noncontiguous", "nan_inf")
-                for v in variants:
-                    out.append(Case(f"ops/{name}/{dn}/{v}", "ops", _eager_case(op, dtype, v), {**tags, "variant": v}))
-                if profile != "minimal" and dtype == torch.float32:
-                    out.append(Case(f"ops/{name}/errors", "ops", _errors_case(op), {"op": name, "variant": "errors"}))
-            if target.backend and profile != "device" and dtype == torch.float32:
-                samples = 1 if profile == "minimal" else 3
-                out.append(Case(f"ops/{name}/{dn}/compiled", "ops", _compiled_case(op, dtype, False, samples),
-                                {**tags, "variant": "compiled"}))
-                if profile in ("training", "full"):
-                    out.append(Case(f"ops/{name}/{dn}/compiled_backward", "ops", _compiled_case(op, dtype, True, 1),
-                                    {**tags, "variant": "compiled_backward"}))
+            out += _op_cases(target, profile, ops[name], dtype)
     return out

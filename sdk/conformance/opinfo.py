@@ -6,7 +6,8 @@ that the conformance suite can reuse it unchanged: it needs only a device string
 plain data (``OpResult`` per OpInfo full name) and never calls pytest.
 
 How a sample is run
-  * Samples are generated on CPU (``op.sample_inputs("cpu", dtype)``), so generation never
+  * Samples are generated on CPU (``op_samples``: ``op.sample_inputs("cpu", dtype)``, seeded
+    once per op), so generation never
     depends on the device under test and the CPU reference uses exactly the same values.
   * Every tensor in ``input``/``args``/``kwargs`` (tensor lists included) is copied to the
     device as the same view of a device copy of its whole storage (size, stride, storage
@@ -110,6 +111,44 @@ def make_cpu(shape, dtype, *, seed: int = 0, low=None, high=None) -> torch.Tenso
 # the OpInfo corpus runner
 # --------------------------------------------------------------------------------------------
 
+def _seed(name: str) -> None:
+    """Seed the CPU generator, ``random`` and NumPy from ``name`` (the same samples every run)."""
+    import random
+    import zlib
+
+    seed = zlib.crc32(name.encode())
+    torch.default_generator.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
+
+
+def op_samples(op, dtype: torch.dtype, requires_grad: bool = False) -> list:
+    """OpInfo's CPU samples of ``op`` for ``dtype``, seeded once per op from its name.
+
+    OpInfo's own iterator reseeds before every sample through ``torch.manual_seed``, which also
+    queues a lazy seed for each accelerator module torch has (CUDA, XPU) and formats the whole
+    Python stack for it: that was the largest single cost of the device sweep (a third of its
+    CPU time), so the suite seeds the CPU generator itself, once.
+
+    >>> op = opinfo_ops(torch.float32, ["add"])[0]
+    >>> a, b = op_samples(op, torch.float32), op_samples(op, torch.float32)
+    >>> len(a) == len(b) and torch.equal(a[-1].input, b[-1].input)
+    True
+    """
+    _seed(op.full_name)
+    return list(op.sample_inputs("cpu", dtype, requires_grad=requires_grad, set_seed=False))
+
+
+def op_error_inputs(op) -> list:
+    """OpInfo's CPU error inputs of ``op``, seeded once (see :func:`op_samples`)."""
+    _seed(op.full_name)
+    return list(op.error_inputs("cpu", set_seed=False))
+
+
 @dataclasses.dataclass
 class SampleFailure:
     index: int
@@ -198,8 +237,9 @@ class _Mover:
     as the same view (size, stride, storage offset, conj/neg bits) of a device copy of its whole
     storage, and tensors sharing a storage share the device storage (aliasing preserved)."""
 
-    def __init__(self, device: torch.device, source_device: str = "cpu", keep=()):
+    def __init__(self, device: torch.device, source_device: str = "cpu", keep=(), copy: bool = False):
         self.device = device
+        self.copy = copy  # copy even when the device is the source's (two independent copies)
         self.source = source_device
         self.memo: dict[int, torch.Tensor] = {}
         self.storages: dict[tuple[int, int], torch.Tensor] = {}
@@ -212,16 +252,16 @@ class _Mover:
         t = t.detach()
         if (t.layout != torch.strided or t.is_quantized or t.is_nested
                 or t.device.type != self.source):
-            return t.to(self.device)
+            return t.to(self.device, copy=self.copy)
         st = t.untyped_storage()
         item = t.element_size()
         if st.nbytes() == 0 or st.nbytes() % item:
-            return t.to(self.device)
+            return t.to(self.device, copy=self.copy)
         key = (st.data_ptr(), st.nbytes())
         flat = self.storages.get(key)
         if flat is None:
             raw = torch.empty(0, dtype=torch.uint8).set_(st)  # the whole storage, as bytes
-            flat = raw.to(self.device)
+            flat = raw.to(self.device, copy=self.copy)
             self.storages[key] = flat
         phys = flat.view(t.dtype).as_strided(t.size(), t.stride(), t.storage_offset())
         if t.is_conj():
@@ -323,93 +363,181 @@ def _compare_meta(actual, expected, device_type: str):
             raise AssertionError(f"dtype {a.dtype} != {e.dtype}")
 
 
+class _SampleFailed(Exception):
+    """One sample's failure: ``kind`` is its class for reports (see :func:`_failure_kind`)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+def _failure_kind(msg: str) -> str:
+    first = msg.split("\n")[0].lower()
+    return ("wrong output device" if "result tensor on" in msg else
+            "in-place/input mutation mismatch" if "input mutation" in msg else
+            "mismatch: shape" if "shape" in first else
+            "mismatch: dtype" if "dtype" in first else
+            "mismatch: values")
+
+
+def _move_sample(sample, device: torch.device, keep_positions=(), copy: bool = False):
+    """(input, args, kwargs, mover) of ``sample`` on ``device``; raises _SampleFailed."""
+    keep = [sample.args[j] for j in keep_positions
+            if j < len(sample.args) and isinstance(sample.args[j], torch.Tensor)]
+    mover = _Mover(device, keep=keep, copy=copy)
+    try:
+        return mover(sample.input), mover(sample.args), mover(sample.kwargs), mover
+    except Exception as exc:
+        raise _SampleFailed("copy to device failed", _first_line(exc)) from None
+
+
+def _assert_close(actual, expected, what: str, tol_kwargs: dict) -> None:
+    try:
+        torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False, **tol_kwargs)
+    except AssertionError as exc:
+        raise AssertionError(f"{what}: {exc}") from None
+    except (TypeError, ValueError):  # not comparable by assert_close (e.g. plain Python values)
+        if what.startswith("output") and actual != expected:
+            raise AssertionError(f"output {actual!r} != {expected!r}") from None
+
+
+def _compare_sample(sample, actual_dev, expected, d_inputs, device: torch.device, meta_only: str,
+                    tol_kwargs: dict) -> None:
+    """Raises AssertionError (or _SampleFailed) when the device's result differs from the CPU's."""
+    for t in _tensors(actual_dev):
+        if t.device.type != device.type:
+            raise AssertionError(f"result tensor on {t.device}, expected {device.type}")
+    try:
+        actual, d_inputs_back = to_cpu(actual_dev), to_cpu(d_inputs)
+    except Exception as exc:
+        raise _SampleFailed("copy to host failed", _first_line(exc)) from None
+    if meta_only:
+        _compare_meta(actual, expected, device.type)
+        return
+    _assert_close(sample.output_process_fn_grad(actual), sample.output_process_fn_grad(expected),
+                  "output mismatch", tol_kwargs)
+    # the CPU reference ran on the original sample: in-place ops mutated it as they must
+    _assert_close(d_inputs_back, to_cpu((sample.input, sample.args, sample.kwargs)),
+                  "input mutation differs", tol_kwargs)
+
+
+def _run_one_sample(res: OpResult, fn: Callable, sample, device: torch.device, op_meta_only: str,
+                    tol_kwargs: dict) -> str:
+    """Run one sample on the device and on the CPU and compare; returns "pass", "skip" or
+    "meta" (passed on metadata only, the reason in ``res``); raises _SampleFailed."""
+    d_input, d_args, d_kwargs, mover = _move_sample(sample, device, KEEP_ARGS_ON_CPU.get(res.name, ()))
+    if not mover.moved or mover.foreign:
+        return "skip"  # nothing of the sample lives on the device, or it targets another one
+    # CPU reference on the original sample (the device copy is already made, so an in-place op
+    # may mutate it; views keep their real storage, as OpInfo intends).
+    detector = _SeededOpDetector()
+    try:
+        with detector:
+            expected = fn(sample.input, *sample.args, **sample.kwargs)
+    except Exception:
+        return "skip"  # an OpInfo sample that CPU eager itself rejects
+    meta_only = op_meta_only or (f"random: CPU run dispatches {detector.seeded[0]}" if detector.seeded else "")
+    res.samples += 1
+    try:
+        actual_dev = fn(d_input, *d_args, **d_kwargs)
+    except Exception as exc:
+        raise _SampleFailed(classify_exception(exc), _first_line(exc)) from None
+    try:
+        _compare_sample(sample, actual_dev, expected, (d_input, d_args, d_kwargs), device, meta_only, tol_kwargs)
+    except AssertionError as exc:
+        raise _SampleFailed(_failure_kind(str(exc)), _first_line(exc, 600)) from None
+    if meta_only:
+        res.meta_only_reason = res.meta_only_reason or meta_only
+        return "meta"
+    return "pass"
+
+
 def _run_samples(res: OpResult, fn: Callable, samples, device: torch.device,
                  op_meta_only: str, tol_kwargs: dict) -> None:
-    keep_positions = KEEP_ARGS_ON_CPU.get(res.name, ())
+    """Run each sample on ``device`` vs the CPU, counting into ``res``."""
     for i, sample in enumerate(samples):
-        keep = [sample.args[j] for j in keep_positions
-                if j < len(sample.args) and isinstance(sample.args[j], torch.Tensor)]
-        mover = _Mover(device, keep=keep)
+        counted = res.samples
         try:
-            d_input = mover(sample.input)
-            d_args = mover(sample.args)
-            d_kwargs = mover(sample.kwargs)
-        except Exception as exc:
-            res.samples += 1
+            outcome = _run_one_sample(res, fn, sample, device, op_meta_only, tol_kwargs)
+        except _SampleFailed as f:
+            res.samples = counted + 1  # a copy that fails counts as a sample run
             res.failed += 1
-            res.failures.append(SampleFailure(i, "copy to device failed", _first_line(exc)))
+            res.failures.append(SampleFailure(i, f.kind, f.message))
             continue
-        if not mover.moved or mover.foreign:
-            res.skipped += 1  # nothing of the sample lives on the device, or it targets another one
-            continue
+        if outcome == "skip":
+            res.skipped += 1
+        else:
+            res.passed += 1
+            res.meta_only += outcome == "meta"
 
-        # CPU reference on the original sample (the device copy is already made, so an
-        # in-place op may mutate it; views keep their real storage, as OpInfo intends).
-        cpu_sample = sample
-        detector = _SeededOpDetector()
-        try:
-            with detector:
-                expected = fn(cpu_sample.input, *cpu_sample.args, **cpu_sample.kwargs)
-        except Exception:
-            res.skipped += 1  # OpInfo sample that CPU eager itself rejects
-            continue
-        meta_only = op_meta_only or (
-            f"random: CPU run dispatches {detector.seeded[0]}" if detector.seeded else "")
 
-        res.samples += 1
+# ---- backward: gradients on the device vs the CPU ------------------------------------------------------
+
+def _grad_targets(obj) -> list[torch.Tensor]:
+    return [t for t in _tensors(obj) if t.requires_grad]
+
+
+def _grads(out, inputs, seed: int, device: torch.device | None):
+    """Gradients of ``out`` (after OpInfo's ``output_process_fn_grad``) for ``inputs``, with a fixed
+    random upstream gradient made on the CPU (the same on both sides)."""
+    outs = [t for t in _tensors(out) if t.requires_grad and (t.is_floating_point() or t.is_complex())]
+    if not outs:
+        return None
+    ups = [make_cpu(tuple(t.shape), t.dtype, seed=seed + k) for k, t in enumerate(outs)]
+    if device is not None:
+        ups = [u.to(device) for u in ups]
+    return torch.autograd.grad(outs, inputs, ups, allow_unused=True)
+
+
+def _run_one_backward(res: OpResult, fn: Callable, sample, device: torch.device, tol_kwargs: dict,
+                      seed: int) -> str:
+    d_input, d_args, d_kwargs, mover = _move_sample(sample, device, KEEP_ARGS_ON_CPU.get(res.name, ()), copy=True)
+    wrt, d_wrt = _grad_targets((sample.input, sample.args, sample.kwargs)), _grad_targets((d_input, d_args, d_kwargs))
+    if not mover.moved or mover.foreign or not wrt or len(wrt) != len(d_wrt):
+        return "skip"
+    detector = _SeededOpDetector()
+    try:
+        with detector:
+            out = fn(sample.input, *sample.args, **sample.kwargs)
+        expected = _grads(sample.output_process_fn_grad(out), wrt, seed, None)
+    except Exception:
+        return "skip"  # the CPU itself has no backward for this sample
+    if expected is None or detector.seeded:
+        return "skip"  # nothing differentiable, or random (dropout): gradients are not comparable
+    res.samples += 1
+    try:
+        actual = _grads(sample.output_process_fn_grad(fn(d_input, *d_args, **d_kwargs)), d_wrt, seed, device)
+    except Exception as exc:
+        raise _SampleFailed(classify_exception(exc), _first_line(exc)) from None
+    try:
+        if actual is None:
+            raise AssertionError("gradient mismatch: the device's outputs do not require grad")
+        for a, e in zip(actual, expected):
+            if (a is None) != (e is None):
+                raise AssertionError(f"gradient mismatch: {'no' if a is None else 'a'} gradient on the device, "
+                                     f"{'none' if e is None else 'one'} on the CPU")
+        _assert_close(to_cpu([a for a in actual if a is not None]), [e for e in expected if e is not None],
+                      "gradient mismatch", tol_kwargs)
+    except AssertionError as exc:
+        raise _SampleFailed(_failure_kind(str(exc)), _first_line(exc, 600)) from None
+    return "pass"
+
+
+def run_backward_samples(res: OpResult, fn: Callable, samples, device: torch.device, tol_kwargs: dict) -> None:
+    """Gradients of each sample on ``device`` vs the CPU (samples made with ``requires_grad=True``)."""
+    for i, sample in enumerate(samples):
+        counted = res.samples
         try:
-            actual_dev = fn(d_input, *d_args, **d_kwargs)
-        except Exception as exc:
+            outcome = _run_one_backward(res, fn, sample, device, tol_kwargs, seed=1000 + i)
+        except _SampleFailed as f:
+            res.samples = counted + 1
             res.failed += 1
-            res.failures.append(SampleFailure(i, classify_exception(exc), _first_line(exc)))
+            res.failures.append(SampleFailure(i, f.kind, f.message))
             continue
-        try:
-            for t in _tensors(actual_dev):
-                if t.device.type != device.type:
-                    raise AssertionError(f"result tensor on {t.device}, expected {device.type}")
-            try:
-                actual = to_cpu(actual_dev)
-                d_inputs_back = to_cpu((d_input, d_args, d_kwargs))
-            except Exception as exc:
-                res.failed += 1
-                res.failures.append(SampleFailure(i, "copy to host failed", _first_line(exc)))
-                continue
-            if meta_only:
-                _compare_meta(actual, expected, device.type)
-                res.meta_only += 1
-                res.meta_only_reason = res.meta_only_reason or meta_only
-            else:
-                actual_p = sample.output_process_fn_grad(actual)
-                expected_p = cpu_sample.output_process_fn_grad(expected)
-                try:
-                    torch.testing.assert_close(actual_p, expected_p, equal_nan=True,
-                                               check_device=False, **tol_kwargs)
-                except AssertionError as exc:
-                    raise AssertionError(f"output mismatch: {exc}") from None
-                except (TypeError, ValueError):  # not comparable by assert_close
-                    if actual_p != expected_p:
-                        raise AssertionError(f"output {actual_p!r} != {expected_p!r}") from None
-                try:
-                    torch.testing.assert_close(
-                        d_inputs_back,
-                        to_cpu((cpu_sample.input, cpu_sample.args, cpu_sample.kwargs)),
-                        equal_nan=True, check_device=False, **tol_kwargs)
-                except AssertionError as exc:
-                    raise AssertionError(f"input mutation differs: {exc}") from None
-                except (TypeError, ValueError):
-                    pass
-        except AssertionError as exc:
-            msg = str(exc)
-            kind = ("wrong output device" if "result tensor on" in msg else
-                    "in-place/input mutation mismatch" if "input mutation" in msg else
-                    "mismatch: shape" if "shape" in msg.split("\n")[0].lower() else
-                    "mismatch: dtype" if "dtype" in msg.split("\n")[0].lower() else
-                    "mismatch: values")
-            res.failed += 1
-            res.failures.append(SampleFailure(i, kind, _first_line(exc, 600)))
-            continue
-        res.passed += 1
-
+        if outcome == "skip":
+            res.skipped += 1
+        else:
+            res.passed += 1
 
 
 def run_opinfo_op(op, device: str | torch.device, dtype: torch.dtype = torch.float32, *,
@@ -435,7 +563,7 @@ def run_opinfo_op(op, device: str | torch.device, dtype: torch.dtype = torch.flo
     tol_kwargs = {"atol": tol.atol, "rtol": tol.rtol} if tol is not None else {}
 
     try:
-        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+        samples = op_samples(op, dtype)
     except Exception as exc:  # the corpus itself cannot produce samples
         res.status, res.reason = "skip", f"sample generation failed: {_first_line(exc)}"
         res.seconds = time.perf_counter() - t0

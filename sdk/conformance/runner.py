@@ -198,7 +198,9 @@ def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], 
     results = _journal(journal_path) if resume else {}
     if not resume and journal_path.exists():
         journal_path.unlink()
-    queue = [c.id for c in cases if c.id not in results]
+    # costly cases first (a stable sort: case order otherwise), so no worker idles at the end while
+    # another finishes a long case; results are reported in case order whatever the run order
+    queue = [c.id for c in sorted(cases, key=lambda c: -c.cost) if c.id not in results]
     start = time.perf_counter()
     bar = _Progress(len(cases), len(results), enabled=progress)
     interrupted, pool = False, None

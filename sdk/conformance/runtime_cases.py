@@ -154,20 +154,61 @@ def _memory(rt: RuntimeTable) -> None:
     _ok(rt.host_free(host), "host_free", rt)
 
 
+#: a backlog of memsets on a stream, long enough (tens of milliseconds) that work which ignores the
+#: stream's order or fires before it is reached reads bytes the backlog has not written yet
+_BACKLOG_BYTES, _BACKLOG_DEPTH, _ROUNDS = 32 << 20, 8, 3
+
+
+def _backlog(rt: RuntimeTable, ptr: _vp, stream: _vp, round_: int) -> int:
+    """Queue the backlog on ``stream``; returns the value its last memset writes."""
+    values = [(round_ * _BACKLOG_DEPTH + k) % 250 + 1 for k in range(_BACKLOG_DEPTH)]
+    for value in values:
+        _ok(rt.memset_async(ptr, value, _BACKLOG_BYTES, stream), "memset_async", rt)
+    return values[-1]
+
+
+def _read_tail(rt: RuntimeTable, ptr: _vp, out: Any, stream: _vp) -> None:
+    """Copy the backlog buffer's last bytes into ``out`` on ``stream`` (its end is written last)."""
+    tail = ctypes.c_void_p(ptr.value + _BACKLOG_BYTES - ctypes.sizeof(out))
+    _ok(rt.memcpy_async(ctypes.addressof(out), tail, ctypes.sizeof(out), D2H, stream), "memcpy_async", rt)
+
+
 def _stream_order(rt: RuntimeTable) -> None:
+    """Later work on a stream sees all earlier work: a copy queued behind a backlog of memsets reads
+    what the last memset wrote (a copy that ignores its stream reads earlier bytes)."""
     stream, ptr = _vp(), _vp()
     _ok(rt.stream_create(0, 0, ctypes.byref(stream)), "stream_create", rt)
-    n = 1 << 20
-    _ok(rt.malloc(0, n, ctypes.byref(ptr)), "malloc", rt)
-    out = (ctypes.c_uint8 * n)()
-    for value in (3, 5, 9):  # later work on a stream sees earlier work
-        _ok(rt.memset_async(ptr, value, n, stream), "memset_async", rt)
-        _ok(rt.memcpy_async(ctypes.addressof(out), ptr, n, D2H, stream), "memcpy_async", rt)
+    _ok(rt.malloc(0, _BACKLOG_BYTES, ctypes.byref(ptr)), "malloc", rt)
+    out = (ctypes.c_uint8 * 4096)()
+    for round_ in range(_ROUNDS):
+        last = _backlog(rt, ptr, stream, round_)
+        _read_tail(rt, ptr, out, stream)
         _ok(rt.stream_synchronize(stream), "stream_synchronize", rt)
-        assert out[0] == value and out[n - 1] == value, f"stream order broken: read {out[0]} after memset {value}"
+        assert out[0] == last and out[-1] == last, \
+            f"stream order broken: a copy queued after memset({last}) read {out[0]}"
     _ok(rt.stream_query(stream), "stream_query after synchronize", rt)
     _ok(rt.free(0, ptr), "free", rt)
     _ok(rt.stream_destroy(stream), "stream_destroy", rt)
+
+
+def _event_orders_streams(rt: RuntimeTable, stream: _vp, other: _vp) -> None:
+    """An event completes only when the work before it has: a stream that waits on it and then
+    copies reads what that work wrote (an event that fires early lets the copy read earlier bytes)."""
+    gate, ptr = _vp(), _vp()
+    _ok(rt.event_create(0, 0, ctypes.byref(gate)), "event_create", rt)
+    _ok(rt.malloc(0, _BACKLOG_BYTES, ctypes.byref(ptr)), "malloc", rt)
+    out = (ctypes.c_uint8 * 4096)()
+    for round_ in range(_ROUNDS):
+        last = _backlog(rt, ptr, stream, round_)
+        _ok(rt.event_record(gate, stream), "event_record", rt)
+        _ok(rt.stream_wait_event(other, gate), "stream_wait_event", rt)
+        _read_tail(rt, ptr, out, other)
+        _ok(rt.stream_synchronize(other), "stream_synchronize", rt)
+        assert out[0] == last, f"an event fired early: a stream waiting on it read {out[0]}, not {last}"
+        _ok(rt.event_synchronize(gate), "event_synchronize", rt)
+    _ok(rt.stream_synchronize(stream), "stream_synchronize", rt)
+    _ok(rt.event_destroy(gate), "event_destroy", rt)
+    _ok(rt.free(0, ptr), "free", rt)
 
 
 def _events(rt: RuntimeTable) -> None:
@@ -194,6 +235,7 @@ def _events(rt: RuntimeTable) -> None:
     _ok(rt.stream_create(0, 0, ctypes.byref(other)), "stream_create", rt)
     _ok(rt.stream_wait_event(other, end), "stream_wait_event", rt)
     _ok(rt.stream_synchronize(other), "stream_synchronize", rt)
+    _event_orders_streams(rt, stream, other)
     for e in (start, end, plain):
         _ok(rt.event_destroy(e), "event_destroy", rt)
     _ok(rt.free(0, ptr), "free", rt)
