@@ -85,7 +85,8 @@ def _without_main_script() -> Iterator[None]:
 class _Worker:
     def __init__(self, ctx: Any, target: Target, profile: str, manifest: Manifest | None) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, target, profile, manifest), daemon=True)
+        # Not a daemon: a daemon may not start processes, and the distributed cases start two.
+        self.proc = ctx.Process(target=_worker, args=(child, target, profile, manifest), daemon=False)
         spec = getattr(sys.modules.get("__main__"), "__spec__", None)
         if spec is not None and spec.name.startswith("torchvendor."):
             self.proc.start()  # the CLI: its module is safe to import
