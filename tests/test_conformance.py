@@ -356,3 +356,11 @@ def test_ddp_on_the_device_through_the_runner(tmp_path):
     statuses = {c["id"]: c["status"] for c in doc["cases"]}
     assert statuses.get("distributed/ddp_compiled_on_device_staged") == "pass", statuses
     assert set(statuses.values()) == {"pass"}, statuses
+
+
+def test_compiled_backward_of_an_op_with_complex_outputs():
+    """fft.fft of a float32 input returns complex values: its gradient is taken of a real sum."""
+    target = Target(device="cpu", backend="torchvendor_cpu")
+    case = next(c for c in cases_for(target, "training") if c.id == "ops/fft.fft/float32/compiled_backward")
+    result = run_case(case, target)
+    assert result.status == "pass", result.reason

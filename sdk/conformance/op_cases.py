@@ -272,13 +272,19 @@ def _check_outputs(calls: list[_Call], got: tuple[Any, ...], meta_only: bool) ->
                 pass
 
 
+def _real_sum(t: torch.Tensor) -> torch.Tensor:
+    """A real scalar to differentiate (autograd refuses a complex one): the sum of the real and
+    imaginary parts of a complex output."""
+    return torch.view_as_real(t.resolve_conj()).sum() if t.is_complex() else t.sum()
+
+
 def _check_grads(calls: list[_Call], got: tuple[Any, ...]) -> None:
     def grads(outputs: list[Any], sides: list[Any]) -> list[Any]:
         outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
         wrt = opinfo._grad_targets(sides)
         if not outs or not wrt:
             return []
-        return list(torch.autograd.grad([o.sum() for o in outs], wrt, allow_unused=True))
+        return list(torch.autograd.grad([_real_sum(o) for o in outs], wrt, allow_unused=True))
     mine = grads(_leaves(got), [c.compiled for c in calls])
     ref = grads(_leaves(tuple(c.expected for c in calls)), [c.eager for c in calls])
     assert len(mine) == len(ref), f"compiled gave {len(mine)} gradients, eager {len(ref)}"
