@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import torch
 
+from torchvendor.sdk.conformance.distributed_cases import _data, _model  # the conformance case's model and data
+
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("this torch build has no gloo", allow_module_level=True)
@@ -23,16 +25,6 @@ _OPS = ("SUM", "AVG", "MAX", "MIN", "PRODUCT")
 def _rank_input(rank: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Each rank's input: different per rank, exact in float32 for every reduction."""
     return (torch.arange(6, dtype=torch.float32) + 1 + 3 * rank).to(dtype)
-
-
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-
-
-def _data() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    return torch.randn(8, 8, generator=g), torch.randn(8, 1, generator=g)
 
 
 def _collectives(rank: int, dev: str, out: dict[str, Any]) -> None:

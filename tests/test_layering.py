@@ -112,6 +112,18 @@ def test_reference_backends_use_only_the_public_sdk():
     assert not bad, "reference backends may use only torchvendor.sdk / torchvendor.ir public names:\n" + "\n".join(bad)
 
 
+def test_no_function_over_80_lines():
+    """STYLE.md: small functions, none over 80 lines in the packages (issue 12 split the long ones)."""
+    long = []
+    for package in PACKAGES:
+        for path in _files(package):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                                f"({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long
+
+
 def test_the_rules_catch_a_violation(tmp_path):
     """The checkers are not vacuous: a file with each kind of violation is flagged."""
     p = ROOT / "ir" / "_layering_probe.py"

@@ -621,17 +621,3 @@ def test_docs_examples_run():
     for block in blocks:
         exec(compile(block, "docs/partitioner.md", "exec"), {})
 
-
-def test_no_function_over_80_lines():
-    """STYLE.md: small functions. Holds partitioner/ to it (issue 12 split the long ones)."""
-    import ast
-    from pathlib import Path
-
-    import torchvendor.partitioner as pkg
-
-    long = []
-    for path in sorted(Path(pkg.__file__).parent.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
-                long.append(f"{path.name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
-    assert not long, long

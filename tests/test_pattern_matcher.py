@@ -284,17 +284,3 @@ def test_one_pattern_written_once_for_several_irs():
     with pytest.raises(PatternError, match="no translation"):
         map_keys(P("frobnicate", "x"), "onnx")
 
-
-def test_no_function_over_80_lines():
-    """STYLE.md: small functions. Holds pattern_matcher/ to it (issue 12 split the long ones)."""
-    import ast
-    from pathlib import Path
-
-    import torchvendor.pattern_matcher as pkg
-
-    long = []
-    for path in sorted(Path(pkg.__file__).parent.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
-                long.append(f"{path.name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
-    assert not long, long
