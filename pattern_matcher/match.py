@@ -152,27 +152,23 @@ class Searcher:
     def _emit_single(self) -> bool:
         return self._emit((self.anchor,))
 
-    def _emit_compiled(self, anchor: Hashable, bindings: dict, op_nodes: tuple, in_order: bool) -> bool:
+    def _compiled_match(self, anchor: Hashable, bindings: dict, op_nodes: tuple, in_order: bool) -> Match | None:
+        """The Match a compiled pattern found, or None when the rule's ``check`` refuses it."""
         if not in_order:
             nodes = list(dict.fromkeys(op_nodes))
             nodes.sort(key=self.ctx.positions.__getitem__)
             op_nodes = tuple(nodes)
         m = Match(self.ctx.view, self.pattern, anchor, (anchor,), op_nodes, bindings,
                   self.comp.capture_names, self.rule)
-        if self.check is not None and not self.check(m):
-            return False
-        return self.on_match(m)
+        return m if self.check is None or self.check(m) else None
+
+    def _emit_compiled(self, anchor: Hashable, bindings: dict, op_nodes: tuple, in_order: bool) -> bool:
+        m = self._compiled_match(anchor, bindings, op_nodes, in_order)
+        return m is not None and self.on_match(m)
 
     def _emit_valid(self, anchor: Hashable, bindings: dict, op_nodes: tuple, in_order: bool) -> bool:
-        if not in_order:
-            nodes = list(dict.fromkeys(op_nodes))
-            nodes.sort(key=self.ctx.positions.__getitem__)
-            op_nodes = tuple(nodes)
-        m = Match(self.ctx.view, self.pattern, anchor, (anchor,), op_nodes, bindings,
-                  self.comp.capture_names, self.rule)
-        if self.check is not None and not self.check(m):
-            return False
-        return self._on_valid(m)  # type: ignore[misc]
+        m = self._compiled_match(anchor, bindings, op_nodes, in_order)
+        return m is not None and self._on_valid(m)  # type: ignore[misc]
 
     def _emit(self, roots: tuple[Hashable, ...]) -> bool:
         env, comp, pos = self.env, self.comp, self.ctx.positions

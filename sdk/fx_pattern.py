@@ -24,6 +24,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -389,18 +390,7 @@ def _diagnose(ctx: MatchContext, p: Any, node: Any, env: dict, depth: list[int])
 
     name = ctx.view.name
     if isinstance(p, Alt):
-        best: _Miss | None = None
-        for branch in p.branches:
-            trial, d = dict(env), [depth[0]]
-            try:
-                _diagnose(ctx, branch, node, trial, d)
-            except _Miss as miss:
-                best = miss if best is None or miss.depth > best.depth else best
-                continue
-            env.update(trial)
-            depth[0] = d[0]
-            return
-        raise best  # type: ignore[misc]
+        return _first_fit([lambda t, d, b=b: _diagnose(ctx, b, node, t, d) for b in p.branches], env, depth)
     slot = p.name if isinstance(p, Wildcard) else (p.name or p)
     if slot is not None and slot in env:
         if env[slot] is not node:
@@ -444,12 +434,19 @@ def _diagnose_op(ctx: MatchContext, p: Any, node: Any, env: dict, depth: list[in
     swap = ctx.op(node) in ctx.commutative if p.commutative is None else p.commutative
     if swap and len(ins) >= 2 and ins[0] is not ins[1]:
         orders.append([ins[1], ins[0], *ins[2:]])
+    def operands(order: list[Any], trial: dict, d: list[int]) -> None:
+        for sub, value in zip(args, order):
+            _diagnose(ctx, sub, value, trial, d)
+    _first_fit([functools.partial(operands, order) for order in orders], env, depth)
+
+
+def _first_fit(attempts: list[Callable[[dict, list[int]], None]], env: dict, depth: list[int]) -> None:
+    """Run each attempt on a copy of ``env``; keep the first that fits, else raise the deepest miss."""
     best: _Miss | None = None
-    for order in orders:
+    for attempt in attempts:
         trial, d = dict(env), [depth[0]]
         try:
-            for sub, value in zip(args, order):
-                _diagnose(ctx, sub, value, trial, d)
+            attempt(trial, d)
         except _Miss as miss:
             best = miss if best is None or miss.depth > best.depth else best
             continue
