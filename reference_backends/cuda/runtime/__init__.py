@@ -21,7 +21,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from torchvendor.sdk import ArtifactCache
+from torchvendor.sdk import ArtifactCache, include_dir
 
 __all__ = ["build_runtime", "cuda_include_dir", "runtime_include_dir", "SOURCE", "RuntimeBuildError"]
 
@@ -57,13 +57,14 @@ def runtime_include_dir() -> str:
     >>> os.path.exists(os.path.join(runtime_include_dir(), "torchvendor", "runtime.h"))
     True
     """
-    here = Path(__file__).resolve()
-    for candidate in (os.environ.get("TORCHVENDOR_INCLUDE"), here.parents[3] / "csrc" / "include",
-                      here.parents[2] / "include"):
-        if candidate and (Path(candidate) / "torchvendor" / "runtime.h").exists():
-            return str(candidate)
-    raise RuntimeBuildError("cannot find torchvendor/runtime.h: set TORCHVENDOR_INCLUDE to the folder "
-                            "that holds torchvendor/runtime.h (csrc/include in a source checkout)")
+    override = os.environ.get("TORCHVENDOR_INCLUDE")
+    if override and (Path(override) / "torchvendor" / "runtime.h").exists():
+        return override
+    try:
+        return include_dir()  # the headers installed with the package (or the checkout's, editable)
+    except Exception as e:  # noqa: BLE001  the SDK's own message says what is missing
+        raise RuntimeBuildError(f"cannot find torchvendor/runtime.h ({e}): set TORCHVENDOR_INCLUDE to the "
+                                f"folder that holds torchvendor/runtime.h (csrc/include in a source checkout)") from e
 
 
 def build_runtime(cache: ArtifactCache | None = None, cc: str | None = None) -> str:
