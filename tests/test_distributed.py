@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import torch
 
-from torchvendor.sdk.conformance.distributed_cases import _data, _model  # the conformance case's model and data
+from torchvendor.sdk.conformance.distributed_cases import STEPS, _model, _train  # the conformance case's model, data, loop
 
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("this torch build has no gloo", allow_module_level=True)
 
-WORLD, STEPS, LR = 2, 3, 0.1
+WORLD = 2
 _OPS = ("SUM", "AVG", "MAX", "MIN", "PRODUCT")
 
 
@@ -95,15 +95,7 @@ def _ddp(rank: int, dev: str, compiled: bool) -> list[torch.Tensor]:
     from torch.nn.parallel import DistributedDataParallel
 
     model = DistributedDataParallel(_model().to(dev), device_ids=None)
-    run = torch.compile(model, backend="aot_eager") if compiled else model
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    x, y = _data()
-    shard = slice(rank * len(x) // WORLD, (rank + 1) * len(x) // WORLD)
-    for _ in range(STEPS):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(run(x[shard].to(dev)), y[shard].to(dev)).backward()
-        opt.step()
-    return [p.detach().cpu() for p in model.parameters()]
+    return _train(model, torch.compile(model, backend="aot_eager") if compiled else model, dev, rank, WORLD)
 
 
 def _worker(rank: int, store_path: str, out_dir: str, compiled: bool) -> None:
@@ -146,13 +138,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 
 def _reference_train() -> list[torch.Tensor]:
     model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    x, y = _data()
-    for _ in range(STEPS):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-    return [p.detach() for p in model.parameters()]
+    return _train(model, model)
 
 
 def test_device_id_picks_the_staged_backend(results: list[dict[str, Any]]) -> None:

@@ -37,6 +37,20 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(8, 8, generator=g), torch.randn(8, 1, generator=g)
 
 
+def _train(model: torch.nn.Module, forward: Any, dev: str = "cpu", rank: int = 0, world: int = 1) -> list[torch.Tensor]:
+    """``STEPS`` SGD steps of ``model`` (called through ``forward``: itself, its DDP wrapper or a
+    compiled one) on this rank's shard of ``_data()``; the parameters after, on the CPU. With one
+    rank it is the single-process reference the DDP runs must match."""
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    x, y = _data()
+    shard = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(forward(x[shard].to(dev)), y[shard].to(dev)).backward()
+        opt.step()
+    return [p.detach().cpu() for p in model.parameters()]
+
+
 def _worker(rank: int, world: int, port: int, target: Target, out: str, on_device: bool = False) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -55,15 +69,9 @@ def _worker(rank: int, world: int, port: int, target: Target, out: str, on_devic
         target.setup()
         model = DistributedDataParallel(_model().to(dev))
         compiled = torch.compile(model, backend=target.backend_name(), options=dict(target.options) or None)
-        opt = torch.optim.SGD(model.parameters(), lr=LR)
-        x, y = _data()
-        shard = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
-        for _ in range(STEPS):
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(compiled(x[shard].to(dev)), y[shard].to(dev)).backward()
-            opt.step()
+        params = _train(model, compiled, dev, rank, world)
         if rank == 0:
-            torch.save([p.detach().cpu() for p in model.parameters()], out)
+            torch.save(params, out)
     finally:
         dist.destroy_process_group()
 
@@ -85,14 +93,8 @@ def _ddp(target: Target, on_device: bool = False) -> Any:
         mp.spawn(_worker, args=(2, _free_port(), target, out, on_device), nprocs=2, join=True)
         got = torch.load(out)
     model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    x, y = _data()
-    for _ in range(STEPS):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-    for a, b in zip(got, model.parameters()):
-        torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=1e-5)
+    for a, b in zip(got, _train(model, model)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     return None
 
 
