@@ -187,29 +187,40 @@ def _install(name: str, path: str) -> types.ModuleType:
 
 
 def _check_autograd(name: str, module: types.ModuleType) -> None:
-    """Warn now, not at the user's first backward, if autograd cannot run on the new device.
+    """Make autograd run on the new device even when torch's engine started before it existed.
 
     torch's autograd engine sizes its per-device queues once, at the first backward pass of the
-    process, from the device guards registered at that moment; a device registered later makes
-    every backward on it fail with an internal assert. A one-element backward through a view (only
-    native kernels: nothing reaches the CPU fallback) tells which case this is.
+    process, from the device guards registered at that moment; on a device registered later every
+    backward fails with torch's internal assert. The engine skips those queues when autograd
+    multithreading is off (``torch.autograd.set_multithreading_enabled``, public API): it then
+    runs the backward on the calling thread. So a late registration turns multithreading off for
+    the registering thread and says so. A one-element backward through a view (only native
+    kernels: nothing reaches the CPU fallback) tells which case this is.
     """
     last = f"{name}:{module.device_count() - 1}"  # the engine may have queues for fewer devices
     if module.device_count() == 0:
         return
     from torchvendor.ir import compat
 
-    x = torch.ones(1, device=last, requires_grad=True)
-    try:
+    def probe() -> None:
+        x = torch.ones(1, device=last, requires_grad=True)
         compat.backward_without_context([x.view(1)], [torch.ones(1, device=last)])
+
+    try:
+        probe()
     except RuntimeError as e:
         if "device_ready_queues" not in str(e):
             raise
+        torch.autograd.set_multithreading_enabled(False)  # sets the thread's mode at construction
+        probe()
         warnings.warn(
-            f"torchvendor: torch's autograd engine started before the '{name}' device was registered, "
-            f"so backward passes on '{name}' will fail in this process. Call register_device() before "
-            f"the first backward pass: at import of your package, or through the torch.backends "
-            f"autoload entry point (see autoload_entry).", RuntimeWarning, stacklevel=3)
+            f"torchvendor: torch's autograd engine started before the '{name}' device was registered "
+            f"and has no worker thread for it, so autograd multithreading is now off in this thread "
+            f"(backward passes run on the calling thread). A backward on '{name}' from another thread "
+            f"needs `with torch.autograd.set_multithreading_enabled(False):`. To keep the worker, call "
+            f"register_device() before the first backward pass: at import of your package, or through "
+            f"the torch.backends autoload entry point (see autoload_entry).",
+            RuntimeWarning, stacklevel=3)
     else:
         atexit.register(_drain_autograd_workers, name, module.device_count())
     finally:

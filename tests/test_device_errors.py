@@ -199,11 +199,12 @@ def test_launch_argument_errors(acme):
         launch(1, (1,), (1,), b"\0" * 8, pointer_offsets=(4,))
 
 
-def test_registration_after_first_backward_warns():
-    # torch's autograd engine sizes its device queues at the first backward: a device registered
-    # later cannot run backward, and register_device says so at once instead of at that backward.
+def test_registration_after_first_backward_still_trains():
+    # torch's autograd engine sizes its device queues at the first backward. A device registered
+    # later has no queue, so register_device turns autograd multithreading off in its thread
+    # (backward then runs on the calling thread) and says so; backward on the device works.
     proc = run("""
-        import warnings, torch
+        import threading, warnings, torch
         x = torch.ones(2, requires_grad=True); (x * 2).sum().backward()
         from torchvendor.sdk import register_device
         with warnings.catch_warnings(record=True) as caught:
@@ -213,12 +214,25 @@ def test_registration_after_first_backward_warns():
         print(acme.fallback_counts())
         # The engine made a queue per device of the accelerators it knew (CUDA's, if any).
         print(torch.cuda.device_count() < acme.device_count())
+        w = torch.ones(3, device='acme', requires_grad=True)
+        (w * torch.arange(3., device='acme')).sum().backward()
+        print(w.grad.cpu().tolist())
+        grads = []
+        def other_thread():
+            with torch.autograd.set_multithreading_enabled(False):
+                v = torch.ones(2, device='acme', requires_grad=True)
+                (v * 5).sum().backward()
+                grads.append(v.grad.cpu().tolist())
+        t = threading.Thread(target=other_thread); t.start(); t.join()
+        print(grads)
         """)
     assert proc.returncode == 0, proc.stderr
-    warned, counts, engine_too_small = proc.stdout.strip().splitlines()[-3:]
+    warned, counts, engine_too_small, grad, thread_grad = proc.stdout.strip().splitlines()[-5:]
     if engine_too_small == "True":
         assert "autograd engine started before the 'acme' device was registered" in warned
-        assert "before the first backward pass" in warned
+        assert "set_multithreading_enabled(False)" in warned
     else:
         assert warned == "[]"
+    assert grad == "[0.0, 1.0, 2.0]"
+    assert thread_grad == "[[5.0, 5.0]]"
     assert counts == "{}"  # the probe itself leaves no trace in the fallback counts
