@@ -30,9 +30,9 @@ import torch
 import torch.fx as fx
 
 from .. import compat
-from ..aten_ir import AtenProgram
+from ..aten_ir.program import AtenProgram
 from ..decompositions import resolve
-from ..torch_ir import describe_inputs, trace
+from ..torch_ir.capture import describe_inputs, trace
 from .extract import _CONFIG, _capture_scope, passthrough_program
 from .interpreter import run_program
 from .printer import format_program

@@ -37,10 +37,10 @@ import sympy
 import torch
 import torch.fx as fx
 
-from . import compat
-from .interpreter import (Binder, Slot, TensorSpec, _decode, _encode, graph_from_json, graph_to_json, placeholder_specs,
+from .. import compat
+from ..fx_graph import (Binder, Slot, TensorSpec, _decode, _encode, graph_from_json, graph_to_json, placeholder_specs,
                           placeholders, run_graph)
-from .program import Program, default_grad_outputs, flatten_inputs, flatten_outputs
+from ..program import Program, default_grad_outputs, flatten_inputs, flatten_outputs
 
 __all__ = ["TorchProgram", "OutputSlot", "torch_ir_hook", "capture_torch", "closure_modules"]
 
@@ -412,7 +412,7 @@ class TorchProgram(Program):
                           *_guard_summary(self.guards)])
 
     def _to_dict(self) -> dict[str, Any]:
-        """The level's fields of :meth:`to_json`: the graph (``interpreter.graph_to_json``),
+        """The level's fields of :meth:`to_json`: the graph (``fx_graph.graph_to_json``),
         slots, outputs and guards. Parameters are referenced by name, not stored."""
         return {"training": self.training, "dynamic": self.dynamic,
                 "graph": graph_to_json(self.graph_module), "slots": [s.to_json() for s in self.slots],

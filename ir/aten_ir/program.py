@@ -35,11 +35,11 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from . import compat
-from .decompositions import DecompositionTable, resolve, to_prims
-from .interpreter import Binder, Slot, graph_from_json, graph_to_json, placeholder_specs, placeholders, run_graph
-from .program import Program, default_grad_outputs, flatten_inputs
-from .torch_ir import OutputSlot, TorchProgram, Trace, assemble, describe_inputs, trace
+from .. import compat
+from ..decompositions import DecompositionTable, resolve, to_prims
+from ..fx_graph import Binder, Slot, graph_from_json, graph_to_json, placeholder_specs, placeholders, run_graph
+from ..program import Program, default_grad_outputs, flatten_inputs
+from ..torch_ir.capture import OutputSlot, TorchProgram, Trace, assemble, describe_inputs, trace
 
 __all__ = ["AtenProgram", "aten_ir_hook", "capture_aten"]
 
@@ -225,7 +225,7 @@ class AtenProgram(Program):
         return "\n".join(lines)
 
     def _to_dict(self) -> dict[str, Any]:
-        """The level's fields of :meth:`to_json`: every graph (``interpreter.graph_to_json``),
+        """The level's fields of :meth:`to_json`: every graph (``fx_graph.graph_to_json``),
         slots, graph roles, user outputs, guards and the torch-level program it was lowered
         from. Parameters are referenced by name, not stored; of the decomposition table only
         the name is kept (its entries are code)."""
