@@ -84,7 +84,7 @@ def capture(fn_or_module: Callable[..., Any] | torch.nn.Module, example_inputs: 
 
         return capture_torch(fn_or_module, example_inputs, training=training, dynamic=dynamic)
     if level == "aten":
-        from .aten_ir.program import capture_aten
+        from .aten_ir.capture import capture_aten
 
         return capture_aten(fn_or_module, example_inputs, training=training, dynamic=dynamic,
                             decompositions=decompositions)
