@@ -2,8 +2,18 @@
 reference interpreters and serialization, and the GraphView adapters.
 
 ``capture(fn, example_inputs, level=...)`` is the one entry point (defined in ``levels.py``; no
-module is named ``capture``, so the name always means the function). Submodules are imported
-lazily so that ``torchvendor.ir.graph_view`` (the torch-free protocol
+module of this package is named ``capture``, so ``torchvendor.ir.capture`` always means the
+function). Layout: one package per level, each with the same module roles,
+
+- ``torch_ir/``, ``aten_ir/``, ``loop_ir/``: ``capture.py`` (the level's Dynamo backend hook
+  and ``capture_<level>``) and ``program.py`` (the level's :class:`Program` subclass); the loop
+  level adds ``interpreter.py``, ``schema.py``, ``extract.py``, ``printer.py`` and ``view.py``;
+
+and the pieces the levels share at the top: ``program.py`` (the contract and the JSON
+envelope), ``fx_graph.py`` (running, binding and serializing the FX graphs of the torch and
+ATen levels), ``decompositions.py``, ``graph_view.py`` (the torch-free protocol),
+``fx_view.py``/``onnx_view.py`` (adapters) and ``compat.py`` (every private torch API).
+Submodules are imported lazily so that ``torchvendor.ir.graph_view`` (the torch-free protocol
 the pattern matcher and partitioner are written against) can be used without importing torch.
 """
 from __future__ import annotations

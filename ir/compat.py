@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - a release without it: plain, eagerly c
     LazyGraphModule = torch.fx.GraphModule
 
 # ---- Dynamo / AOTAutograd / decompositions (torch and ATen IR) ----------------------------------
-# Owned by the torch/ATen IR code (capture.py, torch_ir.py, aten_ir.py, decompositions.py).
+# Owned by the torch/ATen IR code (levels.py, torch_ir/, aten_ir/, fx_graph.py, decompositions.py).
 # Heavy modules (torch._dynamo, torch._functorch) are imported inside the functions, so that
 # importing this module stays cheap. Each feature that differs between releases is detected
 # once, named in a ``HAS_*`` flag, and checked by tests/test_compat.py.

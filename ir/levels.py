@@ -80,11 +80,11 @@ def capture(fn_or_module: Callable[..., Any] | torch.nn.Module, example_inputs: 
     if decompositions is not None and level == "torch":
         raise ValueError("decompositions apply to the ATen level; torch IR is not decomposed")
     if level == "torch":
-        from .torch_ir import capture_torch
+        from .torch_ir.capture import capture_torch
 
         return capture_torch(fn_or_module, example_inputs, training=training, dynamic=dynamic)
     if level == "aten":
-        from .aten_ir import capture_aten
+        from .aten_ir.capture import capture_aten
 
         return capture_aten(fn_or_module, example_inputs, training=training, dynamic=dynamic,
                             decompositions=decompositions)

@@ -54,7 +54,7 @@ __all__ = ["Program", "FORMAT_VERSION", "flatten_inputs", "flatten_outputs", "de
 #: The version of the JSON envelope of every level's ``to_json``; ``from_json`` refuses others.
 FORMAT_VERSION = 1
 _FORMAT = "torchvendor.program"
-_MODULE_OF_LEVEL = {"torch": "torch_ir", "aten": "aten_ir", "loop": "loop_ir.capture"}
+_MODULE_OF_LEVEL = {"torch": "torch_ir.program", "aten": "aten_ir.program", "loop": "loop_ir.program"}
 
 
 class Program:

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchvendor.ir import aten_ir, capture, compat, decompositions as D, torch_ir_hook
+from torchvendor.ir import capture, compat, decompositions as D, torch_ir_hook
+from torchvendor.ir.aten_ir.program import _forward_roles
 
 
 def test_version_parsed() -> None:
@@ -38,7 +39,7 @@ def test_positional_roles_match_descriptor_roles() -> None:
     meta = fw.meta["aot_metadata"]
     desc = fw.graph.output_node().meta.pop("desc", None)
     try:
-        positional = aten_ir._forward_roles(fw, meta, 0, [])
+        positional = _forward_roles(fw, meta, 0, [])
     finally:
         if desc is not None:
             fw.graph.output_node().meta["desc"] = desc
@@ -157,7 +158,7 @@ def test_capture_compiles_its_own_entry_frame() -> None:
 
     import torch._dynamo
 
-    from torchvendor.ir.torch_ir import _entry_function
+    from torchvendor.ir.torch_ir.capture import _entry_function
 
     entry = _entry_function(lambda x: x * 2, 1)
     assert inspect.getsourcefile(entry) is not None

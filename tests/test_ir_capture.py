@@ -236,7 +236,7 @@ def test_json_roundtrip(name: str) -> None:
     """Every graph of a program survives JSON and runs to the same values."""
     import json
 
-    from torchvendor.ir.interpreter import graph_from_json, run_graph
+    from torchvendor.ir.fx_graph import graph_from_json, run_graph
 
     case = by_name(name)
     for level in ("torch", "aten"):

@@ -134,3 +134,25 @@ def test_the_rules_catch_a_violation(tmp_path):
         assert _attribute_chains(p) == [(3, "torch._C._foo"), (3, "torch._C")]
     finally:
         p.unlink()
+
+
+def test_ir_levels_share_one_layout():
+    """Issue 12: one naming scheme for the per-level modules. Each level is a package
+    ``ir/<level>_ir/`` whose ``capture.py`` holds its hook and capture and whose ``program.py``
+    its Program class; the only ``interpreter.py`` is the loop level's (FX graphs run in
+    ``ir/fx_graph.py``); no module is named ``capture`` at the top, where it is the function."""
+    import importlib
+
+    from torchvendor.ir import LEVELS
+    from torchvendor.ir.program import Program
+
+    for level in LEVELS:
+        package = ROOT / "ir" / f"{level}_ir"
+        assert {"__init__.py", "capture.py", "program.py"} <= {p.name for p in package.glob("*.py")}, package
+        capture = importlib.import_module(f"torchvendor.ir.{level}_ir.capture")
+        assert callable(getattr(capture, f"capture_{level}")) and callable(getattr(capture, f"{level}_ir_hook"))
+        importlib.import_module(f"torchvendor.ir.{level}_ir.program")
+        assert Program._by_level[level].__module__ == f"torchvendor.ir.{level}_ir.program"
+    assert [p.relative_to(ROOT).as_posix() for p in _files("ir") if p.name == "interpreter.py"] == \
+        ["ir/loop_ir/interpreter.py"]
+    assert not (ROOT / "ir" / "capture.py").exists()

@@ -1,10 +1,18 @@
 """torchvendor.ir.loop_ir: Inductor's loop-level IR as a stable, JSON-serializable schema.
 
-- :mod:`.schema`: the dataclasses (:class:`LoopProgram`, :class:`Kernel`, :class:`Stmt`, ...);
-- :mod:`.extract`: capture from Inductor after lowering and fusion (:func:`loop_backend`);
-- :mod:`.interpreter`: the reference interpreter (:func:`run_program`);
-- :mod:`.printer`: readable text; :mod:`.view`: GraphView adapters;
-- :func:`capture_loop`: capture a function's forward (and backward) programs.
+The same module roles as every IR level (``torch_ir/``, ``aten_ir/``, ``loop_ir/``):
+
+- :mod:`.capture`: the level's Dynamo backend hook (:func:`loop_ir_hook`) and its capture
+  (:func:`capture_loop`); :func:`lower_graph` lowers one ATen graph;
+- :mod:`.program`: the captured program, :class:`LoopCapture` (forward and backward, or
+  inference, :class:`LoopProgram` s behind the common contract);
+- :mod:`.interpreter`: the reference interpreter (:func:`run_program`), the executable meaning
+  of the schema;
+
+and what only this level has: :mod:`.schema`, the dataclasses a vendor's code generator reads
+(:class:`LoopProgram`, :class:`Kernel`, :class:`Stmt`, ...); :mod:`.extract`, the translation
+from Inductor after lowering and fusion (:func:`loop_backend`); :mod:`.printer`, readable text;
+:mod:`.view`, GraphView adapters.
 
 Example::
 
@@ -28,7 +36,8 @@ _LAZY = {
     "run_program": "interpreter", "run_kernel": "interpreter", "LoopIRRuntimeError": "interpreter",
     "format_program": "printer",
     "KernelBodyView": "view", "ProgramView": "view",
-    "capture_loop": "capture", "LoopCapture": "capture", "loop_ir_hook": "capture", "lower_graph": "capture", "inductor_decompositions": "capture",
+    "capture_loop": "capture", "loop_ir_hook": "capture", "lower_graph": "capture",
+    "inductor_decompositions": "capture", "LoopCapture": "program",
 }
 __all__ = sorted(_LAZY)
 

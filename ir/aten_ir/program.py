@@ -1,4 +1,5 @@
-"""ATen/prim IR: AOTAutograd's functionalized forward, backward and inference graphs.
+"""The ATen/prim-level program: :class:`AtenProgram`, AOTAutograd's functionalized forward,
+backward and inference graphs.
 
 An :class:`AtenProgram` holds, for a capture with ``training=False``, the ``inference`` graph;
 with ``training=True``, the ``forward`` and ``backward`` graphs that AOTAutograd's default
@@ -17,8 +18,6 @@ Graph calling conventions (what ``run`` and ``run_backward`` implement):
   per differentiable output; outputs are one gradient per forward placeholder (None where the
   placeholder does not require grad); ``backward_roles`` names each placeholder.
 
-:func:`aten_ir_hook` is the Dynamo backend the capture uses; an SDK backend uses it the same way.
-
 Example::
 
     >>> import torch
@@ -30,72 +29,21 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 import torch.fx as fx
 
-from . import compat
-from .decompositions import DecompositionTable, resolve, to_prims
-from .interpreter import Binder, Slot, graph_from_json, graph_to_json, placeholder_specs, placeholders, run_graph
-from .program import Program, default_grad_outputs, flatten_inputs
-from .torch_ir import OutputSlot, TorchProgram, Trace, assemble, describe_inputs, trace
+from .. import compat
+from ..decompositions import DecompositionTable
+from ..fx_graph import Binder, Slot, graph_from_json, graph_to_json, placeholder_specs, placeholders, run_graph
+from ..program import Program, default_grad_outputs, flatten_inputs
+from ..torch_ir.program import OutputSlot, TorchProgram, assemble, describe_inputs
 
-__all__ = ["AtenProgram", "aten_ir_hook", "capture_aten"]
+if TYPE_CHECKING:
+    from ..torch_ir.capture import Trace
 
-#: An ATen-level compiler callback: sees one AOTAutograd graph and its fake example inputs,
-#: returns the callable to run in its place (plain ``fn(*args)``), or None to run the graph.
-AtenCallback = Callable[[fx.GraphModule, list[Any]], "Callable[..., Any] | None"]
-
-
-def aten_ir_hook(fw: AtenCallback | None = None, bw: AtenCallback | None = None,
-                 inference: AtenCallback | None = None, *,
-                 decompositions: DecompositionTable | Mapping[Any, Any] | None = None,
-                 partition: str = "default", keep_inference_input_mutations: bool = True) -> Callable[..., Any]:
-    """A Dynamo backend running AOTAutograd and handing each ATen graph to a callback.
-
-    Args:
-        fw, bw, inference: callbacks ``(gm, fake_example_inputs) -> callable | None`` for the
-            forward, backward and inference graphs (None: run the graph as is). Explicit
-            callbacks for all three are always passed to AOTAutograd.
-        decompositions: a :class:`~torchvendor.ir.decompositions.DecompositionTable`, a dict,
-            or None for core ATen. A table with ``to_prims`` retraces each graph to prims
-            before the callback sees it.
-        partition: ``"default"`` (pinned, saves what the forward computed) or ``"min_cut"``.
-        keep_inference_input_mutations: keep input mutations in inference graphs as ``copy_``.
-
-    Each graph's ``gm.meta["aot_metadata"]`` holds AOTAutograd's ViewAndMutationMeta.
-
-    >>> import torch
-    >>> graphs = []
-    >>> be = aten_ir_hook(inference=lambda gm, ex: graphs.append(gm))
-    >>> with torch.no_grad():
-    ...     _ = torch.compile(lambda x: torch.sigmoid(x) * 2, backend=be)(torch.randn(3))
-    >>> [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
-    [<OpOverload(op='aten.sigmoid', overload='default')>, <OpOverload(op='aten.mul', overload='Tensor')>]
-    """
-    table = resolve(decompositions)
-
-    def wrap(callback: AtenCallback | None) -> Callable[..., Any]:
-        def compiler(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-            metadata = compat.aot_forward_metadata()
-            out = gm.graph.output_node()
-            out.meta["tv_output_names"] = [a.name if isinstance(a, fx.Node) else None for a in out.args[0]]
-            if table.to_prims:
-                new = to_prims(gm, example_inputs, table)
-                new_out = new.graph.output_node()
-                for key in ("desc", "tv_output_names"):
-                    if key in out.meta:
-                        new_out.meta[key] = out.meta[key]
-                gm = new
-            gm.meta["aot_metadata"] = metadata
-            compiled = callback(gm, list(example_inputs)) if callback is not None else None
-            return compat.make_boxed_func(compiled if compiled is not None else gm.forward)
-        return compiler
-
-    return compat.aot_autograd_backend(fw_compiler=wrap(fw), bw_compiler=wrap(bw), inference_compiler=wrap(inference),
-                                       decompositions=table.as_dict(), partition_fn=compat.partitioner(partition),
-                                       keep_inference_input_mutations=keep_inference_input_mutations)
+__all__ = ["AtenProgram"]
 
 
 def _primal_position(desc: tuple, n_own: int, own_names: Sequence[str]) -> int:
@@ -225,7 +173,7 @@ class AtenProgram(Program):
         return "\n".join(lines)
 
     def _to_dict(self) -> dict[str, Any]:
-        """The level's fields of :meth:`to_json`: every graph (``interpreter.graph_to_json``),
+        """The level's fields of :meth:`to_json`: every graph (``fx_graph.graph_to_json``),
         slots, graph roles, user outputs, guards and the torch-level program it was lowered
         from. Parameters are referenced by name, not stored; of the decomposition table only
         the name is kept (its entries are code)."""
@@ -327,19 +275,3 @@ class AtenProgram(Program):
     def _execute(self, part: str, args: list[Any]) -> list[Any]:
         """Run the ``"forward"``, ``"inference"`` or ``"backward"`` part on ``args``."""
         return run_graph(getattr(self, part), args, name=f"ATen {part} graph")
-
-
-def capture_aten(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any], *, training: bool = False,
-                 dynamic: bool = False, decompositions: DecompositionTable | Mapping[Any, Any] | None = None) -> AtenProgram:
-    """Capture ``fn`` at ATen level (``capture(..., level="aten")``)."""
-    table = resolve(decompositions)
-    graphs: dict[str, tuple[fx.GraphModule, list[Any]]] = {}
-
-    def recorder(name: str) -> AtenCallback:
-        def callback(gm: fx.GraphModule, example_inputs: list[Any]) -> None:
-            graphs[name] = (gm, example_inputs)
-        return callback
-
-    backend = aten_ir_hook(recorder("forward"), recorder("backward"), recorder("inference"), decompositions=table)
-    tr = trace(fn, example_inputs, backend, dynamic=dynamic, training=training)
-    return AtenProgram(tr, graphs, table)

@@ -1,4 +1,7 @@
-"""Reference interpreters for FX graphs (torch IR and ATen/prim IR), and input binding.
+"""FX graphs, shared by the torch and ATen/prim levels (both are FX graphs): their reference
+interpreter (:func:`run_graph`), input binding (:class:`Binder`, :class:`Slot`) and JSON form
+(:func:`graph_to_json`, :func:`graph_from_json`). The loop level has its own interpreter,
+``loop_ir/interpreter.py``.
 
 Graphs run node by node with eager torch ops through :class:`torch.fx.Interpreter`; on failure
 the error names the node (``While executing %node``) as torch's interpreter does, and
