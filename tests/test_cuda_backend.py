@@ -54,6 +54,9 @@ def _compile_all(sources: list[tuple[str, str]], tmp_path) -> subprocess.Complet
 @needs_nvcc
 def test_generated_source_compiles_with_nvcc(tmp_path):
     sources = _sources([c for c in CORPUS if c.name in FEW] or CORPUS[:3])
+    with open(GPU_PROGRAMS) as f:
+        gpu_names = list(json.load(f))
+    sources += [(f"gpu_{n}_{k}", code.source) for n in gpu_names for k, code in enumerate(_gpu_codes(n))]
     assert sources
     done = _compile_all(sources, tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -109,9 +112,51 @@ def test_tiling_knobs(monkeypatch):
 
 
 def test_welford_of_single_values_has_no_zero_weight_test():
-    """var_mean's per-element update is the weight-1 form; the general combine stays for the shuffles."""
-    src = _row_source(lambda x: torch.var_mean(x, -1), 64, 4096).source   # long rows: Welford
+    """var_mean over rows too long for registers: the per-element update is the weight-1 form;
+    the general combine stays for the shuffles."""
+    src = _row_source(lambda x: torch.var_mean(x, -1), 64, 65536).source   # 64 columns a thread: a loop
     assert "tv_welford1(" in src and "tv_welford(acc_" in src
+
+
+# Loop programs captured on the H100 (torch 2.11): the GPU's grouping differs from the CPU's
+# (online softmax, Inductor's split of a column sum), and CI has no GPU to capture them.
+GPU_PROGRAMS = os.path.join(os.path.dirname(__file__), "data", "cuda_loop_programs.json")
+
+
+def _gpu_codes(name: str):  # noqa: ANN202
+    """The CUDA modules the backend generates for a GPU-captured program (a row reduction and the
+    pointwise kernel after it as one, as CudaBackend.compile does)."""
+    from torchvendor.ir.loop_ir import LoopProgram
+    from torchvendor.reference_backends.cuda.backend import CudaBackend, _generate, _neighbours
+
+    with open(GPU_PROGRAMS) as f:
+        program = LoopProgram.from_json(json.load(f)[name])
+    codes = []
+    for lk in loop_kernels(program):
+        prev, nxt = _neighbours(lk)
+        if nxt is not None and CudaBackend._fused(lk, nxt, 132) is not None:
+            continue
+        codes.append((CudaBackend._fused(prev, lk, 132) if prev is not None else None) or _generate(lk, (lk,), 132))
+    return codes
+
+
+def test_rows_in_registers_reduce_in_two_passes():
+    """A row held in registers: softmax takes the max, then the sum of exp(x - max) (no online
+    update per element), var_mean the mean, then the squared deviations (no Welford per element)."""
+    softmax = _gpu_codes("softmax_4096x1024")
+    assert len(softmax) == 1 and [l.kind for l in softmax[0].launches] == ["rows"]
+    src = softmax[0].source
+    assert "tv_osm(acc" not in src and "acc_t1_m = tv_max(acc_t1_m, (float)t0);" in src
+    assert "exp((float)t0 - acc_t1_m)" in src
+    var = _gpu_codes("var_mean_4096x4096")[0].source
+    assert "tv_welford" not in var[var.index('extern "C"'):] and "acc_t1_m = acc_t1_m / (float)L;" in var
+
+
+def test_split_column_sum_reads_coalesced():
+    """Inductor splits x.sum(0) of 8192x8192 into 131072 partial rows of 512 strided elements
+    (index 8192*r + X cut in two digits): a thread per partial row, so a warp reads 128 bytes a step."""
+    first = _gpu_codes("sum_cols_8192x8192")[0]
+    assert first.launches[0].kind == "column"
 
 
 

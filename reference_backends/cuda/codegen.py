@@ -289,6 +289,26 @@ def _classify(nest: LoopNest, shape: tuple[Any, Any] | None) -> _Nest | None:
     return _Nest(nest, "full", env, iv[:k], iv[k:], isz[:k], isz[k:])
 
 
+def _steps(e: Any, rows: Any, rlen: Any) -> tuple[int, int] | None:
+    """(address step from one row to the next, from one column to the next) of index ``e`` of
+    ``X`` (row) and ``C`` (column), or None if it has none. A polynomial index has its
+    coefficients; a static one of ``FloorDiv``/``ModularIndexing`` digits (a row index cut in
+    several dimensions) is sampled: the row step must hold across a warp's 32 rows."""
+    if e.is_polynomial(X, C):
+        if sympy.degree(e, X) > 1 or sympy.degree(e, C) > 1:
+            return None
+        cx, cc = e.coeff(X, 1), e.coeff(C, 1)
+        return (int(cx), int(cc)) if cx.is_Integer and cc.is_Integer else None
+    if not (rows.is_Integer and rlen.is_Integer and int(rows) >= 33 and int(rlen) >= 2):
+        return None
+
+    def at(x: int, col: int) -> int:
+        v = e.xreplace({X: sympy.Integer(x), C: sympy.Integer(col)})
+        return int(v) if v.is_Integer else 0
+    row = {at(x + 1, 0) - at(x, 0) for x in range(32)}
+    return (row.pop(), at(0, 1) - at(0, 0)) if len(row) == 1 else None
+
+
 def _accesses(nest: LoopNest) -> list[tuple[str, str, str, bool]]:
     """(kind, buffer, index, in column context) of every load/store of a nest."""
     out: list[tuple[str, str, str, bool]] = []
@@ -434,6 +454,15 @@ _RED = {
                         "tv_welford({a}m, {a}m2, {a}w, {o}m, {o}m2, {o}w);"),
     "online_softmax_reduce": (("m", "s"), ("tv_lowest<{t}>()", "0"), "tv_osm({a}m, {a}s, ({t}){v}, ({t})1);",
                               "tv_osm({a}m, {a}s, {o}m, {o}s);"),
+}
+#: reduction kind -> (first pass field, its combine), (second, its combine), between the passes,
+#: (first update, second update): the two-pass form of a reduction over a row held in registers.
+_TWO_PASS = {
+    "online_softmax_reduce": (("m", "{a}m = tv_max({a}m, {o}m);"), ("s", "{a}s = {a}s + {o}s;"), "",
+                              ("{a}m = tv_max({a}m, {v});",
+                               "{a}s = {a}s + ({a}m == tv_lowest<{t}>() ? ({t})0 : exp({v} - {a}m));")),
+    "welford_reduce": (("m", "{a}m = {a}m + {o}m;"), ("m2", "{a}m2 = {a}m2 + {o}m2;"), "{a}m = {a}m / ({t})L; {a}w = ({t})L;",
+                       ("{a}m = {a}m + {v};", "{a}m2 = {a}m2 + ({v} - {a}m) * ({v} - {a}m);")),
 }
 _SPLITTABLE = {"sum", "prod", "max", "min", "any", "xor_sum", "welford_reduce", "online_softmax_reduce",
                "argmax", "argmin"}
@@ -703,7 +732,7 @@ class _Gen:
         written = self._written()
         warp = threads == 32
         sync = "__syncwarp();" if warp else "__syncthreads();"
-        if len(nests) == 1 and len(reds) >= 1 and self._columnar(nests[0]):
+        if len(nests) == 1 and len(reds) >= 1 and self._columnar(nests[0], rows, rlen):
             self._column(name, rows, rlen, nests[0], written)
             return
         if splits > 1:
@@ -781,20 +810,19 @@ class _Gen:
             return None
         return (red.attr("kind"), red.attr("dtype"), src.attr("buffer"), str(_canon(src.attr("index"), c.env)))
 
-    def _columnar(self, c: _Nest) -> bool:
-        """Whether the rows are contiguous and the reduction strided (``x.sum(0)``): then a thread
-        per row, walking its row, reads coalesced across the warp."""
+    def _columnar(self, c: _Nest, rows: Any, rlen: Any) -> bool:
+        """Whether neighbouring rows are neighbouring elements and the reduction strided
+        (``x.sum(0)``, or the first half of Inductor's split of it): then a thread per row, walking
+        its row, reads coalesced across the warp."""
         any_strided = False
         for kind, buf, index, col in _accesses(c.nest):
             e = _canon(index, c.env)
             if kind != "load" or not col or C not in e.free_symbols:
                 continue
-            if not e.is_polynomial(X, C) or sympy.degree(e, X) > 1 or sympy.degree(e, C) > 1:
+            steps = _steps(e, rows, rlen)
+            if steps is None or steps[0] not in (0, 1):
                 return False
-            cx, cc = e.coeff(X, 1), e.coeff(C, 1)
-            if cx != 1:
-                return False
-            any_strided = any_strided or cc != 1
+            any_strided = any_strided or steps[1] != 1
         return any_strided
 
     def _column(self, name: str, rows: Any, rlen: Any, c: _Nest, written: set[str]) -> None:
@@ -1022,7 +1050,10 @@ class _Gen:
             self.lines.append(f"{ind}const idx_t {v} = {_cexpr(c.env[v], {'X': 'X'})};")
             names[v] = v
         infos, dups = self._accumulators(c, reds, ind)
-        if final is None:
+        two = final is None and loop is None and not column and self._two_pass_kind(infos)
+        if two:
+            self._two_pass(c, infos[0], names, threads, warp, ind, locals_)
+        elif final is None:
             self._accumulate(c, reds, infos, names, threads, ind, locals_, loop, column)
         else:
             for red, kind, acc_t, fields, ftypes, upd, comb in infos:
@@ -1033,7 +1064,7 @@ class _Gen:
                     self.lines.append(f"{ind}  const {ft} o_{f} = ws{j}[{at}];")
                 self.lines += [ind + "  " + comb.format(a=f"acc_{red.name}_", o="o_"), f"{ind}}}"]
             threads, warp = 32, True
-        for info in (() if column else infos):
+        for info in (() if column or two else infos):
             self._combine(info, threads, warp, ind)
         for name, orig, fields, ftypes in dups:
             for f, ft in zip(fields, ftypes):
@@ -1073,6 +1104,40 @@ class _Gen:
                 else:
                     self.lines.append(f"{ind}{ft} acc_{red.name}_{f} = {init.format(t=acc_t)};")
         return infos, dups
+
+    def _two_pass_kind(self, infos: list[tuple]) -> bool:
+        """Whether the row's one reduction is an online softmax or a Welford over a row held in
+        registers: then two passes over the registers replace the per-element update."""
+        return bool(self.persist) and len(infos) == 1 and infos[0][1] in _TWO_PASS
+
+    def _two_pass(self, c: _Nest, info: tuple, names: dict[str, str], threads: int, warp: bool, ind: str,
+                  locals_: Mapping[str, Any]) -> None:
+        """A row held in registers reduced in two passes, each with a cheap combine across the row's
+        threads, instead of one pass of the online update (whose per-element and per-shuffle steps
+        take a division or two ``exp`` and form one long dependent chain):
+
+        - ``online_softmax_reduce``: the row's max, then the sum of ``exp(v - max)`` (one ``exp``
+          per element; a row of only -inf keeps sum 0, as the online form gives);
+        - ``welford_reduce``: the mean, then the sum of squared deviations (the two-pass variance,
+          as accurate as Welford's), weight ``L``.
+        """
+        red, kind, acc_t, *_ = info
+        a = f"acc_{red.name}_"
+        first, second, between, update = _TWO_PASS[kind]
+        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in _post_names(c.nest)]
+        for k, (fld, comb) in enumerate((first, second)):
+            roots = pre_stores if k == 0 else []   # stores before the reduction run in the first pass
+            include = _closure(c.nest.body, list(red.args), roots)
+            self.lines.append(self._col_loop(ind, "tid", "L", threads))
+            for v in c.col_vars:
+                self.lines.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
+                names[v] = v
+            vals = self._stmts(c, c.nest.body, names, ind + "  ", locals_, include=include)
+            v = f"({acc_t}){vals.get(red.args[0], red.args[0])}"
+            self.lines += [ind + "  " + update[k].format(a=a, v=v, t=acc_t), f"{ind}}}"]
+            self._combine((red, kind, acc_t, (fld,), (acc_t,), None, comb), threads, warp, ind)
+            if k == 0 and between:
+                self.lines.append(ind + between.format(a=a, t=acc_t))
 
     def _accumulate(self, c: _Nest, reds: list[Stmt], infos: list[tuple], names: dict[str, str], threads: int,
                     ind: str, locals_: Mapping[str, Any], loop: tuple[str, str] | None, column: bool) -> None:
