@@ -141,6 +141,11 @@ def zoo_lines(rows: list[tuple[Any, ...]], skipped: list[str]) -> list[str]:
         lines.append(f"| **geometric mean** | | | | | **{gi:.2f}x** | **{go:.2f}x** | **{go / gi:.2f}x** | |")
         lines += ["", f"Target (ours geomean speedup >= 0.9x Inductor's): {'met' if go >= 0.9 * gi else 'not met'} "
                   f"({go:.2f}x vs {gi:.2f}x: {go / gi:.2f})."]
+    from torchvendor.reference_backends.cuda.graphs import stats
+
+    lines += ["", f"CUDA graphs (torchvendor_cuda partitions): {stats['captured']} layouts captured and replayed, "
+              f"{stats['not capturable']} not capturable, {stats['not usable']} partitions not usable (random "
+              f"numbers or constants) of {stats['usable'] + stats['not usable']}."]
     if skipped:
         lines += ["", "Not run: " + "; ".join(skipped) + "."]
     return lines

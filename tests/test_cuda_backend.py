@@ -148,6 +148,8 @@ def test_rows_in_registers_reduce_in_two_passes():
     src = softmax[0].source
     assert "tv_osm(acc" not in src and "acc_t1_m = tv_max(acc_t1_m, (float)t0);" in src
     assert "exp((float)t0 - acc_t1_m)" in src
+    long_rows = _gpu_codes("softmax_1024x32768")[0].source   # 32 columns a thread: a loop, one exp each
+    assert "tv_osm1(acc_t1_m, acc_t1_s, (float)t0);" in long_rows
     var = _gpu_codes("var_mean_4096x4096")[0].source
     assert "tv_welford" not in var[var.index('extern "C"'):] and "acc_t1_m = acc_t1_m / (float)L;" in var
 
@@ -165,6 +167,23 @@ def test_argmax_compares_source_values():
     2.7 and 2.2 would tie and the first index win: conformance's argmax failure on the H100)."""
     src = _row_source(lambda x: torch.argmax(x), 5, 25).source
     assert "float acc_t1_v;" in src and "long long acc_t1_i;" in src
+
+
+def test_graphed_program_checks():
+    """What decides whether a partition replays a CUDA graph (the replay itself is checked on the
+    GPU): tensors off cuda run the runner as is; random programs are never captured; an input whose
+    elements overlap (expanded) cannot get a buffer of its own."""
+    from torchvendor.reference_backends.cuda.graphs import GraphedProgram, _dense
+
+    softmax = capture(lambda x: torch.softmax(x, -1), [torch.randn(8, 16)], level="loop").inference
+    dropout = capture(lambda x: torch.nn.functional.dropout(x, 0.5, True), [torch.randn(8, 16)], level="loop").inference
+    calls = []
+    graphed = GraphedProgram(lambda *xs: calls.append(xs) or [xs[0]], softmax)
+    x = torch.randn(8, 16)
+    assert graphed(x)[0] is x and graphed(x)[0] is x and len(calls) == 2 and not graphed.graphs
+    assert graphed.usable and not GraphedProgram(lambda *xs: [], dropout).usable
+    assert _dense(torch.randn(4, 8)[:, :3]) and _dense(torch.randn(4, 8).t())
+    assert not _dense(torch.randn(4, 1).expand(4, 8))
 
 
 # ---- on the GPU ------------------------------------------------------------------------------------
@@ -213,7 +232,9 @@ def check_compile() -> str:
     x = torch.randn(32, 64, device="cuda")
     f = torch.compile(model, backend="torchvendor_cuda", options={"strict": True})
     with torch.no_grad():
-        torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
+        for _ in range(3):   # run, capture a CUDA graph, replay it
+            x = torch.randn(32, 64, device="cuda")
+            torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
     loss = f(x).square().mean()
     loss.backward()
     grads = [p.grad.clone() for p in model.parameters()]
@@ -223,6 +244,29 @@ def check_compile() -> str:
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
     statuses = {p.status for g in last_report().graphs for p in g.partitions}
     assert statuses == {"compiled"}, str(last_report())
+    return "ok"
+
+
+def check_graphs() -> str:
+    """A partition replayed from a CUDA graph: right for new inputs at every call (copied into the
+    graph's buffers), the weight read in place, a moved weight run again and recaptured."""
+    from torchvendor.reference_backends.cuda import CudaBackend
+    from torchvendor.reference_backends.cuda.graphs import GraphedProgram
+    from torchvendor.sdk import ProgramRunner
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.softmax(x @ w, -1), (x * 2).relu()
+    w = torch.randn(64, 64, device="cuda")
+    cap = capture(fn, [torch.randn(32, 64, device="cuda"), w], level="loop")
+    backend = CudaBackend()
+    runner = ProgramRunner(cap.inference, {lk.name: backend.compile(lk) for lk in loop_kernels(cap.inference)}, "cuda")
+    graphed = GraphedProgram(runner, cap.inference)
+    cap._execute = lambda part, args: graphed(*args)
+    for weight in (w, w, w, w, w.clone(), w.clone().add_(1)):
+        x = torch.randn(32, 64, device="cuda")
+        for g, e in zip(cap.run(x, weight), fn(x, weight)):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert sum(g is not None for g in graphed.graphs.values()) == 1, graphed.graphs
     return "ok"
 
 
@@ -241,7 +285,7 @@ def test_corpus_numerics_on_gpu():
     results = dict(json.loads(line).popitem() for line in done.stdout.splitlines() if line.startswith("{"))
     capture = {k: v for k, v in results.items() if v.startswith("capture failed")}
     bad = {k: v for k, v in results.items() if v != "ok" and k not in capture}
-    assert len(results) == len(NUMERIC_CASES) + 1 and not bad, (bad, done.stderr[-3000:])
+    assert len(results) == len(NUMERIC_CASES) + 2 and not bad, (bad, done.stderr[-3000:])
     if capture:  # loop IR capture on cuda is the IR's business; say so loudly
         import warnings
 
@@ -266,3 +310,8 @@ if __name__ == "__main__":
     except Exception as e:  # noqa: BLE001
         result = f"{type(e).__name__}: {str(e)[-1500:]}"
     print(json.dumps({"torch.compile(backend='torchvendor_cuda')": result}), flush=True)
+    try:
+        result = check_graphs()
+    except Exception as e:  # noqa: BLE001
+        result = f"{type(e).__name__}: {str(e)[-1500:]}"
+    print(json.dumps({"cuda graphs": result}), flush=True)

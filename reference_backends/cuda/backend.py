@@ -18,6 +18,7 @@ from torchvendor.ir.loop_ir import Kernel
 from torchvendor.sdk import Backend, BackendError, Level, loop_kernels
 
 from .codegen import CodegenError, CudaKernel, generate
+from .graphs import GraphedProgram, graphs_enabled
 from .launch import CompiledKernel, nvrtc_compile
 
 __all__ = ["CudaBackend", "device_arch"]
@@ -47,8 +48,10 @@ class CudaBackend(Backend):
     level = Level.LOOP
     device = None            # wherever the inputs are: torch's cuda, or a PrivateUse1 GPU device
     supported_ops = None     # every op: what the code generator cannot do falls back per partition
-    default_options: dict[str, Any] = {}
-    version = "1"
+    #: cuda_graphs: replay each partition's launches from a CUDA graph once its input layout has
+    #: run (see :mod:`.graphs`; ``$TORCHVENDOR_CUDA_GRAPHS=0`` also turns it off)
+    default_options: dict[str, Any] = {"cuda_graphs": True}
+    version = "2"
 
     def compile(self, kernel: Any) -> Callable[..., None]:
         """One :class:`torchvendor.sdk.LoopKernel` -> ``fn(*buffers, *sizes)``.
@@ -72,6 +75,14 @@ class CudaBackend(Backend):
 
         cubin = self.cache.get_or_build(f"{arch}\n{code.source}", build, suffix=".cubin")
         return CompiledKernel(code, Path(cubin).read_bytes())
+
+    def _compile_loop(self, sub: Any, examples: list[Any], kind: str, record: Any) -> Callable[..., Any]:
+        """The SDK's program runner for a partition, replayed from a CUDA graph on ``cuda`` (the
+        runner's per-call host work is what bounds small models; see :mod:`.graphs`)."""
+        runner = super()._compile_loop(sub, examples, kind, record)
+        if not (self.options["cuda_graphs"] and graphs_enabled()):
+            return runner
+        return GraphedProgram(runner, getattr(runner, "program", None))
 
     @staticmethod
     def _fused(first: Any, second: Any, sms: int) -> CudaKernel | None:

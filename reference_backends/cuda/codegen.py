@@ -394,6 +394,14 @@ template <class T> __device__ __forceinline__ void tv_osm(T& m, T& s, T om, T os
   if (mx == tv_lowest<T>()) return;
   s = (m == mx ? s : s * exp(m - mx)) + (om == mx ? os : os * exp(om - mx)); m = mx;
 }
+// one value of weight 1 into (max, sum of exp(x - max)): one exp, whichever branch (equal
+// values add 1, as tv_osm does: no exp(inf - inf); a NaN becomes the max and poisons the sum)
+template <class T> __device__ __forceinline__ void tv_osm1(T& m, T& s, T v) {
+  if (v > m) { s = s * exp(m - v) + (T)1; m = v; }
+  else if (v == m) { s = s + (T)1; }
+  else if (v != v) { m = v; }
+  else { s = s + exp(v - m); }
+}
 __device__ __forceinline__ unsigned long long tv_hash(long long seed, long long off) {
   unsigned long long x = (unsigned long long)seed * 0x9E3779B97F4A7C15ULL + (unsigned long long)off + 0x9E3779B97F4A7C15ULL;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL; x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL; return x ^ (x >> 31);
@@ -452,7 +460,7 @@ _RED = {
                        "tv_welford({a}m, {a}m2, {a}w, {o}m, {o}m2, {o}w);"),
     "welford_combine": (("m", "m2", "w"), ("0", "0", "0"), "tv_welford({a}m, {a}m2, {a}w, {v0}, {v1}, {v2});",
                         "tv_welford({a}m, {a}m2, {a}w, {o}m, {o}m2, {o}w);"),
-    "online_softmax_reduce": (("m", "s"), ("tv_lowest<{t}>()", "0"), "tv_osm({a}m, {a}s, ({t}){v}, ({t})1);",
+    "online_softmax_reduce": (("m", "s"), ("tv_lowest<{t}>()", "0"), "tv_osm1({a}m, {a}s, ({t}){v});",
                               "tv_osm({a}m, {a}s, {o}m, {o}s);"),
 }
 #: reduction kind -> (first pass field, its combine), (second, its combine), between the passes,
