@@ -140,7 +140,7 @@ def _gpu_codes(name: str):  # noqa: ANN202
     return codes
 
 
-def test_rows_in_registers_reduce_in_two_passes():
+def test_rows_in_registers_reduce_in_two_passes(monkeypatch):
     """A row held in registers: softmax takes the max, then the sum of exp(x - max) (no online
     update per element), var_mean the mean, then the squared deviations (no Welford per element)."""
     softmax = _gpu_codes("softmax_4096x1024")
@@ -148,10 +148,30 @@ def test_rows_in_registers_reduce_in_two_passes():
     src = softmax[0].source
     assert "tv_osm(acc" not in src and "acc_t1_m = tv_max(acc_t1_m, (float)t0);" in src
     assert "exp((float)t0 - acc_t1_m)" in src
-    long_rows = _gpu_codes("softmax_1024x32768")[0].source   # 32 columns a thread: a loop, one exp each
+    assert "tv_osm1(acc" not in _gpu_codes("softmax_1024x32768")[0].source   # 32 a thread: in registers
+    monkeypatch.setenv("TORCHVENDOR_CUDA_TILING", "kmax=16")   # rows too long for registers: a loop
+    long_rows = _gpu_codes("softmax_1024x32768")[0].source   # one exp per element
     assert "tv_osm1(acc_t1_m, acc_t1_s, (float)t0);" in long_rows
+    monkeypatch.delenv("TORCHVENDOR_CUDA_TILING")
     var = _gpu_codes("var_mean_4096x4096")[0].source
     assert "tv_welford" not in var[var.index('extern "C"'):] and "acc_t1_m = acc_t1_m / (float)L;" in var
+
+
+def test_fused_pair_hands_over_the_buffers_the_second_call_lacks():
+    """var_mean's division kernel (buffers m2 and out) runs in the reduction's launch, which also
+    needs the input and the mean: the reduction's call hands them over to the division's call."""
+    from types import SimpleNamespace as NS
+
+    from torchvendor.reference_backends.cuda.backend import _Handoff, _Receiver
+
+    assert len(_gpu_codes("var_mean_4096x4096")) == 1   # one kernel (one launch) for both
+    first = NS(buffers=[NS(name="x"), NS(name="mean"), NS(name="m2")], size_vars=("s0",))
+    second = NS(buffers=[NS(name="m2"), NS(name="out")], size_vars=())
+    calls, handoff = [], _Handoff()
+    receiver = _Receiver(lambda *a: calls.append(a), handoff, first, second)
+    handoff("X", "MEAN", "M2", 7)
+    receiver("M2", "OUT")
+    assert calls == [("M2", "OUT", "X", "MEAN", 7)]
 
 
 def test_split_column_sum_reads_coalesced():

@@ -57,24 +57,36 @@ class CudaBackend(Backend):
         """One :class:`torchvendor.sdk.LoopKernel` -> ``fn(*buffers, *sizes)``.
 
         A row-reduction kernel followed directly by a pointwise kernel over the same rows (a
-        softmax's or layer norm's epilogue, which the loop IR puts in a kernel of its own) is
-        generated as one launch: the pointwise kernel's call runs both, the reduction kernel's
-        call does nothing (its buffers are among the pointwise kernel's)."""
+        softmax's or layer norm's epilogue, or var's division, which the loop IR puts in a kernel
+        of its own) is generated as one launch: the pointwise kernel's call runs both. The
+        reduction kernel's call does nothing, or, when the pointwise kernel's call lacks some of
+        its buffers (var_mean's input), hands its arguments over to it (:class:`_Handoff`)."""
         if kernel.device == "cpu":
             raise BackendError("torchvendor_cuda runs on a GPU; this kernel's buffers are on cpu "
                                "(move the model and inputs to 'cuda')")
         arch, sms = device_arch(kernel.device)
         prev, nxt = _neighbours(kernel)
         if nxt is not None and self._fused(kernel, nxt, sms) is not None:
-            return _nothing
-        code = self._fused(prev, kernel, sms) if prev is not None else None
-        code = code or _generate(kernel, (kernel,), sms)
+            if not _extra(kernel, nxt)[0] and not _extra(kernel, nxt)[1]:
+                return _nothing
+            return self._handoffs.setdefault((id(kernel.program), kernel.kernel.name), _Handoff())
+        fused = self._fused(prev, kernel, sms) if prev is not None else None
+        code = fused or _generate(kernel, (kernel,), sms)
 
         def build(path: str) -> None:
             Path(path).write_bytes(nvrtc_compile(code.source, f"{code.name}.cu", arch))
 
         cubin = self.cache.get_or_build(f"{arch}\n{code.source}", build, suffix=".cubin")
-        return CompiledKernel(code, Path(cubin).read_bytes())
+        compiled = CompiledKernel(code, Path(cubin).read_bytes())
+        handoff = self._handoffs.get((id(kernel.program), prev.kernel.name)) if fused is not None else None
+        return compiled if handoff is None else _Receiver(compiled, handoff, prev, kernel)
+
+    @property
+    def _handoffs(self) -> dict[tuple[int, str], "_Handoff"]:
+        """Hand-overs between the two halves of each fused pair (program, first kernel)."""
+        if not hasattr(self, "_pending"):
+            self._pending: dict[tuple[int, str], _Handoff] = {}
+        return self._pending
 
     def _compile_loop(self, sub: Any, examples: list[Any], kind: str, record: Any) -> Callable[..., Any]:
         """The SDK's program runner for a partition, replayed from a CUDA graph on ``cuda`` (the
@@ -92,11 +104,10 @@ class CudaBackend(Backend):
             return any(n.reduction_ranges for n in k.kernel.nests)
         if not reduces(first) or reduces(second) or first.device != second.device:
             return None
-        if not ({b.name for b in first.buffers} <= {b.name for b in second.buffers}
-                and set(first.size_vars) <= set(second.size_vars)):
-            return None
+        bufs, sizes = _extra(first, second)
         merged = types.SimpleNamespace(kernel=replace(second.kernel, nests=first.kernel.nests + second.kernel.nests),
-                                       buffers=second.buffers, size_vars=second.size_vars, program=second.program)
+                                       buffers=(*second.buffers, *bufs), size_vars=(*second.size_vars, *sizes),
+                                       program=second.program)
         try:
             both = _generate(merged, (first, second), sms)
             apart = len(_generate(first, (first,), sms).launches) + len(_generate(second, (second,), sms).launches)
@@ -107,6 +118,42 @@ class CudaBackend(Backend):
 
 def _nothing(*args: Any) -> None:
     """A kernel whose work runs in the next kernel's launch."""
+
+
+def _extra(first: Any, second: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """The buffers and size variables of ``first`` that ``second``'s call does not pass."""
+    mine = {b.name for b in second.buffers}
+    return (tuple(b for b in first.buffers if b.name not in mine),
+            tuple(v for v in first.size_vars if v not in second.size_vars))
+
+
+class _Handoff:
+    """The first kernel of a fused pair whose work runs in the second's launch: its call keeps
+    its arguments for the second's call (the program runner makes the two calls one after the
+    other)."""
+
+    def __init__(self) -> None:
+        self.args: tuple[Any, ...] = ()
+
+    def __call__(self, *args: Any) -> None:
+        self.args = args
+
+
+class _Receiver:
+    """The second kernel of a fused pair: launches the fused kernel with its own arguments and
+    the first's buffers and sizes it lacks (taken from the :class:`_Handoff`)."""
+
+    def __init__(self, compiled: CompiledKernel, handoff: _Handoff, first: Any, second: Any) -> None:
+        self.compiled, self.handoff, self.nbuf, self.nfirst = compiled, handoff, len(second.buffers), len(first.buffers)
+        bufs, sizes = _extra(first, second)
+        names = [b.name for b in first.buffers]
+        self.buf_at = [names.index(b.name) for b in bufs]
+        self.size_at = [self.nfirst + list(first.size_vars).index(v) for v in sizes]
+
+    def __call__(self, *args: Any) -> None:
+        theirs = self.handoff.args
+        self.compiled(*args[: self.nbuf], *[theirs[i] for i in self.buf_at], *args[self.nbuf:],
+                      *[theirs[i] for i in self.size_at])
 
 
 def _neighbours(kernel: Any) -> tuple[Any, Any]:

@@ -60,12 +60,12 @@ _SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "
           "int8": 1, "uint8": 1, "bool": 1}
 
 
-#: Tiling knobs (defaults tuned on an H100); ``TORCHVENDOR_CUDA_TILING="kmax=16,ept=8"`` overrides
+#: Tiling knobs (defaults tuned on an H100); ``TORCHVENDOR_CUDA_TILING="kmax=32,ept=8"`` overrides
 #: some for experiments (the knobs end up in the source, so the kernel cache keeps them apart).
 #: kmax: most columns a thread holds in registers (longer rows loop and reread); ept: columns per
 #: thread a block-per-row tiling aims for; warp: longest row given to one warp; col_unroll: loads
 #: in flight per thread of a column reduction; col_blocks: blocks per SM a column split aims for.
-_DEFAULT_KNOBS = {"kmax": 16, "ept": 8, "warp": 512, "col_unroll": 8, "col_blocks": 8}
+_DEFAULT_KNOBS = {"kmax": 32, "ept": 8, "warp": 512, "col_unroll": 8, "col_blocks": 2}
 
 
 def _knobs() -> dict[str, int]:
@@ -747,7 +747,9 @@ class _Gen:
             self._split(name, rows, rlen, threads, splits, nests[0], reds[0], written)
             return
         self.persist = 0
-        if rlen.is_Integer and -(-int(rlen) // threads) <= self.knobs["kmax"]:
+        # kmax counts 4-byte values: 8-byte rows hold half as many (1024 threads have 64 registers)
+        widest = max(_SIZES[b.dtype] for b in self.buffers.values())
+        if rlen.is_Integer and -(-int(rlen) // threads) <= self.knobs["kmax"] * 4 // max(4, widest):
             self.persist = -(-int(rlen) // threads)   # the row's columns in registers, loads in flight
             self.persist_exact = int(rlen) % threads == 0
         self.cache, self.cache_decl, self.row_vals, self.red_seen = {}, [], {}, {}
