@@ -90,6 +90,8 @@ SDK_OPTIONS: dict[str, Any] = {
     "fallback": "eager",     # what runs the ops the backend does not claim: "eager" or "inductor"
 }
 _FALLBACKS = ("eager", "inductor")
+#: bump when the SDK's lowering to loop IR changes what it produces (part of the program cache key)
+_LOWERING_VERSION = "2"
 
 
 class Backend:
@@ -112,6 +114,9 @@ class Backend:
     default_options: ClassVar[Mapping[str, Any]] = {}
     #: bump when generated code changes: part of every cache key
     version: ClassVar[str] = "0"
+    #: LOOP level: Inductor config keys set while the SDK lowers a graph to loop IR, e.g.
+    #: ``{"layout_optimization": False}`` to keep convolutions in the model's own memory format
+    lowering_options: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, **options: Any) -> None:
         known = {**SDK_OPTIONS, **self.default_options}
@@ -271,7 +276,8 @@ class Backend:
         from .loop_runner import ProgramRunner, loop_kernels
 
         device = _device_of(examples)
-        key = _graph_key(sub, examples, kind, device)
+        options = {"fallback_random": True, **self.lowering_options}
+        key = _graph_key(sub, examples, kind, device, f"lowering {_LOWERING_VERSION} {sorted(options.items())}")
         def lower() -> bytes:
             out = sub.graph.output_node()
             single = not isinstance(out.args[0], (tuple, list))
@@ -282,7 +288,7 @@ class Backend:
                 # Several partitions of one graph are lowered, each outside the AOT tracing
                 # context; random ops stay ATen calls (Inductor's own random lowering needs its
                 # joint-graph passes, which run before partitioning).
-                with compat.outside_tracing_context(), compat.inductor_config_patch(fallback_random=True):
+                with compat.outside_tracing_context(), compat.inductor_config_patch(**options):
                     return lower_graph(sub, examples, device=device, kind=kind).to_json().encode()
             finally:
                 if single:

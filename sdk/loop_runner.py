@@ -25,13 +25,16 @@ Example (kernels "compiled" to the reference interpreter, :func:`reference_kerne
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from torchvendor.ir.fx_view import resolve_op
 from torchvendor.ir.loop_ir import Buffer, BufferRef, Kernel, LoopProgram, SizeExpr, parse_expr
-from torchvendor.ir.loop_ir.interpreter import run_extern
+from torchvendor.ir.loop_ir.interpreter import _torch_value, _write, eval_index
+from torchvendor.ir.loop_ir.schema import ExternKernel, TorchValue
 
 __all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel"]
 
@@ -119,13 +122,13 @@ def reference_kernel(kernel: LoopKernel) -> Callable[..., None]:
     return run
 
 
-def _in_layout(t: torch.Tensor, size: list[int], stride: list[int], dtype: str) -> torch.Tensor:
+def _in_layout(t: torch.Tensor, size: list[int], stride: list[int], dtype: torch.dtype) -> torch.Tensor:
     """``t`` itself when it has the buffer's size, strides (where a dimension has more than one
     element) and dtype, else a copy that has them."""
-    if list(t.shape) == size and str(t.dtype) == f"torch.{dtype}" and \
-            all(s == g for s, g, n in zip(stride, t.stride(), size) if n > 1):
+    if t.dtype == dtype and list(t.shape) == size and (t.stride() == tuple(stride) or all(
+            s == g for s, g, n in zip(stride, t.stride(), size) if n > 1)):
         return t
-    out = torch.empty_strided(size, stride, dtype=getattr(torch, dtype), device=t.device)
+    out = torch.empty_strided(size, stride, dtype=dtype, device=t.device)
     out.copy_(t)
     return out
 
@@ -144,6 +147,39 @@ def _ints(texts: Sequence[str], sizes: Mapping[str, int]) -> list[int]:
     return [_int(t, sizes) for t in texts]
 
 
+Getter = Callable[[dict, Mapping[str, int]], Any]
+
+
+def _getter(value: Any) -> Getter:
+    """An extern argument as a function of (env, sizes), resolved once instead of on every call."""
+    if isinstance(value, BufferRef):
+        name = value.name
+        return lambda env, sizes: env[name]
+    if isinstance(value, SizeExpr):
+        if value.expr.lstrip("-").isdigit():
+            number = int(value.expr)
+            return lambda env, sizes: number
+        return lambda env, sizes: eval_index(value.expr, sizes)
+    if isinstance(value, tuple):
+        parts = [_getter(v) for v in value]
+        return lambda env, sizes: [g(env, sizes) for g in parts]
+    constant = _torch_value(value.value) if isinstance(value, TorchValue) else value
+    return lambda env, sizes: constant
+
+
+@dataclass
+class _Plan:
+    """What one binding of the size symbols fixes: every buffer's layout, what to allocate, the
+    views to make and the size arguments of each kernel."""
+
+    layouts: dict[str, tuple[list[int], list[int], torch.dtype]]
+    allocs: list[tuple[str, list[int], list[int], torch.dtype]]
+    constants: list[tuple[str, Any, list[int], torch.dtype]]
+    views: list[tuple[str, str, list[int], list[int], int]]
+    strides: list[tuple[int, ...] | None]  # per input: the strides the kernels were compiled for
+    size_args: dict[int, tuple[int, ...]]  # step index -> the size arguments of that kernel
+
+
 class ProgramRunner:
     """Runs one :class:`LoopProgram` with compiled kernels; call it with the program's inputs.
 
@@ -152,6 +188,11 @@ class ProgramRunner:
         compiled: kernel name -> callable ``fn(*buffers, *sizes)`` (see the module docstring).
         device: the device type the program runs on (default ``program.device``); buffers are
             allocated on the device of the first tensor input.
+
+    Everything that does not depend on the inputs' values is resolved once: extern operators
+    and their argument lists at construction, layouts, allocations and size arguments once per
+    binding of the size symbols (:class:`_Plan`). A call then binds the inputs, allocates, and
+    launches: a small model's partition costs microseconds besides its kernels.
     """
 
     def __init__(self, program: LoopProgram, compiled: Mapping[str, Callable[..., Any]],
@@ -164,123 +205,177 @@ class ProgramRunner:
             raise ValueError(f"ProgramRunner: no compiled callable for kernel(s) {missing} of program "
                              f"{program.name!r}")
         by_name = {lk.name: lk for lk in kernels}
-        #: ("kernel", fn, buffer names, size symbols) or ("extern", ExternKernel)
+        self._deferred = self._extern_results()
+        #: per op: ("kernel", fn, buffer names, size symbols) or ("extern", run(env, sizes))
         self.steps: list[tuple] = []
         for op in program.ops:
             if isinstance(op, Kernel):
                 lk = by_name[op.name]
                 self.steps.append(("kernel", compiled[op.name], tuple(b.name for b in lk.buffers), lk.size_vars))
             else:
-                self.steps.append(("extern", op, ()))
-        self._bind_extern_results()
+                self.steps.append(("extern", self._extern_step(op)))
         self._scalar = {name: parse_expr(expr) for name, expr in program.scalar_inputs}
         self._inputs = [(name, program.buffer(name) if name not in self._scalar else None) for name in program.inputs]
-        self._plans: dict[tuple, list[tuple]] = {}
+        self._binders = self._size_binders()
+        self._first_tensor = next((k for k, (_, buf) in enumerate(self._inputs) if buf is not None), None)
+        self._plans: dict[tuple, _Plan] = {}
         self._written = {n for op in program.ops for n in op.writes()}
 
-    def _bind_extern_results(self) -> None:
-        """An extern kernel's result becomes its output buffer instead of being copied into a
-        preallocated one (a matmul's output is often the biggest tensor of a partition): for
-        outputs that nothing wrote before, that are no view and have none. The result is checked
-        against the buffer's layout at run time (the kernels were compiled for it)."""
-        program, seen = self.program, set(self.program.inputs)
+    def _extern_results(self) -> set[str]:
+        """Outputs of extern kernels that become the result itself instead of a copy into a
+        preallocated buffer (a matmul's output is often a partition's biggest tensor): those
+        that nothing wrote before, that are no view and have none; a ``getitem``'s output also
+        only when nothing writes it later (it aliases an element of the extern's tuple). The
+        result is checked against the buffer's layout at run time (the kernels were compiled
+        for it)."""
+        program, seen, deferred = self.program, set(self.program.inputs), set()
         viewed = {b.view_of for b in program.buffers if b.view_of is not None}
-        self._deferred: set[str] = set()
-        for k, step in enumerate(self.steps):
-            op = program.ops[k]
-            if step[0] == "extern" and op.op != "getitem" and len(op.outputs) == 1:
+        for k, op in enumerate(program.ops):
+            if not isinstance(op, Kernel) and len(op.outputs) == 1:
                 name = op.outputs[0]
                 buf = program.buffer(name)
-                if name not in seen and name not in viewed and buf.view_of is None and buf.kind != "constant":
-                    self._deferred.add(name)
-                    self.steps[k] = ("extern", op, (name,))
+                later = {n for o in program.ops[k + 1:] for n in o.writes()}
+                if name not in seen and name not in viewed and buf.view_of is None and buf.kind != "constant" \
+                        and (op.op != "getitem" or name not in later):
+                    deferred.add(name)
             seen.update(op.writes())
+        return deferred
+
+    def _extern_step(self, ext: ExternKernel) -> Callable[[dict, Mapping[str, int], _Plan], None]:
+        """One extern kernel as a function of (env, sizes, plan), its operator and arguments
+        resolved now (what :func:`run_extern` does on every call)."""
+        outputs, deferred = ext.outputs, [n in self._deferred for n in ext.outputs]
+        if ext.op == "getitem":
+            source, indices = ext.args[0].name, ext.args[1:]
+            call = lambda env, sizes: functools.reduce(lambda v, i: v[i], indices, env[source])  # noqa: E731
+        else:
+            try:
+                fn = resolve_op(ext.op)
+            except Exception as e:
+                raise ValueError(f"extern kernel {ext.name}: cannot resolve {ext.op!r}: {e}") from None
+            args = [_getter(a) for a in ext.args]
+            kwargs = [(k, _getter(v)) for k, v in ext.kwargs]
+            call = lambda env, sizes: fn(*[g(env, sizes) for g in args],  # noqa: E731
+                                         **{k: g(env, sizes) for k, g in kwargs})
+        name = ext.name if not outputs and not ext.mutated else None
+
+        def run(env: dict, sizes: Mapping[str, int], plan: _Plan) -> None:
+            result = call(env, sizes)
+            if name is not None:
+                env[name] = result
+            for out, value, bind in zip(outputs, (result,) if len(outputs) == 1 else result, deferred):
+                if bind:
+                    env[out] = _in_layout(value, *plan.layouts[out])
+                else:
+                    _write(env, out, value)
+
+        return run
 
     # ---- sizes and allocation ------------------------------------------------------------------
 
-    def _bind(self, inputs: Sequence[Any]) -> dict[str, int]:
-        sizes: dict[str, int] = {}
-        for (name, buf), value in zip(self._inputs, inputs):
+    def _size_binders(self) -> list[tuple[int, int, str]]:
+        """(input index, position in shape + strides or -1 for a scalar input, symbol) for every
+        size symbol an input binds directly, first binding first."""
+        binders, bound = [], set()
+        for k, (name, buf) in enumerate(self._inputs):
             if buf is None:
                 e = self._scalar[name]
-                if e.is_Symbol:
-                    sizes[e.name] = int(value)
+                if e.is_Symbol and e.name not in bound:
+                    binders.append((k, -1, e.name))
+                    bound.add(e.name)
+                continue
+            for pos, text in enumerate((*buf.size, *buf.stride)):
+                if not text.isdigit():
+                    e = parse_expr(text)
+                    if e.is_Symbol and e.name not in bound:
+                        binders.append((k, pos, e.name))
+                        bound.add(e.name)
+        return binders
+
+    def _bind(self, inputs: Sequence[Any]) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        for k, pos, symbol in self._binders:
+            value = inputs[k]
+            if pos < 0:
+                sizes[symbol] = int(value)
             elif isinstance(value, torch.Tensor):
-                for text, actual in zip((*buf.size, *buf.stride), (*value.shape, *value.stride())):
-                    if not text.isdigit():
-                        e = parse_expr(text)
-                        if e.is_Symbol and e.name not in sizes:
-                            sizes[e.name] = int(actual)
+                sizes[symbol] = int(value.shape[pos] if pos < value.dim() else value.stride()[pos - value.dim()])
         return sizes
 
-    def _plan(self, sizes: dict[str, int]) -> list[tuple]:
-        key = tuple(sorted(sizes.items()))
+    def _plan(self, sizes: dict[str, int]) -> _Plan:
+        key = tuple(sizes.values())  # the symbols are always bound in the same order
         plan = self._plans.get(key)
         if plan is None:
-            plan = []
-            for b in self.program.buffers:
-                plan.append((b, _ints(b.size, sizes), _ints(b.stride, sizes), _ints((b.offset,), sizes)[0]))
-            self._plans[key] = plan
+            plan = self._plans[key] = self._make_plan(sizes)
         return plan
+
+    def _make_plan(self, sizes: dict[str, int]) -> _Plan:
+        layouts, allocs, constants, views = {}, [], [], []
+        inputs = {name for name, buf in self._inputs if buf is not None}
+        values = dict(self.program.constants)
+        for b in self.program.buffers:  # bases come before their views in the table
+            size, stride, dtype = _ints(b.size, sizes), _ints(b.stride, sizes), getattr(torch, b.dtype)
+            layouts[b.name] = (size, stride, dtype)
+            if b.view_of is not None:
+                views.append((b.name, b.view_of, size, stride, _int(b.offset, sizes)))
+            elif b.kind == "constant":
+                constants.append((b.name, values[b.name], size, dtype))
+            elif b.name not in inputs and b.name not in self._deferred:
+                allocs.append((b.name, size, stride, dtype))
+        strides = [tuple(layouts[name][1]) if buf is not None else None for name, buf in self._inputs]
+        size_args = {k: tuple(sizes[s] for s in step[3]) for k, step in enumerate(self.steps) if step[0] == "kernel"}
+        return _Plan(layouts, allocs, constants, views, strides, size_args)
 
     # ---- running -------------------------------------------------------------------------------
 
     def __call__(self, *inputs: Any) -> list[Any]:
-        program = self.program
         if len(inputs) != len(self._inputs):
-            raise ValueError(f"program {program.name!r} takes {len(self._inputs)} inputs "
-                             f"({list(program.inputs)}), got {len(inputs)}")
+            raise ValueError(f"program {self.program.name!r} takes {len(self._inputs)} inputs "
+                             f"({list(self.program.inputs)}), got {len(inputs)}")
         sizes = self._bind(inputs)
         plan = self._plan(sizes)
-        device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device(self.device))
-        env: dict[str, Any] = {}
-        restrided: list[tuple[torch.Tensor, torch.Tensor]] = []
-        layouts = {b.name: (size, stride) for b, size, stride, _ in plan}
-        for (name, buf), value in zip(self._inputs, inputs):
-            if buf is None:
-                continue
-            if isinstance(value, torch.Tensor):
-                size, stride = layouts[name]
-                if value.numel() > 1 and any(s != g for s, g, n in zip(stride, value.stride(), value.shape) if n > 1):
-                    # Inductor compiled for the declared strides (AOTAutograd coerces e.g.
-                    # tangents to them): run on a copy with those strides.
-                    copy = torch.empty_strided(value.shape, stride, dtype=value.dtype, device=value.device)
-                    copy.copy_(value)
-                    if name in self._written:
-                        restrided.append((value, copy))
-                    value = copy
-            env[name] = value
-        constants = dict(program.constants)
-        for b, size, stride, offset in plan:
-            if b.name in env or b.view_of is not None or b.name in self._deferred:
-                continue
-            dtype = getattr(torch, b.dtype)
-            if b.kind == "constant":
-                env[b.name] = torch.tensor(constants[b.name], dtype=dtype).reshape(size).to(device)
-            else:
-                env[b.name] = torch.empty_strided(size, stride, dtype=dtype, device=device)
-        for b, size, stride, offset in plan:  # bases come before their views in the table
-            if b.view_of is not None:
-                base = env[b.view_of]
-                env[b.name] = base.as_strided(size, stride, base.storage_offset() + offset)
-        for step in self.steps:
+        first = inputs[self._first_tensor] if self._first_tensor is not None else None
+        device = first.device if isinstance(first, torch.Tensor) else torch.device(self.device)
+        env: dict[str, Any] = {name: value for (name, _), value in zip(self._inputs, inputs)}
+        restrided = self._restride(inputs, plan, env)
+        for name, size, stride, dtype in plan.allocs:
+            env[name] = torch.empty_strided(size, stride, dtype=dtype, device=device)
+        for name, value, size, dtype in plan.constants:
+            env[name] = torch.tensor(value, dtype=dtype).reshape(size).to(device)
+        for name, base_name, size, stride, offset in plan.views:
+            base = env[base_name]
+            env[name] = base.as_strided(size, stride, base.storage_offset() + offset)
+        for k, step in enumerate(self.steps):
             if step[0] == "kernel":
-                _, fn, names, symbols = step
-                fn(*[env[n] for n in names], *[sizes[s] for s in symbols])
+                step[1](*[env[n] for n in step[2]], *plan.size_args[k])
             else:
-                run_extern(step[1], env, sizes)
-                for name in step[2]:
-                    env[name] = _in_layout(env[name], *layouts[name], self.program.buffer(name).dtype)
+                step[1](env, sizes, plan)
         for original, copy in restrided:
             original.copy_(copy)
-        outs: list[Any] = []
-        for o in program.outputs:
-            if isinstance(o, BufferRef):
-                outs.append(env[o.name])
-            elif isinstance(o, str):
-                outs.append(env[o])
-            elif isinstance(o, SizeExpr):
-                outs.append(_int(o.expr, sizes))
-            else:
-                outs.append(o)
-        return outs
+        return [self._output(o, env, sizes) for o in self.program.outputs]
+
+    def _restride(self, inputs: Sequence[Any], plan: _Plan, env: dict[str, Any]) -> list[tuple]:
+        """Inductor compiled for the declared strides (AOTAutograd coerces e.g. tangents to
+        them): an input with others (where a dimension has more than one element) runs on a
+        copy with those strides, copied back afterwards if the program writes it."""
+        restrided = []
+        for (name, _), value, stride in zip(self._inputs, inputs, plan.strides):
+            if stride is None or not isinstance(value, torch.Tensor) or value.stride() == stride or value.numel() <= 1:
+                continue
+            if any(s != g for s, g, n in zip(stride, value.stride(), value.shape) if n > 1):
+                copy = torch.empty_strided(value.shape, stride, dtype=value.dtype, device=value.device)
+                copy.copy_(value)
+                if name in self._written:
+                    restrided.append((value, copy))
+                env[name] = copy
+        return restrided
+
+    @staticmethod
+    def _output(o: Any, env: dict[str, Any], sizes: Mapping[str, int]) -> Any:
+        if isinstance(o, BufferRef):
+            return env[o.name]
+        if isinstance(o, str):
+            return env[o]
+        if isinstance(o, SizeExpr):
+            return _int(o.expr, sizes)
+        return o

@@ -98,6 +98,10 @@ _ROWS_AND_COLUMNS = {  # every reduction layout the code generator picks, with N
     "softmax with NaN": (lambda x: torch.softmax(x, -1), _nan),
     "layer norm": (lambda x: torch.nn.functional.layer_norm(x, (130,)), torch.randn(33, 130)),
     "rows and columns": (lambda x: (x - x.mean(-1, keepdim=True)) / x.std(0), torch.randn(33, 130)),
+    # eager gives NaN for both results over no elements (Inductor's lowering gave a mean of 0)
+    "var_mean of no elements": (lambda x: torch.var_mean(x, -1, correction=0), torch.randn(3, 0)),
+    "std_mean of no elements": (lambda x: torch.std_mean(x, correction=1), torch.randn(0)),
+    "var_mean of one element": (lambda x: torch.var_mean(x, -1, correction=1, keepdim=True), torch.randn(5, 1)),
 }
 
 

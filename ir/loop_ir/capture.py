@@ -103,8 +103,32 @@ def capture_loop(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Seque
 
 
 def inductor_decompositions() -> dict[Any, Any]:
-    """Inductor's decomposition table, for ``aten_ir_hook(decompositions=...)`` before :func:`lower_graph`."""
-    return compat.inductor_decompositions()
+    """Inductor's decomposition table, for ``aten_ir_hook(decompositions=...)`` before :func:`lower_graph`,
+    with one numerics fix: ``var_mean`` over an empty dimension gives NaN for both results, as
+    eager does (Inductor folds the empty Welford reduction to a mean of 0).
+
+    >>> import torch
+    >>> table = inductor_decompositions()
+    >>> table[torch.ops.aten.var_mean.correction](torch.ones(3, 0), [1])
+    (tensor([nan, nan, nan]), tensor([nan, nan, nan]))
+    """
+    table = compat.inductor_decompositions()
+    table[torch.ops.aten.var_mean.correction] = _var_mean_of_empty
+    return table
+
+
+def _var_mean_of_empty(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    """NaN results for a reduction over no elements (statically known); NotImplemented, i.e.
+    Inductor's own lowering, otherwise."""
+    dims = range(x.dim()) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else \
+        [d % max(x.dim(), 1) for d in ([dim] if isinstance(dim, int) else dim)]
+    reduced = [x.shape[d] for d in dims] if x.dim() else [1]
+    if not any(isinstance(n, int) and n == 0 for n in reduced):  # a symbolic size is never 0 (0 is specialized)
+        return NotImplemented
+    shape = [1 if d in dims else n for d, n in enumerate(x.shape)] if keepdim else \
+        [n for d, n in enumerate(x.shape) if d not in dims]
+    nan = torch.full(shape, float("nan"), dtype=x.dtype, device=x.device)
+    return nan, nan.clone()
 
 
 def lower_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], *, device: str = "cpu",
