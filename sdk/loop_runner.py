@@ -264,7 +264,7 @@ class ProgramRunner:
             if name is not None:
                 env[name] = result
             for out, value, bind in zip(outputs, (result,) if len(outputs) == 1 else result, deferred):
-                if bind:
+                if bind and isinstance(value, torch.Tensor):
                     env[out] = _in_layout(value, *plan.layouts[out])
                 else:
                     _write(env, out, value)
