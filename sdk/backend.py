@@ -116,6 +116,7 @@ class Backend:
     version: ClassVar[str] = "0"
     #: LOOP level: Inductor config keys set while the SDK lowers a graph to loop IR, e.g.
     #: ``{"layout_optimization": False}`` to keep convolutions in the model's own memory format
+    #: (override :meth:`lowering_config` to decide per graph)
     lowering_options: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, **options: Any) -> None:
@@ -139,6 +140,11 @@ class Backend:
         """Whether this backend runs ``node`` (True, False, or a reason string). The default
         answers from :attr:`supported_ops`; override for rules that look at dtypes or shapes."""
         raise NotImplementedError  # never called: _support_rule uses supported_ops unless overridden
+
+    def lowering_config(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Mapping[str, Any]:
+        """LOOP level: the Inductor config keys set while lowering this partition (default
+        :attr:`lowering_options`); part of the lowered program's cache key."""
+        return self.lowering_options
 
     def compile(self, *args: Any) -> Callable[..., Any]:
         """The vendor's compiler for one partition (TORCH/ATEN) or one kernel (LOOP)."""
@@ -281,7 +287,7 @@ class Backend:
         from .loop_runner import ProgramRunner, loop_kernels
 
         device = _device_of(examples)
-        options = {"fallback_random": True, **self.lowering_options}
+        options = {"fallback_random": True, **self.lowering_config(sub, examples)}
         key = _graph_key(sub, examples, kind, device, f"lowering {_LOWERING_VERSION} {sorted(options.items())}")
         def lower() -> bytes:
             out = sub.graph.output_node()
