@@ -150,6 +150,12 @@ class Backend:
         """The vendor's compiler for one partition (TORCH/ATEN) or one kernel (LOOP)."""
         raise NotImplementedError(f"backend {self.name!r} must implement compile() for level {self.level.value}")
 
+    def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
+        """LOOP level: what runs one partition, given the SDK's runner of its compiled kernels and
+        its loop program. The default returns ``runner``; override to wrap it, e.g. to replay the
+        partition's launches from a recorded command list (the CUDA backend's CUDA graphs)."""
+        return runner
+
     # ---- services the SDK gives every backend ----------------------------------------------------
 
     @property
@@ -314,7 +320,7 @@ class Backend:
                 compiled[lk.kernel.name] = self.compile(lk)
             except Exception as e:
                 raise BackendError(f"kernel {lk.kernel.name} ({_kernel_ops(lk.kernel)}): {type(e).__name__}: {e}") from e
-        return ProgramRunner(program, compiled, device)
+        return self.program_runner(ProgramRunner(program, compiled, device), program)
 
     # ---- errors ----------------------------------------------------------------------------------
 

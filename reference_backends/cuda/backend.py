@@ -88,13 +88,12 @@ class CudaBackend(Backend):
             self._pending: dict[tuple[int, str], _Handoff] = {}
         return self._pending
 
-    def _compile_loop(self, sub: Any, examples: list[Any], kind: str, record: Any) -> Callable[..., Any]:
-        """The SDK's program runner for a partition, replayed from a CUDA graph on ``cuda`` (the
-        runner's per-call host work is what bounds small models; see :mod:`.graphs`)."""
-        runner = super()._compile_loop(sub, examples, kind, record)
+    def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
+        """The SDK's runner for a partition, replayed from a CUDA graph on ``cuda`` (the runner's
+        per-call host work is what bounds small models; see :mod:`.graphs`)."""
         if not (self.options["cuda_graphs"] and graphs_enabled()):
             return runner
-        return GraphedProgram(runner, getattr(runner, "program", None))
+        return GraphedProgram(runner, program)
 
     @staticmethod
     def _fused(first: Any, second: Any, sms: int) -> CudaKernel | None:
