@@ -33,7 +33,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(("load_kernel_library", "KernelLibrary", "KernelLibraryError", "native_counts",
                      "checked_mode"), "kernels"),
     **dict.fromkeys(("register_distributed", "collective_counts", "reset_collective_counts",
-                     "StagedProcessGroup"), "distributed"),
+                     "DeviceProcessGroup", "StagedProcessGroup"), "distributed"),
     **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel"), "loop_runner"),
 }
 

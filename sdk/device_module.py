@@ -49,6 +49,9 @@ _OPTIONAL_FEATURES = {
     "module_unload": "unload_module()",
     "module_get_function": "get_function()",
     "launch": "launch() of native kernels",
+    **dict.fromkeys(("comm_create", "comm_destroy", "all_reduce", "broadcast", "all_gather",
+                     "reduce_scatter", "send", "recv"),
+                    "native collectives (torch.distributed stages them through host memory over gloo)"),
 }
 
 

@@ -1,14 +1,23 @@
-"""torch.distributed on a torchvendor device: a c10d backend that stages collectives through host
-memory over gloo.
+"""torch.distributed on a torchvendor device: a c10d backend that runs collectives on the
+runtime's own collective entries when it has them, and stages them through host memory over gloo
+otherwise.
 
 ``register_distributed()`` registers the backend ``"tvgloo"`` with torch's extension point
 (``torch.distributed.Backend.register_backend(..., devices=[<device>, "cpu"])``), so that
 ``init_process_group("tvgloo")`` or ``init_process_group(device_id=torch.device("acme:0"))``
-gives a process group whose collectives accept device tensors. Each collective on device tensors
-copies them to pinned host buffers on the caller's current stream, runs the gloo collective, and
-copies the result back on that same stream, so later work on the stream sees it; ``wait()`` makes
-the waiting thread's current stream wait for the copy back. Every staged collective is counted,
-like the operator fallback (``collective_counts()``, also ``torch.<device>.collective_counts()``)::
+gives a process group whose collectives accept device tensors. Two paths:
+
+- **native**, when the runtime table has the optional collectives (runtime.h minor 1: a
+  communicator plus all_reduce, broadcast, all_gather, reduce_scatter, send and recv on a stream):
+  the group joins one communicator (its id shared through the c10d store) and enqueues each
+  collective on the caller's current stream, like NCCL.
+- **staged** otherwise, or for a dtype or reduce op the runtime refuses: the device tensors are
+  copied to pinned host buffers on the caller's current stream, gloo runs the collective, and the
+  result is copied back on that same stream.
+
+Either way later work on the stream sees the result, and ``wait()`` makes the waiting thread's
+current stream wait for it. Every collective on device tensors is counted under the path that ran
+it (``collective_counts()``, also ``torch.<device>.collective_counts()``)::
 
     >>> import torch, torch.distributed as dist
     >>> from torchvendor.sdk import register_device, register_distributed, collective_counts
@@ -21,8 +30,8 @@ like the operator fallback (``collective_counts()``, also ``torch.<device>.colle
     >>> x = torch.ones(4, device="acme")
     >>> dist.all_reduce(x, op=dist.ReduceOp.AVG); x.cpu()
     tensor([1., 1., 1., 1.])
-    >>> collective_counts()
-    {'all_reduce.avg': 1}
+    >>> collective_counts()  # the simulator has the collective entries
+    {'native:all_reduce.avg': 1}
     >>> dist.destroy_process_group(); acme.reset_collective_counts()
 
 CPU tensors go to gloo directly and are not counted. Functional collectives
@@ -33,20 +42,27 @@ from __future__ import annotations
 
 import collections
 import datetime
+import queue
 import threading
+import uuid
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["BACKEND_NAME", "StagedProcessGroup", "register_distributed", "collective_counts",
-           "reset_collective_counts"]
+__all__ = ["BACKEND_NAME", "DeviceProcessGroup", "StagedProcessGroup", "register_distributed",
+           "collective_counts", "reset_collective_counts"]
 
 BACKEND_NAME = "tvgloo"
 _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.MAX: "max",
         dist.ReduceOp.MIN: "min", dist.ReduceOp.PRODUCT: "product"}
-# gloo's own dtype list (ProcessGroupGloo.cpp, GENERATE_ALL_TYPES); anything else fails in gloo
-# with a message that does not name the device, so it is refused here first.
+# runtime.h's tv_reduce_op
+_TV_OPS = {dist.ReduceOp.SUM: 0, dist.ReduceOp.PRODUCT: 1, dist.ReduceOp.MAX: 2, dist.ReduceOp.MIN: 3,
+           dist.ReduceOp.AVG: 4}
+# gloo's own dtype list (ProcessGroupGloo.cpp, GENERATE_ALL_TYPES), which is also runtime.h's
+# tv_dtype; anything else fails in gloo with a message that does not name the device, so it is
+# refused here first.
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
            torch.int32, torch.int64, torch.bool)
 _counts: collections.Counter[str] = collections.Counter()
@@ -55,8 +71,10 @@ _in_flight: collections.deque[tuple[torch.Event, list[torch.Tensor]]] = collecti
 
 
 def collective_counts() -> dict[str, int]:
-    """Collectives staged through host memory since the last reset, most used first
-    (CPU tensors, which gloo handles directly, are not counted).
+    """Collectives on device tensors since the last reset, most used first, keyed
+    ``"<path>:<collective>.<reduce op>"`` where the path is ``native`` (the runtime's collectives)
+    or ``staged`` (host memory over gloo). CPU tensors, which gloo handles directly, are not
+    counted.
 
     Example::
 
@@ -98,8 +116,8 @@ def register_distributed() -> str:
                            "collectives run on; install a torch build with distributed support.")
     device_type = module.__name__.rsplit(".", 1)[1]
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
-        def create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> StagedProcessGroup:
-            return StagedProcessGroup(store, rank, size, timeout, device_type)
+        def create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> DeviceProcessGroup:
+            return DeviceProcessGroup(store, rank, size, timeout, device_type)
 
         dist.Backend.register_backend(BACKEND_NAME, create, devices=[device_type, "cpu"])
         module.collective_counts = collective_counts  # the device module is ours: additive
@@ -177,15 +195,61 @@ class _Done(dist.Work):
         return fut
 
 
+_completions: queue.SimpleQueue = queue.SimpleQueue()
+_completer: threading.Thread | None = None
+
+
+def _complete_futures() -> None:
+    """Completes native works' futures in order, off the caller's thread (DDP's reducer chains
+    its bucket callbacks on them while backward goes on)."""
+    while True:
+        event, fut, outputs = _completions.get()
+        try:
+            event.synchronize()
+            fut.set_result(outputs)
+        except Exception as e:  # noqa: BLE001  handed to whoever waits on the future
+            fut.set_exception(e)
+
+
+class _NativeWork(dist.Work):
+    """A collective enqueued on a stream through the runtime; ``done`` is recorded after it."""
+
+    def __init__(self, outputs: list[torch.Tensor], done: torch.Event, device_index: int) -> None:
+        super().__init__()
+        self._outputs, self._done, self._index = outputs, done, device_index
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        torch.accelerator.current_stream(self._index).wait_event(self._done)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done.query()
+
+    def result(self) -> list[torch.Tensor]:
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future:
+        global _completer
+        fut: torch.futures.Future = torch.futures.Future()
+        with _lock:
+            if _completer is None:
+                _completer = threading.Thread(target=_complete_futures, daemon=True,
+                                              name="torchvendor-collective-futures")
+                _completer.start()
+        _completions.put((self._done, fut, self._outputs))
+        return fut
+
+
 def _eager(method: Callable) -> Callable:
     """Run a collective eagerly under torch.compile: Dynamo sees a process group as an opaque
     object and cannot trace into its Python methods (compiled DDP calls them from forward)."""
     return torch.compiler.disable(method, recursive=True)
 
 
-class StagedProcessGroup(dist.ProcessGroup):
-    """A process group whose collectives on device tensors run over gloo through pinned host
-    buffers. Made by ``init_process_group("tvgloo")``; not constructed directly."""
+class DeviceProcessGroup(dist.ProcessGroup):
+    """A process group whose collectives on device tensors run on the runtime's collectives, or
+    over gloo through pinned host buffers when it has none. Made by
+    ``init_process_group("tvgloo")``; not constructed directly."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta,
                  device_type: str) -> None:
@@ -197,6 +261,12 @@ class StagedProcessGroup(dist.ProcessGroup):
         for d in ("cpu", device_type):
             self._register_backend(torch.device(d), dist.ProcessGroup.BackendType.GLOO, self._gloo)
         self._pin = bool(torch.get_device_module(device_type).is_available())
+        from .device_module import _C
+
+        self._ext = _C()
+        self._native = self._ext.has_collectives()
+        self._store = store
+        self._comm: tuple[int, int] | None = None  # (device index, tv_comm) once joined
 
     def getBackendName(self) -> str:
         """c10d's name for this backend (also what DDP logs)."""
@@ -245,7 +315,7 @@ class StagedProcessGroup(dist.ProcessGroup):
             return host.get(id(t), t)
 
         with _lock:
-            _counts[op] += 1
+            _counts[f"staged:{op}"] += 1
         work = call(h)
 
         def finish() -> None:
@@ -258,8 +328,68 @@ class StagedProcessGroup(dist.ProcessGroup):
 
         return _StagedWork(work, finish, outputs, stream)
 
-    def _reduce_op(self, op: str, opts: Any) -> tuple[str, Any, bool]:
-        """(counted name, options for gloo, whether to divide by the world size)."""
+    # ---- the native path ---------------------------------------------------------------------------
+
+    def _comm_for(self, device: torch.device) -> int:
+        """The group's communicator, joined on first use (every rank gets here on the same
+        collective); its id comes from rank 0 through the group's store."""
+        if self._comm is None:
+            key = "torchvendor_comm_id"
+            if self.rank() == 0:
+                self._store.set(key, f"tv-{uuid.uuid4().hex[:24]}")
+            comm_id = self._store.get(key).decode()
+            handle = self._ext.comm_create(comm_id, self.size(), self.rank(), device.index)
+            self._comm = (device.index, handle)
+            weakref.finalize(self, self._ext.comm_destroy, handle)
+        index, handle = self._comm
+        if index != device.index:
+            raise ValueError(f"{BACKEND_NAME}: this group's communicator is on {self._device_type}:{index}, "
+                             f"the tensors on {device}; use one device per rank and process group.")
+        return handle
+
+    def _native_run(self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor],
+                    enqueue: Callable[[Callable[..., None]], None]) -> dist.Work | None:
+        """``enqueue(call)`` issues the runtime's collectives through ``call(kind, send, recv,
+        count, reduce=0, peer=0)`` on the current stream. None (nothing enqueued) when the runtime
+        has no collectives, a tensor is on the CPU, or the runtime refuses the dtype or op: the
+        caller stages instead."""
+        tensors = inputs + outputs
+        if not self._native or not tensors or any(t.device.type != self._device_type for t in tensors):
+            return None
+        self._check(op, tensors)
+        device = tensors[0].device
+        comm = self._comm_for(device)
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []  # (output, its contiguous buffer)
+        enqueued = []
+
+        def buffer(t: torch.Tensor | None, out: bool) -> torch.Tensor | None:
+            if t is None or t.is_contiguous():
+                return t
+            c = t.contiguous()
+            if out:
+                copies.append((t, c))
+            return c
+
+        def call(kind: str, send: torch.Tensor | None, recv: torch.Tensor | None, count: int,
+                 reduce: int = 0, peer: int = 0) -> None:
+            self._ext.collective(kind, comm, buffer(send, False), buffer(recv, True), count, reduce, peer)
+            enqueued.append(kind)
+
+        try:
+            enqueue(call)
+        except NotImplementedError:  # TV_ERROR_NOT_SUPPORTED: this dtype or op is not reduced there
+            if enqueued:
+                raise
+            return None
+        for t, c in copies:
+            t.copy_(c)  # on the same stream, after the collective
+        with _lock:
+            _counts[f"native:{op}"] += 1
+        return _NativeWork(outputs, torch.accelerator.current_stream(device.index).record_event(), device.index)
+
+    def _reduce_op(self, op: str, opts: Any) -> tuple[str, Any, bool, int]:
+        """(counted name, options for gloo, whether gloo's result needs dividing by the world
+        size, the runtime's tv_reduce_op)."""
         kind = opts.reduceOp.op if isinstance(opts.reduceOp, dist.ReduceOp) else opts.reduceOp
         if kind not in _OPS:
             raise ValueError(f"{BACKEND_NAME} {op}: ReduceOp {kind} is not supported; use one of "
@@ -267,7 +397,7 @@ class StagedProcessGroup(dist.ProcessGroup):
         avg = kind == dist.ReduceOp.AVG  # gloo has no AVG: SUM, then divide on the host
         if avg:
             opts.reduceOp = dist.ReduceOp.SUM
-        return f"{op}.{_OPS[kind]}", opts, avg
+        return f"{op}.{_OPS[kind]}", opts, avg, _TV_OPS[kind]
 
     def _divide(self, tensors: list[torch.Tensor]) -> Callable[[Callable], None] | None:
         def post(h: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -284,16 +414,21 @@ class StagedProcessGroup(dist.ProcessGroup):
     @_eager
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         """all_reduce: SUM, AVG, MAX, MIN, PRODUCT."""
-        name, opts, avg = self._reduce_op("all_reduce", opts or dist.AllreduceOptions())
-        return self._stage(name, tensors, tensors, lambda h: self._gloo.allreduce([h(t) for t in tensors], opts),
-                           self._divide(tensors) if avg else None)
+        name, opts, avg, tv_op = self._reduce_op("all_reduce", opts or dist.AllreduceOptions())
+        post = self._divide(tensors) if avg else None  # checks the dtypes on both paths
+        work = self._native_run(name, tensors, tensors, lambda call: [
+            call("all_reduce", t, t, t.numel(), reduce=tv_op) for t in tensors])
+        return work or self._stage(name, tensors, tensors,
+                                   lambda h: self._gloo.allreduce([h(t) for t in tensors], opts), post)
 
     @_eager
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         """broadcast from ``opts.rootRank``: only the root copies out, only the others copy back."""
         opts = opts or dist.BroadcastOptions()
         root = self.rank() == opts.rootRank
-        return self._stage("broadcast", tensors if root else [], [] if root else tensors,
+        work = self._native_run("broadcast", tensors if root else [], [] if root else tensors, lambda call: [
+            call("broadcast", t, t, t.numel(), peer=opts.rootRank) for t in tensors])
+        return work or self._stage("broadcast", tensors if root else [], [] if root else tensors,
                            lambda h: self._gloo.broadcast([h(t) for t in tensors], opts))
 
     @_eager
@@ -302,32 +437,42 @@ class StagedProcessGroup(dist.ProcessGroup):
         """all_gather into a list of tensors per input."""
         opts = opts or dist.AllgatherOptions()
         outs = [t for ts in output_lists for t in ts]
-        return self._stage("all_gather", inputs, outs, lambda h: self._gloo.allgather(
+        work = self._native_run("all_gather", inputs, outs, lambda call: [
+            self._gather_into_list(call, t, ts) for t, ts in zip(inputs, output_lists)])
+        return work or self._stage("all_gather", inputs, outs, lambda h: self._gloo.allgather(
             [[h(t) for t in ts] for ts in output_lists], [h(t) for t in inputs], opts))
 
     @_eager
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         """all_gather_single (all_gather_into_tensor)."""
         opts = opts or dist.AllgatherOptions()
-        return self._stage("all_gather_single", [input], [output],
+        work = self._native_run("all_gather_single", [input], [output], lambda call: call(
+            "all_gather", input, output, input.numel()))
+        return work or self._stage("all_gather_single", [input], [output],
                            lambda h: self._gloo._allgather_base(h(output), h(input), opts))
 
     @_eager
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                        opts: Any = None) -> dist.Work:
         """reduce_scatter from a list of tensors per output."""
-        name, opts, avg = self._reduce_op("reduce_scatter", opts or dist.ReduceScatterOptions())
+        name, opts, avg, tv_op = self._reduce_op("reduce_scatter", opts or dist.ReduceScatterOptions())
+        post = self._divide(outputs) if avg else None
         ins = [t for ts in input_lists for t in ts]
-        return self._stage(name, ins, outputs, lambda h: self._gloo.reduce_scatter(
-            [h(t) for t in outputs], [[h(t) for t in ts] for ts in input_lists], opts),
-            self._divide(outputs) if avg else None)
+        work = self._native_run(name, ins, outputs, lambda call: [
+            call("reduce_scatter", torch.cat([t.reshape(-1) for t in ts]), o, o.numel(), reduce=tv_op)
+            for o, ts in zip(outputs, input_lists)])
+        return work or self._stage(name, ins, outputs, lambda h: self._gloo.reduce_scatter(
+            [h(t) for t in outputs], [[h(t) for t in ts] for ts in input_lists], opts), post)
 
     @_eager
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         """reduce_scatter_single (reduce_scatter_tensor)."""
-        name, opts, avg = self._reduce_op("reduce_scatter_single", opts or dist.ReduceScatterOptions())
-        return self._stage(name, [input], [output], lambda h: self._gloo._reduce_scatter_base(h(output), h(input), opts),
-                           self._divide([output]) if avg else None)
+        name, opts, avg, tv_op = self._reduce_op("reduce_scatter_single", opts or dist.ReduceScatterOptions())
+        post = self._divide([output]) if avg else None
+        work = self._native_run(name, [input], [output], lambda call: call(
+            "reduce_scatter", input, output, output.numel(), reduce=tv_op))
+        return work or self._stage(name, [input], [output],
+                                   lambda h: self._gloo._reduce_scatter_base(h(output), h(input), opts), post)
 
     @_eager
     def barrier(self, opts: Any = None) -> dist.Work:
@@ -336,17 +481,29 @@ class StagedProcessGroup(dist.ProcessGroup):
 
     @_eager
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
-        """Point-to-point send (the device tensor is copied out before this returns)."""
-        return self._stage("send", tensors, [], lambda h: self._gloo.send([h(t) for t in tensors], dst, tag))
+        """Point-to-point send (staged: the device tensor is copied out before this returns)."""
+        work = self._native_run("send", tensors, [], lambda call: [
+            call("send", t, None, t.numel(), peer=dst) for t in tensors])
+        return work or self._stage("send", tensors, [], lambda h: self._gloo.send([h(t) for t in tensors], dst, tag))
 
     @_eager
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
-        """Point-to-point receive; the copy back happens at ``wait()``."""
-        return self._stage("recv", [], tensors, lambda h: self._gloo.recv([h(t) for t in tensors], src, tag))
+        """Point-to-point receive (staged: the copy back happens at ``wait()``)."""
+        work = self._native_run("recv", [], tensors, lambda call: [
+            call("recv", None, t, t.numel(), peer=src) for t in tensors])
+        return work or self._stage("recv", [], tensors, lambda h: self._gloo.recv([h(t) for t in tensors], src, tag))
+
+    def _gather_into_list(self, call: Callable[..., None], input: torch.Tensor,
+                          outputs: list[torch.Tensor]) -> None:
+        """all_gather into one flat buffer, then copies to the listed outputs (on the stream)."""
+        flat = torch.empty((len(outputs), input.numel()), dtype=input.dtype, device=input.device)
+        call("all_gather", input, flat, input.numel())
+        for row, out in zip(flat, outputs):
+            out.copy_(row.view(out.shape))
 
     def _unsupported(self, op: str) -> dist.Work:
         raise NotImplementedError(
-            f"{BACKEND_NAME} does not stage {op}; supported: all_reduce, broadcast, all_gather(_single), "
+            f"{BACKEND_NAME} does not run {op}; supported: all_reduce, broadcast, all_gather(_single), "
             "reduce_scatter(_single), barrier, send, recv. Move the tensors to the CPU and use a gloo group "
             "(dist.new_group(backend='gloo')) for this collective.")
 
@@ -383,3 +540,6 @@ class StagedProcessGroup(dist.ProcessGroup):
     def reduce(self, *args: Any) -> dist.Work:
         """Not staged: raises NotImplementedError naming the supported collectives."""
         return self._unsupported("reduce")
+
+
+StagedProcessGroup = DeviceProcessGroup  # its name before the native path

@@ -1,8 +1,10 @@
-"""The staged c10d backend (sdk/distributed.py) over two real processes on this machine.
+"""The c10d backend (sdk/distributed.py) over two real processes on this machine, on both paths.
 
 One spawn of two processes (a FileStore rendezvous, the simulated device in each) runs every check
 and saves what it saw; the tests below compare that with references computed on the CPU here.
-Spawning is the slow part (a few seconds per process), so it happens once per tier.
+Spawning is the slow part (a few seconds per process), so it happens once per path: ``native``
+(the simulator's collective entries, over shared memory) and ``staged`` (the simulator serving its
+minor-0 table, TORCHVENDOR_SIM_ABI_MINOR=0, which has no collectives: host memory over gloo).
 """
 from __future__ import annotations
 
@@ -91,6 +93,21 @@ def _errors(dev: str, out: dict[str, Any]) -> None:
             out[f"error.{what}"] = f"{type(e).__name__}: {e}"
 
 
+def _runtime_refusal(rank: int, dev: str, out: dict[str, Any]) -> None:
+    """What the device layer says when the runtime refuses a collective (AVG of int32, on a
+    one-rank communicator of this process): the entry, its arguments and the runtime's reason."""
+    from torchvendor import _C
+
+    comm = _C.comm_create(f"test-refusal-{os.getpid()}", 1, 0, int(dev.split(":")[1]))
+    t = torch.ones(2, dtype=torch.int32, device=dev)
+    try:
+        _C.collective("all_reduce", comm, t, t, 2, 4, 0)
+    except NotImplementedError as e:
+        out["error.runtime"] = str(e)
+    finally:
+        _C.comm_destroy(comm)
+
+
 def _ddp(rank: int, dev: str, compiled: bool) -> list[torch.Tensor]:
     from torch.nn.parallel import DistributedDataParallel
 
@@ -98,21 +115,25 @@ def _ddp(rank: int, dev: str, compiled: bool) -> list[torch.Tensor]:
     return _train(model, torch.compile(model, backend="aot_eager") if compiled else model, dev, rank, WORLD)
 
 
-def _worker(rank: int, store_path: str, out_dir: str, compiled: bool) -> None:
+def _worker(rank: int, store_path: str, out_dir: str, compiled: bool, path: str) -> None:
     from torchvendor.sdk import collective_counts, register_device, register_distributed
 
+    if path == "staged":  # read by the simulator when register_device loads it
+        os.environ["TORCHVENDOR_SIM_ABI_MINOR"] = "0"
     acme = register_device("acme")
     register_distributed()
     dev = f"acme:{rank % acme.device_count()}"
     store = dist.FileStore(store_path, WORLD)
     dist.init_process_group(store=store, rank=rank, world_size=WORLD, device_id=torch.device(dev))
-    out: dict[str, Any] = {"backend": dist.get_backend()}
+    out: dict[str, Any] = {"backend": dist.get_backend(), "diagnose": acme.diagnose()}
     try:
         _collectives(rank, dev, out)
         _async_on_side_stream(rank, dev, out)
         out["counts"] = collective_counts()
         out["device_module_counts"] = acme.collective_counts()
         _errors(dev, out)
+        if path == "native":
+            _runtime_refusal(rank, dev, out)
         acme.reset_collective_counts()
         out["ddp"] = _ddp(rank, dev, compiled=False)
         out["ddp_counts"] = collective_counts()
@@ -123,17 +144,17 @@ def _worker(rank: int, store_path: str, out_dir: str, compiled: bool) -> None:
     torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def _spawn(tmp_path_factory: pytest.TempPathFactory, compiled: bool) -> list[dict[str, Any]]:
+def _spawn(tmp_path_factory: pytest.TempPathFactory, compiled: bool, path: str) -> list[dict[str, Any]]:
     import torch.multiprocessing as mp
 
     tmp = tmp_path_factory.mktemp("dist")
-    mp.spawn(_worker, args=(str(tmp / "store"), str(tmp), compiled), nprocs=WORLD, join=True)
-    return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
+    mp.spawn(_worker, args=(str(tmp / "store"), str(tmp), compiled, path), nprocs=WORLD, join=True)
+    return [dict(torch.load(tmp / f"rank{r}.pt"), path=path) for r in range(WORLD)]
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return _spawn(tmp_path_factory, compiled=False)
+@pytest.fixture(scope="module", params=["native", "staged"])
+def results(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return _spawn(tmp_path_factory, compiled=False, path=request.param)
 
 
 def _reference_train() -> list[torch.Tensor]:
@@ -141,8 +162,11 @@ def _reference_train() -> list[torch.Tensor]:
     return _train(model, model)
 
 
-def test_device_id_picks_the_staged_backend(results: list[dict[str, Any]]) -> None:
+def test_device_id_picks_the_backend(results: list[dict[str, Any]]) -> None:
     assert [r["backend"] for r in results] == ["tvgloo"] * WORLD
+    # the staged path's runtime is a minor-0 table: diagnose() names the missing collectives
+    missing = "comm_create: native collectives" in results[0]["diagnose"]
+    assert missing == (results[0]["path"] == "staged"), results[0]["diagnose"]
 
 
 @pytest.mark.parametrize("op", _OPS)
@@ -169,16 +193,18 @@ def test_other_collectives_match_cpu(results: list[dict[str, Any]]) -> None:
     assert torch.equal(results[1]["send_recv"], _rank_input(0))
 
 
-def test_staged_collectives_are_counted(results: list[dict[str, Any]]) -> None:
+def test_collectives_are_counted_under_the_path_that_ran(results: list[dict[str, Any]]) -> None:
+    path = results[0]["path"]
     counts = results[0]["counts"]
     assert counts == results[0]["device_module_counts"]
-    assert counts["all_reduce.sum"] == 3  # SUM, int64, the async one
+    assert all(k.startswith(f"{path}:") for k in counts), counts  # one path ran everything
+    assert counts[f"{path}:all_reduce.sum"] == 3  # SUM, int64, the async one
     for name in ("all_reduce.avg", "all_reduce.max", "all_reduce.min", "all_reduce.product", "broadcast",
                  "all_gather", "all_gather_single", "reduce_scatter.sum", "reduce_scatter_single.avg", "send"):
-        assert counts[name] == 1, name
-    assert results[1]["counts"]["recv"] == 1
+        assert counts[f"{path}:{name}"] == 1, name
+    assert results[1]["counts"][f"{path}:recv"] == 1
     # DDP: parameter broadcast at construction and one bucketed all-reduce per step
-    assert results[0]["ddp_counts"].get("all_reduce.sum", 0) >= STEPS
+    assert results[0]["ddp_counts"].get(f"{path}:all_reduce.sum", 0) >= STEPS
 
 
 def test_unsupported_input_is_a_clear_error(results: list[dict[str, Any]]) -> None:
@@ -188,6 +214,10 @@ def test_unsupported_input_is_a_clear_error(results: list[dict[str, Any]]) -> No
     assert errors["error.all_to_all"].startswith("NotImplementedError") and "supported:" in errors["error.all_to_all"]
     assert errors["error.device"].startswith("ValueError") and "meta" in errors["error.device"]
     assert errors["error.avg_int"].startswith("TypeError") and "int32" in errors["error.avg_int"]
+    if results[0]["path"] == "native":
+        msg = errors["error.runtime"]
+        assert "all_reduce(sendbuf=" in msg and "op=4" in msg and "TV_ERROR_NOT_SUPPORTED" in msg, msg
+        assert "tv_reduce_op 4 is not supported for tv_dtype 6" in msg, msg
 
 
 def test_ddp_on_device_matches_single_process_cpu(results: list[dict[str, Any]]) -> None:
@@ -200,7 +230,7 @@ def test_ddp_on_device_matches_single_process_cpu(results: list[dict[str, Any]])
 @pytest.mark.slow
 def test_ddp_of_compiled_model_on_device(tmp_path_factory: pytest.TempPathFactory) -> None:
     expected = _reference_train()
-    for r in _spawn(tmp_path_factory, compiled=True):
+    for r in _spawn(tmp_path_factory, compiled=True, path="native"):
         for got, want in zip(r["ddp_compiled"], expected):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 

@@ -66,7 +66,18 @@ class Runtime(C.Structure):
         ("module_unload", F(st, vp)), ("module_get_function", F(st, vp, C.c_char_p, P(vp))),
         ("launch", F(st, vp, P(LaunchConfig), vp, sz, vp)),
         ("get_error_string", F(C.c_char_p, st)), ("last_error_message", F(C.c_char_p)),
+        # minor 1: collectives
+        ("comm_create", F(st, C.c_char_p, i32, i32, i32, P(vp))), ("comm_destroy", F(st, vp)),
+        ("all_reduce", F(st, vp, vp, sz, C.c_int, C.c_int, vp, vp)),
+        ("broadcast", F(st, vp, vp, sz, C.c_int, i32, vp, vp)),
+        ("all_gather", F(st, vp, vp, sz, C.c_int, vp, vp)),
+        ("reduce_scatter", F(st, vp, vp, sz, C.c_int, C.c_int, vp, vp)),
+        ("send", F(st, vp, sz, C.c_int, i32, vp, vp)), ("recv", F(st, vp, sz, C.c_int, i32, vp, vp)),
     ]
+
+
+FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL = range(9)
+SUM, PROD, MAX, MIN, AVG = range(5)
 
 
 def lib_path(name: str) -> str:
@@ -204,7 +215,7 @@ def run_python(code: str, **env) -> subprocess.CompletedProcess:
 # ------------------------------------------------------------------------------------ table
 
 def test_table_layout_and_version_negotiation(sim):
-    assert (sim.t.abi_major, sim.t.abi_minor) == (1, 0)
+    assert (sim.t.abi_major, sim.t.abi_minor) == (1, 1)
     assert sim.t.struct_size == C.sizeof(Runtime)
     assert sim.t.name.startswith(b"torchvendor-sim")
     table = P(Runtime)()
@@ -270,6 +281,18 @@ print(n.value, p.total_memory, st, s.msg())
     assert f"failed with status {INVALID_VALUE}" in r.stderr
     # The table that holds last_error_message was not returned, so the library logs why.
     assert "TORCHVENDOR_SIM_DEVICES='many': expected an integer in [0, 64]" in r.stderr
+
+
+def test_minor_zero_table_in_subprocess():
+    # TORCHVENDOR_SIM_ABI_MINOR=0 serves the table a minor-0 library has: what the device layer
+    # reads of it ends at struct_size, so the collectives are absent.
+    r = run_python("s = t.Sim(); print(s.t.abi_minor, s.t.struct_size, t.Runtime.comm_create.offset)",
+                   TORCHVENDOR_SIM_ABI_MINOR="0")
+    assert r.returncode == 0, r.stderr
+    minor, size, comm_offset = map(int, r.stdout.split())
+    assert (minor, size) == (0, comm_offset)
+    r = run_python("t.Sim()", TORCHVENDOR_SIM_ABI_MINOR="2")
+    assert "TORCHVENDOR_SIM_ABI_MINOR='2': expected an integer in [0, 1]" in r.stderr
 
 
 # ----------------------------------------------------------------------------------- memory
@@ -542,3 +565,119 @@ def test_concurrent_allocation_from_eight_threads(sim):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+# ------------------------------------------------------------------------------ collectives
+
+def _typed(sim, dev: int, ctype, values) -> int:
+    buf = (ctype * len(values))(*values)
+    p = sim.malloc(dev, C.sizeof(buf))
+    sim("memcpy", p, buf, C.sizeof(buf), H2D)
+    return p
+
+
+def _read(sim, p: int, ctype, n: int) -> list:
+    out = (ctype * n)()
+    sim("memcpy", out, p, C.sizeof(out), D2H)
+    return list(out)
+
+
+def test_collectives_of_one_rank(sim, streams):
+    comm = sim.new("comm_create", b"test-one-rank", 1, 0, 0)
+    s = streams(0)
+    a, out = sim.to_device(0, [1.0, -2.0, 3.0, 4.0]), sim.malloc(0, 16)
+    for op in (SUM, PROD, MAX, MIN, AVG):  # one rank: every reduction is the identity
+        sim("memset", out, 0, 16)
+        sim("all_reduce", a, out, 4, FLOAT32, op, comm, s)
+        sim("stream_synchronize", s)
+        assert sim.floats(out, 4) == [1.0, -2.0, 3.0, 4.0]
+    sim("broadcast", a, out, 2, FLOAT32, 0, comm, s)
+    sim("all_gather", a, out, 3, FLOAT32, comm, s)
+    sim("reduce_scatter", a, out, 2, FLOAT32, SUM, comm, s)
+    sim("send", a, 4, FLOAT32, 0, comm, s)  # to itself: the mailbox holds it until recv
+    sim("recv", out, 4, FLOAT32, 0, comm, s)
+    sim("stream_synchronize", s)
+    assert sim.floats(out, 4) == [1.0, -2.0, 3.0, 4.0]
+    sim("comm_destroy", comm)
+    sim("free", 0, a), sim("free", 0, out)
+
+
+def test_collective_errors(sim, streams):
+    p = vp()
+    assert sim.status("comm_create", b"bad/id", 1, 0, 0, C.byref(p)) == INVALID_VALUE
+    assert "not 1 to 63 characters of [A-Za-z0-9_.-]" in sim.msg()
+    assert sim.status("comm_create", b"test-rank", 2, 2, 0, C.byref(p)) == INVALID_VALUE
+    assert "rank 2 of 2" in sim.msg()
+    assert sim.status("comm_create", b"test-dev", 1, 0, 9, C.byref(p)) == INVALID_DEVICE
+    comm = sim.new("comm_create", b"test-errors", 1, 0, 0)
+    s0, s1 = streams(0), streams(1)
+    a = sim.malloc(0, 64)
+    assert sim.status("all_reduce", a, a, 4, INT32, AVG, comm, s0) == NOT_SUPPORTED
+    assert "tv_reduce_op 4 is not supported for tv_dtype 6" in sim.msg()
+    assert sim.status("all_reduce", a, a, 4, 99, SUM, comm, s0) == NOT_SUPPORTED
+    assert "unknown tv_dtype 99" in sim.msg()
+    assert sim.status("all_reduce", a, a, 4, FLOAT32, 7, comm, s0) == NOT_SUPPORTED
+    assert sim.status("broadcast", a, a, 4, FLOAT32, 1, comm, s0) == INVALID_VALUE
+    assert "rank 1 is outside [0, 1)" in sim.msg()
+    assert sim.status("all_reduce", a, a, 17, FLOAT32, SUM, comm, s0) == INVALID_VALUE  # 68 > 64 bytes
+    assert "is not inside a device 0 allocation" in sim.msg()
+    host = (C.c_float * 4)()
+    assert sim.status("send", C.addressof(host), 4, FLOAT32, 0, comm, s0) == INVALID_VALUE
+    assert sim.status("all_reduce", a, a, 4, FLOAT32, SUM, comm, s1) == INVALID_VALUE
+    assert "communicator of device 0, stream of device 1" in sim.msg()
+    sim("comm_destroy", comm)
+    sim("free", 0, a)
+
+
+_TWO_RANKS = """
+import ctypes as C, struct, sys
+rank = int(sys.argv[1]); s = t.Sim(); dev = rank
+comm = s.new('comm_create', b'test-two-' + sys.argv[2].encode(), 2, rank, dev)
+stream = s.new('stream_create', dev, 0)
+n = (6 << 20) // 4 + 3                      # 6 MiB of float32: two chunks of a 4 MiB slot, and a tail
+x = t._typed(s, dev, C.c_float, [float(i % 1000 + rank) for i in range(n)])
+s('all_reduce', x, x, n, t.FLOAT32, t.SUM, comm, stream)
+rs = s.malloc(dev, n // 2 * 4)
+s('reduce_scatter', x, rs, n // 2, t.FLOAT32, t.MAX, comm, stream)
+h = t._typed(s, dev, C.c_uint16, [0x3c00 + rank] * 5)      # float16 1.0 and 1.0009765625
+b = t._typed(s, dev, C.c_uint16, [0x3f80 + rank] * 5)      # bfloat16 1.0 and 1.0078125
+s('all_reduce', h, h, 5, t.FLOAT16, t.AVG, comm, stream)
+s('all_reduce', b, b, 5, t.BFLOAT16, t.SUM, comm, stream)
+g = s.malloc(dev, 2 * 8)
+i64 = t._typed(s, dev, C.c_int64, [10 * rank + 1])
+s('all_gather', i64, g, 1, t.INT64, comm, stream)
+m = (3 << 20) // 8                          # 3 MiB point to point: three mailbox chunks
+p = t._typed(s, dev, C.c_double, [float(i) for i in range(m)]) if rank == 0 else s.malloc(dev, m * 8)
+s('send' if rank == 0 else 'recv', p, m, t.FLOAT64, 1 - rank, comm, stream)
+s('stream_synchronize', stream)
+xs = t._read(s, x, C.c_float, n)
+ok_sum = all(v == 2 * (i % 1000) + 1 for i, v in enumerate(xs))
+ok_rs = t._read(s, rs, C.c_float, n // 2) == xs[rank * (n // 2):(rank + 1) * (n // 2)]
+ok_p2p = t._read(s, p, C.c_double, m) == [float(i) for i in range(m)]
+print(ok_sum, ok_rs, ok_p2p, hex(t._read(s, h, C.c_uint16, 5)[0]), hex(t._read(s, b, C.c_uint16, 5)[0]),
+      t._read(s, g, C.c_int64, 2))
+s('comm_destroy', comm)
+"""
+
+
+def test_collectives_across_two_processes():
+    prelude = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_reference_runtime as t\n"
+    tag = str(os.getpid())
+    procs = [subprocess.Popen([sys.executable, "-c", prelude + _TWO_RANKS, str(r), tag], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        # every rank: the same sum; float16 (1 + 1.0009765625) / 2 rounds to 1.0 (0x3c00),
+        # bfloat16 1 + 1.0078125 = 2.0078125 (0x4000 + 1); all ranks' int64 gathered in order
+        assert out.split() == ["True", "True", "True", "0x3c00", "0x4000", "[1,", "11]"], out
+    assert not glob.glob(f"/dev/shm/tvsim-test-two-{tag}*")  # rank 0 unlinked the segment
+
+
+def test_a_rank_that_never_joins_times_out():
+    code = "s = t.Sim(); p = t.vp(); print(s.status('comm_create', b'test-alone', 2, 0, 0, t.C.byref(p)), s.msg())"
+    r = run_python(code, TORCHVENDOR_SIM_COMM_TIMEOUT_S="1")
+    assert r.returncode == 0, r.stderr
+    status, msg = r.stdout.split(maxsplit=1)
+    assert int(status) == NOT_READY and "only 1 of 2 ranks joined 'test-alone' within 1 s" in msg
+    assert not os.path.exists("/dev/shm/tvsim-test-alone")

@@ -204,6 +204,31 @@ void bind_kernels(py::module_& m) {
   m.def("checked_mode", &checked_mode);
 }
 
+// The runtime's collectives on device tensors (sdk/distributed.py picks them over staging).
+void bind_collectives(py::module_& m) {
+  m.def("has_collectives", &has_collectives);
+  m.def("comm_create", [](const std::string& id, int nranks, int rank, int64_t device) {
+    return comm_create(id, nranks, rank, resolve(device));
+  }, py::arg("id"), py::arg("nranks"), py::arg("rank"), py::arg("device"), release());
+  m.def("comm_destroy", &comm_destroy, py::arg("comm"));
+  // send and recv are contiguous tensors of one device (or None where the entry has no such
+  // buffer); the collective is enqueued on that device's current stream.
+  m.def("collective", [](const std::string& kind, uintptr_t comm, const std::optional<at::Tensor>& send,
+                         const std::optional<at::Tensor>& recv, int64_t count, int op, int peer) {
+    const at::Tensor& any = send ? *send : *recv;
+    for (const auto* t : {&send, &recv})
+      TORCH_CHECK_VALUE(!*t || ((*t)->is_contiguous() && (*t)->device() == any.device()),
+                        "collective: buffers must be contiguous tensors of one device");
+    c10::Stream stream = current_stream(any.device().index());
+    const void* src = send ? send->const_data_ptr() : nullptr;
+    void* dst = recv ? recv->mutable_data_ptr() : nullptr;
+    py::gil_scoped_release no_gil;
+    collective(kind, comm, src, dst, static_cast<size_t>(count), any.scalar_type(), op, peer,
+               stream);
+  }, py::arg("kind"), py::arg("comm"), py::arg("send"), py::arg("recv"), py::arg("count"),
+     py::arg("op") = 0, py::arg("peer") = 0);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -215,4 +240,5 @@ PYBIND11_MODULE(_C, m) {
   bind_memory(m);
   bind_modules(m);
   bind_kernels(m);
+  bind_collectives(m);
 }

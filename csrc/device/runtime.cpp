@@ -29,7 +29,8 @@ struct Entry {
 #define TV_ENTRY(field, req) Entry{#field, offsetof(tv_runtime, field), req}
 // Required: what the device layer cannot work without. Optional entries degrade one feature
 // each (named in diagnose()): pinned memory, async copies, timing, modules and launches, and
-// error details (without them messages carry only the status code).
+// error details (without them messages carry only the status code), native collectives
+// (without them torchvendor.sdk.distributed stages collectives through host memory).
 const Entry kEntries[] = {
     TV_ENTRY(device_count, true),        TV_ENTRY(get_device_properties, true),
     TV_ENTRY(set_device, true),          TV_ENTRY(get_device, true),
@@ -47,6 +48,10 @@ const Entry kEntries[] = {
     TV_ENTRY(module_load_data, false),   TV_ENTRY(module_unload, false),
     TV_ENTRY(module_get_function, false), TV_ENTRY(launch, false),
     TV_ENTRY(get_error_string, false),   TV_ENTRY(last_error_message, false),
+    TV_ENTRY(comm_create, false),        TV_ENTRY(comm_destroy, false),
+    TV_ENTRY(all_reduce, false),         TV_ENTRY(broadcast, false),
+    TV_ENTRY(all_gather, false),         TV_ENTRY(reduce_scatter, false),
+    TV_ENTRY(send, false),               TV_ENTRY(recv, false),
 };
 #undef TV_ENTRY
 
@@ -206,6 +211,14 @@ const std::unordered_map<std::string, std::vector<const char*>>& parameter_names
       {"module_unload", {"module"}},
       {"module_get_function", {"module", "name", "&function"}},
       {"launch", {"function", "config", "args", "args_size", "stream"}},
+      {"comm_create", {"id", "nranks", "rank", "device", "&comm"}},
+      {"comm_destroy", {"comm"}},
+      {"all_reduce", {"sendbuf", "recvbuf", "count", "dtype", "op", "comm", "stream"}},
+      {"broadcast", {"sendbuf", "recvbuf", "count", "dtype", "root", "comm", "stream"}},
+      {"all_gather", {"sendbuf", "recvbuf", "sendcount", "dtype", "comm", "stream"}},
+      {"reduce_scatter", {"sendbuf", "recvbuf", "recvcount", "dtype", "op", "comm", "stream"}},
+      {"send", {"buf", "count", "dtype", "peer", "comm", "stream"}},
+      {"recv", {"buf", "count", "dtype", "peer", "comm", "stream"}},
   };
   return table;
 }
@@ -246,8 +259,8 @@ std::string advice(tv_status status, const std::string& entry) {
       return "The module is not in this runtime's binary format, or was built for another "
              "device or runtime version: rebuild it for this runtime.";
     case TV_ERROR_LAUNCH_FAILED:
-      return "A kernel launched earlier on this stream failed (the runtime's message names it); "
-             "the error stays with the stream. To find the failing launch, synchronize after "
+      return "A kernel launched earlier on this stream failed, or a collective gave up (the "
+             "runtime's message names it); the error stays with the stream. To find the failing launch, synchronize after "
              "each launch (torch." + dev + ".synchronize()).";
     case TV_ERROR_INVALID_HANDLE:
       return "The stream, event, module or function was destroyed or unloaded, or was not made "

@@ -7,6 +7,7 @@
 //   ops.cpp       the ATen kernels that must be native (factories, views, copies, resize, set_)
 //   fallback.cpp  the counted boxed CPU fallback, autocast, and install() of everything
 //   kernels.cpp   vendor kernel libraries on torch's stable ABI (torchvendor/kernel_api.h)
+//   collectives.cpp the runtime's optional collectives (communicators, all_reduce, ...)
 //   module.cpp    the Python bindings (the only TU that sees pybind11)
 #pragma once
 
@@ -15,6 +16,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
@@ -162,6 +164,21 @@ std::map<std::string, int64_t> native_counts();
 void reset_native_counts();
 void set_checked_mode(bool on);
 bool checked_mode();
+
+// ---- collectives.cpp ----------------------------------------------------------------------
+
+// True when the runtime provides every collective entry (runtime.h minor 1).
+bool has_collectives();
+// [blocks] Joins communicator `id` as `rank` of `nranks` on `device`; returns the tv_comm.
+uintptr_t comm_create(const std::string& id, int nranks, int rank, c10::DeviceIndex device);
+void comm_destroy(uintptr_t comm);
+// Enqueues collective `kind` ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "send",
+// "recv") on `stream`. `count` is the entry's count (sendcount for all_gather, recvcount for
+// reduce_scatter); `op` a tv_reduce_op; `peer` the root of broadcast or the other rank of
+// send/recv. A dtype without a tv_dtype is a TypeError; what the runtime refuses raises as
+// raise_call does (TV_ERROR_NOT_SUPPORTED: NotImplementedError).
+void collective(const std::string& kind, uintptr_t comm, const void* send, void* recv,
+                size_t count, c10::ScalarType dtype, int op, int peer, c10::Stream stream);
 
 // ---- ops.cpp -------------------------------------------------------------------------------
 

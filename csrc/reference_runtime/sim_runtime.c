@@ -21,8 +21,13 @@
  * from device_synchronize, sticky until the stream is destroyed. Later work still runs, so
  * events recorded after the failure still complete and nothing waits forever.
  *
+ * Collectives (runtime.h minor 1) are commands like the others: the entries below validate and
+ * translate their buffers and enqueue them; sim_collectives.c holds the communicators (POSIX
+ * shared memory across processes) and the algorithms the worker runs.
+ *
  * Environment: TORCHVENDOR_SIM_DEVICES (default 2), TORCHVENDOR_SIM_MEMORY_MB (default 4096,
- * per device and for the pinned host pool).
+ * per device and for the pinned host pool), TORCHVENDOR_SIM_ABI_MINOR (default 1; 0 serves the
+ * minor-0 table, without collectives), TORCHVENDOR_SIM_COMM_TIMEOUT_S (sim_collectives.c).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -35,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sim_collectives.h"
 #include "torchvendor/runtime.h"
 #include "torchvendor/sim_kernel.h"
 
@@ -62,7 +68,7 @@ typedef struct arena {
 } arena;
 
 typedef struct cmd {
-  enum { C_COPY, C_SET, C_LAUNCH, C_RECORD, C_WAIT } kind;
+  enum { C_COPY, C_SET, C_LAUNCH, C_RECORD, C_WAIT, C_COLL } kind;
   struct cmd* next;
   char* dst;
   const char* src;
@@ -73,6 +79,8 @@ typedef struct cmd {
   tv_function fn;  /* C_LAUNCH: holds a reference to fn->mod */
   tv_sim_launch launch;
   void* args;
+  tv_comm comm;    /* C_COLL: holds a reference */
+  coll co;
 } cmd;
 
 struct tv_stream_st {
@@ -246,9 +254,14 @@ static void module_unref(tv_module m) { /* g.mu held */
   free(m);
 }
 
+static void comm_unref(tv_comm c) { /* g.mu held */
+  if (--c->refs == 0) coll_comm_close(c), free(c);
+}
+
 static void release(cmd* c) { /* g.mu held */
   if (c->ev && --c->ev->refs == 0) free(c->ev);
   if (c->fn) module_unref(c->fn->mod);
+  if (c->comm) comm_unref(c->comm);
   free(c->args);
   free(c);
 }
@@ -268,6 +281,12 @@ static void* worker(void* arg) {
       clock_gettime(CLOCK_MONOTONIC, &ts); /* when the worker reaches the record */
       if (c->gen > c->ev->done_gen) /* a re-record on a faster stream may have finished first */
         c->ev->done_gen = c->gen, c->ev->t_ns = (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
+    } else if (c->kind == C_COLL) {
+      char err[256];
+      pthread_mutex_unlock(&g.mu);
+      int32_t rc = coll_run(c->comm, &c->co, err, sizeof err);
+      pthread_mutex_lock(&g.mu);
+      if (rc && !s->err) s->err = TV_ERROR_LAUNCH_FAILED, snprintf(s->msg, sizeof s->msg, "%s", err);
     } else {
       pthread_mutex_unlock(&g.mu);
       int32_t rc = run(c);
@@ -333,12 +352,18 @@ static tv_status enqueue(tv_stream stream, cmd* c) {
   if (!st && c->kind == C_LAUNCH && c->fn->mod->dev != s->dev)
     st = fail(TV_ERROR_INVALID_VALUE, "launch: '%s' is from a device %d module, the stream on %d",
               c->fn->name, (int)c->fn->mod->dev, (int)s->dev);
+  if (!st && c->comm && c->comm->magic != LIVE)
+    st = fail(TV_ERROR_INVALID_HANDLE, "invalid or destroyed communicator");
+  if (!st && c->comm && c->comm->dev != s->dev)
+    st = fail(TV_ERROR_INVALID_VALUE, "communicator of device %d, stream of device %d",
+              (int)c->comm->dev, (int)s->dev);
   if (st) {
-    c->ev = NULL, c->fn = NULL; /* no references were taken */
+    c->ev = NULL, c->fn = NULL, c->comm = NULL; /* no references were taken */
     release(c);
   } else {
     if (c->ev) c->ev->refs++, c->gen = c->kind == C_RECORD ? ++c->ev->gen : c->ev->gen;
     if (c->fn) c->fn->mod->refs++, c->launch.device = s->dev;
+    if (c->comm) c->comm->refs++;
     *(s->tail ? &s->tail->next : &s->head) = c;
     s->tail = c;
     s->submitted++;
@@ -613,6 +638,85 @@ static tv_status sim_launch(tv_function f, const tv_launch_config* cfg, const vo
   return enqueue(stream, c);
 }
 
+/* ---------------------------------------------------------------- collectives */
+static tv_status sim_comm_create(const char* id, int32_t nranks, int32_t rank, int32_t dev,
+                                 tv_comm* comm) {
+  CHECK_DEV(dev);
+  CHECK_ARGS(id && comm);
+  char err[256];
+  tv_comm c = calloc(1, sizeof *c);
+  if (!c) return fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+  tv_status st = coll_comm_open(id, nranks, rank, c, err, sizeof err);
+  if (st) return free(c), fail(st, "%s: %s", __func__, err);
+  c->magic = LIVE, c->refs = 1, c->dev = dev;
+  *comm = c;
+  return TV_SUCCESS;
+}
+
+static tv_status sim_comm_destroy(tv_comm c) {
+  CHECK_ARGS(c);
+  pthread_mutex_lock(&g.mu);
+  int ok = c->magic == LIVE;
+  if (ok) c->magic = 0, comm_unref(c); /* enqueued collectives hold references */
+  pthread_mutex_unlock(&g.mu);
+  return ok ? TV_SUCCESS : fail(TV_ERROR_INVALID_HANDLE, "%s: invalid communicator", __func__);
+}
+
+/* Validate co, translate its buffers to aliases (each inside one live allocation of the
+ * communicator's device) and enqueue it on stream. */
+static tv_status coll_enqueue(const char* what, coll co, const void* send, void* recv,
+                              tv_comm comm, tv_stream stream) {
+  char err[256];
+  size_t sb, rb;
+  int sdev = -1, rdev = -1;
+  CHECK_ARGS(comm && comm->magic == LIVE);
+  tv_status st = coll_validate(&co, comm, &sb, &rb, err, sizeof err);
+  if (st) return fail(st, "%s: %s", what, err);
+  co.send = sb ? alias_of(send, sb, &sdev) : NULL;
+  co.recv = rb ? alias_of(recv, rb, &rdev) : NULL;
+  if ((sb && (!co.send || sdev != comm->dev)) || (rb && (!co.recv || rdev != comm->dev)))
+    return fail(TV_ERROR_INVALID_VALUE, "%s: the %s buffer %p (+%zu bytes) is not inside a device "
+                "%d allocation", what, sb && (!co.send || sdev != comm->dev) ? "send" : "receive",
+                sb && (!co.send || sdev != comm->dev) ? send : recv,
+                sb && (!co.send || sdev != comm->dev) ? sb : rb, (int)comm->dev);
+  cmd* c = new_cmd(C_COLL);
+  if (!c) return OOM_CMD;
+  c->comm = comm, c->co = co; /* enqueue references the communicator under the lock */
+  return enqueue(stream, c);
+}
+
+static tv_status sim_all_reduce(const void* send, void* recv, size_t count, tv_dtype dtype,
+                                tv_reduce_op op, tv_comm comm, tv_stream stream) {
+  coll co = {.kind = COLL_ALL_REDUCE, .dtype = dtype, .op = op, .count = count};
+  return coll_enqueue("all_reduce", co, send, recv, comm, stream);
+}
+static tv_status sim_broadcast(const void* send, void* recv, size_t count, tv_dtype dtype,
+                               int32_t root, tv_comm comm, tv_stream stream) {
+  coll co = {.kind = COLL_BROADCAST, .dtype = dtype, .peer = root, .count = count};
+  return coll_enqueue("broadcast", co, send, recv, comm, stream);
+}
+static tv_status sim_all_gather(const void* send, void* recv, size_t sendcount, tv_dtype dtype,
+                                tv_comm comm, tv_stream stream) {
+  coll co = {.kind = COLL_ALL_GATHER, .dtype = dtype, .count = sendcount};
+  return coll_enqueue("all_gather", co, send, recv, comm, stream);
+}
+static tv_status sim_reduce_scatter(const void* send, void* recv, size_t recvcount,
+                                    tv_dtype dtype, tv_reduce_op op, tv_comm comm,
+                                    tv_stream stream) {
+  coll co = {.kind = COLL_REDUCE_SCATTER, .dtype = dtype, .op = op, .count = recvcount};
+  return coll_enqueue("reduce_scatter", co, send, recv, comm, stream);
+}
+static tv_status sim_send(const void* buf, size_t count, tv_dtype dtype, int32_t peer,
+                          tv_comm comm, tv_stream stream) {
+  coll co = {.kind = COLL_SEND, .dtype = dtype, .peer = peer, .count = count};
+  return coll_enqueue("send", co, buf, NULL, comm, stream);
+}
+static tv_status sim_recv(void* buf, size_t count, tv_dtype dtype, int32_t peer, tv_comm comm,
+                          tv_stream stream) {
+  coll co = {.kind = COLL_RECV, .dtype = dtype, .peer = peer, .count = count};
+  return coll_enqueue("recv", co, NULL, buf, comm, stream);
+}
+
 /* ---------------------------------------------------------------- errors and entry point */
 static const char* sim_get_error_string(tv_status status) {
   static const char* names[] = {
@@ -624,6 +728,8 @@ static const char* sim_get_error_string(tv_status status) {
 }
 static const char* sim_last_error_message(void) { return t_msg; }
 
+static const tv_runtime table; /* defined below */
+static tv_runtime minor0;      /* TORCHVENDOR_SIM_ABI_MINOR=0: the table as a minor-0 library */
 static tv_status init_status;
 static char init_msg[256];
 
@@ -648,9 +754,10 @@ static int map_arena(arena* a, size_t cap, int prot) {
 }
 
 static void init(void) {
-  long n, mb;
+  long n, mb, minor;
   if (!env_long("TORCHVENDOR_SIM_DEVICES", 2, 0, MAX_DEVICES, &n) ||
-      !env_long("TORCHVENDOR_SIM_MEMORY_MB", 4096, 1, 1L << 24, &mb)) {
+      !env_long("TORCHVENDOR_SIM_MEMORY_MB", 4096, 1, 1L << 24, &mb) ||
+      !env_long("TORCHVENDOR_SIM_ABI_MINOR", TV_RUNTIME_ABI_MINOR, 0, TV_RUNTIME_ABI_MINOR, &minor)) {
     init_status = TV_ERROR_INVALID_VALUE;
     return;
   }
@@ -661,6 +768,8 @@ static void init(void) {
     snprintf(init_msg, sizeof init_msg, "cannot map %ld MiB for each of %ld devices", mb, n);
   }
   g.ndev = ok ? (int32_t)n : 0;
+  if (minor == 0) /* entries past struct_size are unknown to a minor-0 reader */
+    minor0 = table, minor0.abi_minor = 0, minor0.struct_size = offsetof(tv_runtime, comm_create);
 }
 
 static const tv_runtime table = {
@@ -680,7 +789,10 @@ static const tv_runtime table = {
     .module_load_file = sim_module_load_file, .module_load_data = sim_module_load_data,
     .module_unload = sim_module_unload, .module_get_function = sim_module_get_function,
     .launch = sim_launch, .get_error_string = sim_get_error_string,
-    .last_error_message = sim_last_error_message,
+    .last_error_message = sim_last_error_message, .comm_create = sim_comm_create,
+    .comm_destroy = sim_comm_destroy, .all_reduce = sim_all_reduce, .broadcast = sim_broadcast,
+    .all_gather = sim_all_gather, .reduce_scatter = sim_reduce_scatter, .send = sim_send,
+    .recv = sim_recv,
 };
 
 TV_EXPORT tv_status torchvendor_get_runtime(uint32_t requested_major, const tv_runtime** runtime) {
@@ -692,6 +804,6 @@ TV_EXPORT tv_status torchvendor_get_runtime(uint32_t requested_major, const tv_r
   pthread_once(&once, init);
   if (init_status) /* the caller gets no table, hence no last_error_message: log it as well */
     return fprintf(stderr, "torchvendor-sim: %s\n", init_msg), fail(init_status, "%s", init_msg);
-  *runtime = &table;
+  *runtime = minor0.struct_size ? &minor0 : &table;
   return TV_SUCCESS;
 }

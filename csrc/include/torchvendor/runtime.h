@@ -23,8 +23,9 @@
  * Each entry's contract is the comment directly above it; docs/runtime.md repeats these comments
  * word for word (tests/test_device_runtime_contract.py checks it). Entries marked "Optional."
  * may be NULL: the feature they serve (pinned memory, async copies, timing, modules and
- * launches, error strings) is then reported missing by `torch.<name>.diagnose()` and raises
- * NotImplementedError when used. Every other entry is required.
+ * launches, error strings, native collectives) is then reported missing by
+ * `torch.<name>.diagnose()` and raises NotImplementedError when used (collectives are then staged
+ * through host memory instead). Every other entry is required.
  *
  * Streams: a NULL `tv_stream` names the default stream of the calling thread's current device.
  * An event and the stream it is recorded on or waited by belong to one device; a function may be
@@ -52,7 +53,7 @@ extern "C" {
 #endif
 
 #define TV_RUNTIME_ABI_MAJOR 1
-#define TV_RUNTIME_ABI_MINOR 0
+#define TV_RUNTIME_ABI_MINOR 1
 
 /* The one symbol a vendor library exports. */
 #define TV_RUNTIME_ENTRY_SYMBOL "torchvendor_get_runtime"
@@ -90,6 +91,19 @@ typedef struct tv_stream_st* tv_stream;
 typedef struct tv_event_st* tv_event;
 typedef struct tv_module_st* tv_module;
 typedef struct tv_function_st* tv_function;
+typedef struct tv_comm_st* tv_comm;       /* minor 1: one rank's handle on a communicator */
+
+/* Element types of collectives (minor 1). */
+typedef enum tv_dtype {
+  TV_FLOAT32 = 0, TV_FLOAT64 = 1, TV_FLOAT16 = 2, TV_BFLOAT16 = 3,
+  TV_INT8 = 4, TV_UINT8 = 5, TV_INT32 = 6, TV_INT64 = 7, TV_BOOL = 8
+} tv_dtype;
+
+/* Reductions of collectives (minor 1). TV_REDUCE_AVG is the sum divided by the number of ranks,
+ * for floating-point types only. */
+typedef enum tv_reduce_op {
+  TV_REDUCE_SUM = 0, TV_REDUCE_PROD = 1, TV_REDUCE_MAX = 2, TV_REDUCE_MIN = 3, TV_REDUCE_AVG = 4
+} tv_reduce_op;
 
 typedef struct tv_device_properties {
   uint32_t struct_size;         /* set by the caller to sizeof(tv_device_properties) */
@@ -230,6 +244,45 @@ typedef struct tv_runtime {
   /* Optional. The detailed message of the calling thread's last failing call, or "". Never
    * NULL. */
   const char* (*last_error_message)(void);
+
+  /* ---- collectives (minor 1): all optional, provided together or not at all ----
+   * Like NCCL: every rank of a communicator enqueues the same collectives in the same order;
+   * each runs when its stream reaches it and completes when every rank's part has run. Buffers
+   * are device memory of the communicator's device, `count` is in elements of `dtype`. A peer
+   * that never arrives (a crashed process) fails the collective after the runtime's timeout: the
+   * stream then reports TV_ERROR_LAUNCH_FAILED (sticky), as for a failed launch. */
+  /* Optional. [blocks] Join communicator `id` (1 to 63 characters of [A-Za-z0-9_.-], the same on
+   * every rank, unique among live communicators of the machine) as `rank` of `nranks`, for
+   * `device`. Returns once all ranks have joined; a rank outside [0, nranks) is
+   * TV_ERROR_INVALID_VALUE, ranks not all joined within the runtime's timeout TV_ERROR_NOT_READY. */
+  tv_status (*comm_create)(const char* id, int32_t nranks, int32_t rank, int32_t device,
+                           tv_comm* comm);
+  /* Optional. Release the communicator; collectives already enqueued on it still run. */
+  tv_status (*comm_destroy)(tv_comm comm);
+  /* Optional. Enqueue on `stream` (of the communicator's device, else TV_ERROR_INVALID_VALUE) the
+   * reduction over all ranks of `count` elements of sendbuf into every rank's recvbuf (which may
+   * be sendbuf). A dtype or op the runtime does not reduce is TV_ERROR_NOT_SUPPORTED. */
+  tv_status (*all_reduce)(const void* sendbuf, void* recvbuf, size_t count, tv_dtype dtype,
+                          tv_reduce_op op, tv_comm comm, tv_stream stream);
+  /* Optional. Enqueue on `stream` a copy of `count` elements of rank `root`'s sendbuf into every
+   * rank's recvbuf (sendbuf is read on root only). */
+  tv_status (*broadcast)(const void* sendbuf, void* recvbuf, size_t count, tv_dtype dtype,
+                         int32_t root, tv_comm comm, tv_stream stream);
+  /* Optional. Enqueue on `stream`: every rank's `sendcount` elements land in every rank's recvbuf
+   * at offset rank * sendcount (sendbuf may lie at that place in recvbuf). */
+  tv_status (*all_gather)(const void* sendbuf, void* recvbuf, size_t sendcount, tv_dtype dtype,
+                          tv_comm comm, tv_stream stream);
+  /* Optional. Enqueue on `stream`: sendbuf holds nranks blocks of `recvcount` elements; rank r's
+   * recvbuf gets the reduction over all ranks of block r. Errors as all_reduce. */
+  tv_status (*reduce_scatter)(const void* sendbuf, void* recvbuf, size_t recvcount,
+                              tv_dtype dtype, tv_reduce_op op, tv_comm comm, tv_stream stream);
+  /* Optional. Enqueue on `stream` the sending of `count` elements of buf to rank `peer`, which
+   * receives them with recv; sends to one peer arrive in order. */
+  tv_status (*send)(const void* buf, size_t count, tv_dtype dtype, int32_t peer, tv_comm comm,
+                    tv_stream stream);
+  /* Optional. Enqueue on `stream` the receiving of `count` elements from rank `peer` into buf. */
+  tv_status (*recv)(void* buf, size_t count, tv_dtype dtype, int32_t peer, tv_comm comm,
+                    tv_stream stream);
 } tv_runtime;
 
 /* The entry point. `requested_major` is the major version the caller speaks; a library that

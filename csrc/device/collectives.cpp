@@ -1,0 +1,67 @@
+// The runtime's optional collectives (runtime.h minor 1), as sdk/distributed.py calls them: a
+// communicator per process group and device, collectives enqueued on torch's current stream.
+#include "tv_device.h"
+
+#include <c10/core/ScalarType.h>
+
+namespace torchvendor {
+namespace {
+
+tv_dtype to_tv_dtype(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float: return TV_FLOAT32;
+    case c10::ScalarType::Double: return TV_FLOAT64;
+    case c10::ScalarType::Half: return TV_FLOAT16;
+    case c10::ScalarType::BFloat16: return TV_BFLOAT16;
+    case c10::ScalarType::Char: return TV_INT8;
+    case c10::ScalarType::Byte: return TV_UINT8;
+    case c10::ScalarType::Int: return TV_INT32;
+    case c10::ScalarType::Long: return TV_INT64;
+    case c10::ScalarType::Bool: return TV_BOOL;
+    default:
+      TORCH_CHECK_TYPE(false, "the runtime's collectives have no type for ", t, " (tv_dtype "
+                       "covers float32/64, float16, bfloat16, int8, uint8, int32, int64, bool); "
+                       "cast the tensor first.");
+  }
+}
+
+}  // namespace
+
+bool has_collectives() {
+  const tv_runtime& t = rt();
+  return t.comm_create && t.comm_destroy && t.all_reduce && t.broadcast && t.all_gather &&
+         t.reduce_scatter && t.send && t.recv;
+}
+
+uintptr_t comm_create(const std::string& id, int nranks, int rank, c10::DeviceIndex device) {
+  TORCH_CHECK_NOT_IMPLEMENTED(has_collectives(), "the ", backend_name(), " runtime '",
+                              runtime_info().name, "' provides no collectives (runtime.h minor 1"
+                              " entries comm_create ... recv); they are staged over gloo instead.");
+  check_device_index(device);
+  tv_comm comm = nullptr;
+  TV_CALL(comm_create, id.c_str(), nranks, rank, static_cast<int32_t>(device), &comm);
+  return reinterpret_cast<uintptr_t>(comm);
+}
+
+void comm_destroy(uintptr_t comm) {
+  if (comm != 0 && runtime_loaded() && rt().comm_destroy)
+    TV_CALL(comm_destroy, reinterpret_cast<tv_comm>(comm));
+}
+
+void collective(const std::string& kind, uintptr_t handle, const void* send, void* recv,
+                size_t count, c10::ScalarType dtype, int op, int peer, c10::Stream stream) {
+  TORCH_CHECK_VALUE(handle != 0, "collective: communicator handle is 0; use comm_create()'s");
+  auto comm = reinterpret_cast<tv_comm>(handle);
+  const tv_dtype t = to_tv_dtype(dtype);
+  const auto r = static_cast<tv_reduce_op>(op);
+  tv_stream s = native_stream(stream);
+  if (kind == "all_reduce") TV_CALL(all_reduce, send, recv, count, t, r, comm, s);
+  else if (kind == "broadcast") TV_CALL(broadcast, send, recv, count, t, peer, comm, s);
+  else if (kind == "all_gather") TV_CALL(all_gather, send, recv, count, t, comm, s);
+  else if (kind == "reduce_scatter") TV_CALL(reduce_scatter, send, recv, count, t, r, comm, s);
+  else if (kind == "send") TV_CALL(send, send, count, t, peer, comm, s);
+  else if (kind == "recv") TV_CALL(recv, recv, count, t, peer, comm, s);
+  else TORCH_CHECK_VALUE(false, "collective: unknown kind '", kind, "'");
+}
+
+}  // namespace torchvendor
