@@ -268,6 +268,31 @@ class DeviceProcessGroup(dist.ProcessGroup):
         self._store = store
         self._comm: tuple[int, int] | None = None  # (device index, tv_comm) once joined
 
+    @property
+    def native(self) -> bool:
+        """Whether collectives on device tensors run on the runtime's collective entries (True
+        when the runtime has them). Set it to False to stage this group's collectives through
+        host memory over gloo instead, e.g. to compare the two paths.
+
+        Example::
+
+            >>> import torch.distributed as dist
+            >>> from torchvendor.sdk import register_device, register_distributed
+            >>> _ = register_device("acme"); _ = register_distributed()
+            >>> dist.init_process_group("tvgloo", store=dist.HashStore(), rank=0, world_size=1)
+            >>> dist.group.WORLD.native  # the simulator has the collective entries
+            True
+            >>> dist.group.WORLD.native = False; dist.destroy_process_group()
+        """
+        return self._native
+
+    @native.setter
+    def native(self, on: bool) -> None:
+        if on and not self._ext.has_collectives():
+            raise ValueError(f"{BACKEND_NAME}: the runtime has no collective entries (runtime.h minor 1: "
+                             "comm_create ... recv); collectives can only be staged over gloo.")
+        self._native = bool(on)
+
     def getBackendName(self) -> str:
         """c10d's name for this backend (also what DDP logs)."""
         return BACKEND_NAME

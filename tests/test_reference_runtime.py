@@ -403,6 +403,25 @@ def test_stream_order_and_default_stream(sim, kernels, streams):
     sim("free", 0, x), sim("free", 0, y)
 
 
+def test_an_idle_stream_runs_a_quick_launch_in_place(sim, kernels, streams):
+    # No other work on the stream: the launch runs on this thread (no worker wake-up), so it is
+    # complete when launch returns. Behind pending work it queues, and runs in stream order.
+    s = streams()
+    x = sim.malloc(0, 4 * 100)
+    assert sim.launch(kernels["tv_fill_f32"], FillArgs(100, x, 1.0), [8], s) == SUCCESS
+    assert sim.status("stream_query", s) == SUCCESS
+    gate = Gate(sim, kernels, s)  # TV_SIM_KERNEL_WAITS: on the worker, launch returned at once
+    out = (C.c_float * 100)()
+    assert sim.launch(kernels["tv_fill_f32"], FillArgs(100, x, 2.0), [8], s) == SUCCESS
+    sim("memcpy_async", out, x, 400, D2H, s)
+    assert sim.status("stream_query", s) == NOT_READY and list(out) == [0.0] * 100  # queued
+    gate.open()
+    sim("stream_synchronize", s)
+    gate.close()
+    assert list(out) == [2.0] * 100
+    sim("free", 0, x)
+
+
 def test_stream_wait_event_across_streams_and_devices(sim, kernels, streams):
     a, b = streams(0), streams(1)
     gate = Gate(sim, kernels, a)

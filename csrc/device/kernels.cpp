@@ -51,12 +51,30 @@ tv_status api_native_stream(int32_t device, int64_t stream_id, tv_stream* out) {
 
 // Keyed like fallback_counts(): "mul.Tensor" for aten operators; a twin counts as the aten
 // operator it serves ("torchvendor::add.Tensor" -> "add.Tensor").
-void api_kernel_called(const char* op) {
+std::string count_key(const char* op) {
   std::string_view name(op);
   for (std::string_view prefix : {"aten::", "torchvendor::"})
     if (name.substr(0, prefix.size()) == prefix) name.remove_prefix(prefix.size());
+  return std::string(name);
+}
+
+// Calls per `op` string of a kernel library (TV_IMPL passes a literal, so one address per
+// operator): hashing the address instead of the name keeps counting off a small op's cost. The
+// text is kept and compared, since an unloaded library's address may be reused by another.
+struct Called {
+  std::string text, key;
+  int64_t calls = 0;
+};
+std::unordered_map<const char*, Called> g_called;  // under g_native_mutex
+
+void api_kernel_called(const char* op) {
   std::lock_guard<std::mutex> lock(g_native_mutex);
-  ++g_native[std::string(name)];
+  Called& c = g_called[op];
+  if (c.text != op) {  // first call, or another library's string at a reused address
+    if (c.calls) g_native[c.key] += c.calls;
+    c = Called{op, count_key(op), 0};
+  }
+  ++c.calls;
 }
 
 int32_t api_checked_mode() { return g_checked.load(std::memory_order_relaxed) ? 1 : 0; }
@@ -321,12 +339,16 @@ std::string registration_problems(const std::string& path, const std::vector<std
 
 std::map<std::string, int64_t> native_counts() {
   std::lock_guard<std::mutex> lock(g_native_mutex);
-  return {g_native.begin(), g_native.end()};
+  std::map<std::string, int64_t> out(g_native.begin(), g_native.end());
+  for (const auto& [address, c] : g_called)
+    if (c.calls) out[c.key] += c.calls;
+  return out;
 }
 
 void reset_native_counts() {
   std::lock_guard<std::mutex> lock(g_native_mutex);
   g_native.clear();
+  for (auto& [address, c] : g_called) c.calls = 0;
 }
 
 void set_checked_mode(bool on) { g_checked = on; }

@@ -10,8 +10,10 @@
  * first fit over a sorted, coalescing block list; pinned host memory is one more such arena.
  *
  * Streams. One worker thread per stream runs its commands (copy, memset, launch, event record,
- * wait on event) in order. One mutex guards all runtime state; `progress` is broadcast whenever
- * a command completes. A NULL stream is the calling thread's current device's default stream.
+ * wait on event, collective) in order. A command that returns promptly, enqueued on an idle
+ * stream, runs on the enqueuing thread instead (see quick()): waking the worker costs more than
+ * a small kernel. One mutex guards all runtime state; `progress` is broadcast whenever a command
+ * completes. A NULL stream is the calling thread's current device's default stream.
  *
  * Kernel calling convention (torchvendor/sim_kernel.h). A module is a shared library; a kernel
  * is `int32_t kernel(const tv_sim_launch* launch, void* args)`, called once per launch on the
@@ -87,6 +89,7 @@ struct tv_stream_st {
   uint32_t magic;
   int32_t dev, prio;
   int dying;
+  int inline_busy;  /* the head runs on the thread that enqueued it (see enqueue) */
   uint64_t submitted, done;
   cmd *head, *tail; /* the head stays queued while it runs, so queries see it */
   pthread_cond_t wake;
@@ -95,8 +98,8 @@ struct tv_stream_st {
   tv_stream next;
 };
 struct tv_event_st { uint32_t magic, flags; int32_t dev; int refs; uint64_t gen, done_gen, t_ns; };
-struct tv_function_st { uint32_t magic; tv_module mod; tv_sim_kernel fn; tv_function next;
-                        char name[]; };
+struct tv_function_st { uint32_t magic; tv_module mod; tv_sim_kernel fn; int waits;
+                        tv_function next; char name[]; };
 struct tv_module_st { uint32_t magic; int32_t dev; int refs; void* dl; tv_function fns; };
 
 static struct {
@@ -266,40 +269,42 @@ static void release(cmd* c) { /* g.mu held */
   free(c);
 }
 
+/* Runs c, the head of s, and pops it (g.mu held; released while a copy, kernel or collective
+ * runs). Called by the stream's worker, or by the enqueuing thread when the stream was idle. */
+static void step(tv_stream s, cmd* c) {
+  if (c->kind == C_WAIT) {
+    while (c->ev->done_gen < c->gen) pthread_cond_wait(&g.progress, &g.mu);
+  } else if (c->kind == C_RECORD) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* when the stream reaches the record */
+    if (c->gen > c->ev->done_gen) /* a re-record on a faster stream may have finished first */
+      c->ev->done_gen = c->gen, c->ev->t_ns = (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
+  } else {
+    char err[256];
+    pthread_mutex_unlock(&g.mu);
+    int32_t rc = c->kind == C_COLL ? coll_run(c->comm, &c->co, err, sizeof err) : run(c);
+    pthread_mutex_lock(&g.mu);
+    if (rc && !s->err && c->kind == C_COLL)
+      s->err = TV_ERROR_LAUNCH_FAILED, snprintf(s->msg, sizeof s->msg, "%s", err);
+    else if (rc && !s->err)
+      s->err = TV_ERROR_LAUNCH_FAILED,
+      snprintf(s->msg, sizeof s->msg, "kernel '%s' failed with status %d on device %d",
+               c->fn->name, (int)rc, (int)s->dev);
+  }
+  if (!(s->head = c->next)) s->tail = NULL;
+  s->done++;
+  release(c);
+  pthread_cond_broadcast(&g.progress);
+}
+
 static void* worker(void* arg) {
   tv_stream s = arg;
   pthread_mutex_lock(&g.mu);
   for (cmd* c; (c = s->head) || !s->dying;) {
-    if (!c) {
+    if (!c || s->inline_busy) /* nothing queued, or the head runs on the thread that queued it */
       pthread_cond_wait(&s->wake, &g.mu);
-      continue;
-    }
-    if (c->kind == C_WAIT) {
-      while (c->ev->done_gen < c->gen) pthread_cond_wait(&g.progress, &g.mu);
-    } else if (c->kind == C_RECORD) {
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts); /* when the worker reaches the record */
-      if (c->gen > c->ev->done_gen) /* a re-record on a faster stream may have finished first */
-        c->ev->done_gen = c->gen, c->ev->t_ns = (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
-    } else if (c->kind == C_COLL) {
-      char err[256];
-      pthread_mutex_unlock(&g.mu);
-      int32_t rc = coll_run(c->comm, &c->co, err, sizeof err);
-      pthread_mutex_lock(&g.mu);
-      if (rc && !s->err) s->err = TV_ERROR_LAUNCH_FAILED, snprintf(s->msg, sizeof s->msg, "%s", err);
-    } else {
-      pthread_mutex_unlock(&g.mu);
-      int32_t rc = run(c);
-      pthread_mutex_lock(&g.mu);
-      if (rc && !s->err)
-        s->err = TV_ERROR_LAUNCH_FAILED,
-        snprintf(s->msg, sizeof s->msg, "kernel '%s' failed with status %d on device %d",
-                 c->fn->name, (int)rc, (int)s->dev);
-    }
-    if (!(s->head = c->next)) s->tail = NULL;
-    s->done++;
-    release(c);
-    pthread_cond_broadcast(&g.progress);
+    else
+      step(s, c);
   }
   while (g.draining) pthread_cond_wait(&g.progress, &g.mu); /* drain() may be reading s */
   tv_stream* p = &g.streams;
@@ -338,6 +343,20 @@ static tv_status get_stream(tv_stream in, tv_stream* out) {
   return st;
 }
 
+/* Whether c may run on the enqueuing thread when its stream is idle (g.mu held): it returns
+ * promptly. Not collectives (they wait for other ranks), waits on pending events, copies above
+ * 64 KiB (an async copy should not hold the caller that long), or kernels that wait on the host
+ * (TV_SIM_KERNEL_WAITS). Running them in place keeps stream order: nothing else is queued. */
+static int quick(const cmd* c) {
+  switch (c->kind) {
+    case C_LAUNCH: return !c->fn->waits;
+    case C_RECORD: return 1;
+    case C_WAIT: return c->ev->done_gen >= c->gen;
+    case C_COPY: case C_SET: return c->n <= (64 << 10);
+    default: return 0;
+  }
+}
+
 /* Enqueue c (heap-allocated) on stream, validating its handles; takes ownership of c. */
 static tv_status enqueue(tv_stream stream, cmd* c) {
   tv_stream s;
@@ -364,10 +383,16 @@ static tv_status enqueue(tv_stream stream, cmd* c) {
     if (c->ev) c->ev->refs++, c->gen = c->kind == C_RECORD ? ++c->ev->gen : c->ev->gen;
     if (c->fn) c->fn->mod->refs++, c->launch.device = s->dev;
     if (c->comm) c->comm->refs++;
+    int now = !s->head && quick(c); /* an idle stream: run it here, sparing the worker's wake-up */
     *(s->tail ? &s->tail->next : &s->head) = c;
     s->tail = c;
     s->submitted++;
-    pthread_cond_signal(&s->wake);
+    if (now) {
+      s->inline_busy = 1; /* later work queues behind it, queries see it pending */
+      step(s, c);
+      s->inline_busy = 0;
+    }
+    if (s->head || s->dying) pthread_cond_signal(&s->wake);
   }
   pthread_mutex_unlock(&g.mu);
   return st;
@@ -601,7 +626,10 @@ static tv_status sim_module_get_function(tv_module m, const char* name, tv_funct
   else if (!f && !sym) st = fail(TV_ERROR_NOT_FOUND, "%s: no function '%s'", __func__, name);
   else if (!f && !(f = malloc(sizeof *f + strlen(name) + 1))) st = OOM_CMD;
   else if (sym) {
-    *f = (struct tv_function_st){.magic = LIVE, .mod = m, .fn = (tv_sim_kernel)sym, .next = m->fns};
+    char marker[300]; /* TV_SIM_KERNEL_WAITS exports <name>__tv_sim_waits */
+    snprintf(marker, sizeof marker, "%s__tv_sim_waits", name);
+    *f = (struct tv_function_st){.magic = LIVE, .mod = m, .fn = (tv_sim_kernel)sym,
+                                 .waits = dlsym(m->dl, marker) != NULL, .next = m->fns};
     strcpy(f->name, name);
     m->fns = f;
   }

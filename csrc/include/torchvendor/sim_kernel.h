@@ -5,7 +5,8 @@
  *
  *     int32_t kernel(const tv_sim_launch* launch, void* args);
  *
- * that the stream's worker thread calls ONCE per launch. The kernel covers the whole index space
+ * that the runtime calls ONCE per launch: on the enqueuing thread when the stream is idle, else
+ * on the stream's worker thread, in stream order either way. The kernel covers the whole index space
  * itself (grid and block are passed for kernels that want to partition work by them).
  * `args` is the runtime's private, writable copy of the launch's argument buffer (16-byte
  * aligned) in which every device pointer listed in tv_launch_config.pointer_offsets has already
@@ -36,6 +37,12 @@ typedef int32_t (*tv_sim_kernel)(const tv_sim_launch* launch, void* args);
 /* Define an exported kernel: TV_SIM_KERNEL(my_kernel) { ... return 0; } */
 #define TV_SIM_KERNEL(name) \
   __attribute__((visibility("default"))) int32_t name(const tv_sim_launch* launch, void* args)
+
+/* A kernel that waits on the host (a flag the host sets later, a timer): it always runs on the
+ * stream's worker, so launch returns at once. Marked by the exported symbol <name>__tv_sim_waits. */
+#define TV_SIM_KERNEL_WAITS(name)                                                  \
+  __attribute__((visibility("default"))) const char name##__tv_sim_waits = 1; \
+  TV_SIM_KERNEL(name)
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -46,7 +46,7 @@ TV_SIM_KERNEL(tv_fill_f32) {
   return 0;
 }
 
-TV_SIM_KERNEL(tv_sleep_ms) {
+TV_SIM_KERNEL_WAITS(tv_sleep_ms) {
   ARGS(sleep_args, p);
   if (p->ms < 0) return -1;
   struct timespec ts = {p->ms / 1000, (long)(p->ms % 1000) * 1000000L};
@@ -54,7 +54,7 @@ TV_SIM_KERNEL(tv_sleep_ms) {
   return 0;
 }
 
-TV_SIM_KERNEL(tv_wait_flag) {
+TV_SIM_KERNEL_WAITS(tv_wait_flag) {
   ARGS(flag_args, p);
   struct timespec ts = {0, 50000L};
   while (!__atomic_load_n(p->flag, __ATOMIC_ACQUIRE)) nanosleep(&ts, NULL);
