@@ -381,6 +381,38 @@ def test_out_variant_keeps_buffer_and_resizes(acme):
     torch.testing.assert_close(strided.cpu(), x * 2)
 
 
+# Each case: (overlapping call, the same call writing to disjoint memory of the same storage), as
+# functions of the device. The CPU kernels refuse an out= that overlaps an input; the fallback
+# hands them separate copies, so it checks first (before this, the device computed garbage).
+_OVERLAP_CASES = {
+    "cat": lambda d: (lambda a=torch.arange(6.0, device=d): torch.cat([a[:3], a[3:]], out=a),
+                      lambda a=torch.arange(12.0, device=d): torch.cat([a[:3], a[3:6]], out=a[6:])),
+    "gather": lambda d: (
+        lambda m=torch.arange(4.0, device=d).reshape(2, 2): torch.gather(
+            m, 1, torch.tensor([[0, 1], [1, 0]], device=d), out=m),
+        lambda m=torch.arange(8.0, device=d).reshape(4, 2): torch.gather(
+            m[:2], 1, torch.tensor([[1, 0], [0, 1]], device=d), out=m[2:])),
+    "take": lambda d: (
+        lambda t=torch.arange(4.0, device=d): torch.take(t, torch.tensor([3, 2, 1, 0], device=d), out=t),
+        lambda t=torch.arange(8.0, device=d): torch.take(t[:4], torch.tensor([3, 2, 1, 0], device=d), out=t[4:])),
+    "index_select": lambda d: (
+        lambda t=torch.arange(4.0, device=d): torch.index_select(t, 0, torch.tensor([1, 0], device=d), out=t[:2]),
+        lambda t=torch.arange(4.0, device=d): torch.index_select(t[:2], 0, torch.tensor([1, 0], device=d), out=t[2:])),
+}
+
+
+@pytest.mark.parametrize("op", list(_OVERLAP_CASES))
+def test_out_overlapping_an_input_raises_as_on_cpu(acme, op):
+    (bad_cpu, ok_cpu), (bad_dev, ok_dev) = _OVERLAP_CASES[op]("cpu"), _OVERLAP_CASES[op](DEVICE)
+    with pytest.raises(RuntimeError) as on_cpu:
+        bad_cpu()
+    with pytest.raises(RuntimeError) as on_dev:
+        bad_dev()
+    assert str(on_dev.value).split("\n")[0] == str(on_cpu.value).split("\n")[0]
+    assert "refer to a single memory location" in str(on_dev.value)
+    torch.testing.assert_close(ok_dev().cpu(), ok_cpu())  # disjoint parts of one storage: fine
+
+
 @pytest.mark.parametrize("op", ["abs", "isnan", "isfinite", "isinf", "neg", "sign", "signbit"])
 def test_fallback_composite_pointwise(acme, op):
     # pytorch#165549: abs/isfinite/isnan through cpu_fallback returned empty tensors.

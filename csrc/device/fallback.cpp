@@ -5,6 +5,7 @@
 #include "tv_device.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -19,6 +20,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -151,6 +153,18 @@ const HiddenWrites* hidden_writes(const std::string& name) {
   return it == table.end() ? nullptr : &it->second;
 }
 
+// Operators whose CPU kernels refuse an output that overlaps an input (at::assert_no_overlap),
+// with the arguments they check for partial overlap only. The fallback hands the CPU kernel
+// separate copies, so the kernel cannot see the aliasing: without these checks, cat(..., out=)
+// into one of its inputs silently computed from half-overwritten data on the device, and raised
+// on the CPU.
+const std::unordered_map<std::string, std::vector<std::string>>& overlap_checked() {
+  static const std::unordered_map<std::string, std::vector<std::string>> table = {
+      {"cat", {}}, {"gather", {"index"}}, {"take", {}}, {"index_select", {}},
+  };
+  return table;
+}
+
 // What the fallback needs of an operator, worked out on its first call: rebuilding the name and
 // scanning the schema on every call cost about a microsecond of a 16-element add's fallback.
 struct OpInfo {
@@ -159,8 +173,45 @@ struct OpInfo {
   std::string name;               // op_key(op)
   const HiddenWrites* hidden;
   std::vector<size_t> generators; // indices of Generator? arguments
+  // For overlap_checked() operators: written arguments, and the others (true: partial only).
+  std::vector<size_t> written;
+  std::vector<std::pair<size_t, bool>> read;
   std::atomic<int64_t> calls{0};
 };
+
+void find_overlap_args(const c10::FunctionSchema& schema, OpInfo& info) {
+  auto it = overlap_checked().find(std::string(schema.name()).substr(6));  // past "aten::"
+  if (schema.name().rfind("aten::", 0) != 0 || it == overlap_checked().end()) return;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::Argument& arg = schema.arguments()[i];
+    if (arg.alias_info() && arg.alias_info()->isWrite()) {
+      info.written.push_back(i);
+    } else {
+      const auto& names = it->second;
+      info.read.emplace_back(i, std::find(names.begin(), names.end(), arg.name()) != names.end());
+    }
+  }
+}
+
+// Raises, as the CPU kernel does, when an output of an overlap-checked operator overlaps an input.
+void check_overlap(const OpInfo& info, const torch::jit::Stack& stack, size_t begin) {
+  for (size_t w : info.written) {
+    const c10::IValue& out = stack[begin + w];
+    if (!out.isTensor() || !out.toTensor().defined()) continue;
+    at::assert_no_internal_overlap(out.toTensor());
+    for (const auto& [r, partial_only] : info.read) {
+      const c10::IValue& in = stack[begin + r];
+      std::vector<at::Tensor> inputs;
+      if (in.isTensor()) inputs.push_back(in.toTensor());
+      if (in.isTensorList()) inputs = in.toTensorVector();
+      for (const at::Tensor& t : inputs) {
+        if (!t.defined()) continue;
+        if (partial_only) at::assert_no_partial_overlap(out.toTensor(), t);
+        else at::assert_no_overlap(out.toTensor(), t);
+      }
+    }
+  }
+}
 std::mutex g_info_mutex;
 // Keyed by the schema's address, which lives as long as the operator's registration.
 std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> g_infos;
@@ -175,6 +226,7 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
     info->hidden = hidden_writes(info->name);
     for (size_t i = 0; i < schema.arguments().size(); ++i)
       if (is_generator_arg(schema.arguments()[i])) info->generators.push_back(i);
+    find_overlap_args(schema, *info);
     if (slot) {  // the old operator is gone: keep what it counted under its name
       std::lock_guard<std::mutex> count_lock(g_count_mutex);
       g_counts[slot->name] += slot->calls.load();
@@ -196,6 +248,7 @@ void warn_once(const std::string& name) {
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
+  if (!info.written.empty()) check_overlap(info, *stack, stack->size() - op.schema().arguments().size());
   info.calls.fetch_add(1, std::memory_order_relaxed);
   warn_once(info.name);
   if (const HiddenWrites* hw = info.hidden) {
