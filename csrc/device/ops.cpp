@@ -9,6 +9,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/_to_copy_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -150,6 +151,31 @@ Tensor with_bits_of(Tensor phys, const Tensor& like) {
 
 c10::Stream stream_of(const Tensor& device_tensor) {
   return current_stream(device_tensor.device().index());
+}
+
+// Device -> CPU of a dense tensor, in its own strides: one runtime copy. Every Tensor.cpu() and
+// each input of the CPU fallback lands here; the composite _to_copy took three more dispatches
+// (empty, copy_, _copy_from) for the same bytes, about a third of a 16-element add's fallback.
+// Anything else (a dtype change, another target, pinned output, conj/neg bits, gaps between the
+// elements) goes the composite way.
+Tensor to_copy(const Tensor& self, std::optional<c10::ScalarType> dtype,
+               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+               std::optional<bool> pin_memory, bool non_blocking,
+               std::optional<c10::MemoryFormat> memory_format) {
+  const bool simple =
+      device && device->is_cpu() && (!dtype || *dtype == self.scalar_type()) &&
+      c10::layout_or_default(layout) == c10::Layout::Strided &&
+      !c10::pinned_memory_or_default(pin_memory) &&
+      memory_format.value_or(c10::MemoryFormat::Preserve) == c10::MemoryFormat::Preserve &&
+      self.layout() == c10::Layout::Strided && !self.is_conj() && !self.is_neg() &&
+      self.is_non_overlapping_and_dense();
+  if (!simple)
+    return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking,
+                                memory_format);
+  Tensor out = at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kCPU));
+  copy_bytes(out.mutable_data_ptr(), self.const_data_ptr(), self.nbytes(),
+             TV_MEMCPY_DEVICE_TO_HOST, current_stream(self.device().index()), false);
+  return out;
 }
 
 // A CPU tensor holding `src`'s values (same sizes, strides and bits): the storage span is
@@ -307,6 +333,7 @@ void register_native_kernels(void* library) {
   m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_to_copy", TORCH_FN(to_copy));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("fill_.Scalar", TORCH_FN(fill_));
   m.impl("zero_", TORCH_FN(zero_));
