@@ -267,8 +267,9 @@ def render(machine, overhead, copies, wall, quick) -> str:
                "StableIValue, the output allocated through the dispatcher by operator name), the "
                "SDK's per-call counting, and the launch (argument copy and pointer translation); "
                "the simulator runs a launch on the calling thread when the stream is idle, so no "
-               "worker wakes up. The fallback path pays torch's cpu_fallback: two device-to-host "
-               "copies, the CPU kernel, a device allocation and a host-to-device copy per call.")
+               "worker wakes up. The fallback path pays torch's cpu_fallback: a device-to-host "
+               "copy per input, the CPU kernel, a device allocation and a host-to-device copy per "
+               "output, each through the dispatcher.")
     out += [
             f"- At {_size(big['size'])}, H2D pinned reaches "
             f"{100 * big['H2D pinned'] / big['memcpy numpy']:.0f} % and D2H pinned "
@@ -284,8 +285,9 @@ def render(machine, overhead, copies, wall, quick) -> str:
             f"{copies[0]['memcpy numpy']:.2f} GB/s): every copy locks the runtime, checks "
             "both ends and waits for the stream; copies up to 64 KiB run on the calling thread "
             "when the stream is idle, larger ones on the stream's worker.",
-            "- Timings are wall-clock on a shared machine (see load above): compare ratios "
-            "within one run, not across runs.", ""]
+            "- Timings are taken on a shared machine (see load above): compare ratios within "
+            "one run, not across runs; where wall and CPU-time ratios differ, other processes "
+            "held the cores during the device batches.", ""]
     return "\n".join(out)
 
 
