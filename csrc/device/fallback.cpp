@@ -160,7 +160,8 @@ const HiddenWrites* hidden_writes(const std::string& name) {
 // on the CPU.
 const std::unordered_map<std::string, std::vector<std::string>>& overlap_checked() {
   static const std::unordered_map<std::string, std::vector<std::string>> table = {
-      {"cat", {}}, {"gather", {"index"}}, {"take", {}}, {"index_select", {}},
+      {"cat", {}},          {"gather", {"index"}}, {"take", {}},         {"index_select", {}},
+      {"masked_select", {}}, {"kthvalue", {}},       {"bernoulli", {}},
   };
   return table;
 }

@@ -51,13 +51,25 @@ def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
-def _to(x: Any, device: str) -> Any:  # error inputs: plain copies suffice
+def _to(x: Any, device: str, memo: dict | None = None) -> Any:
+    """Error inputs on the device, keeping their aliasing: tensors that share a storage on the CPU
+    (an ``out=`` that is also an input) share one on the device, as views of one copy of it.
+    Plain copies made the device's inputs independent, so it could never see the overlap the CPU
+    rejects."""
+    memo = {} if memo is None else memo
     if isinstance(x, torch.Tensor):
-        return x.to(device)
+        if x.layout != torch.strided or x.is_conj() or x.is_neg() or x.untyped_storage().nbytes() == 0:
+            return x.to(device)
+        key = (x.untyped_storage().data_ptr(), x.dtype)
+        if key not in memo:
+            whole = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage(), 0,
+                                                       (x.untyped_storage().nbytes() // x.element_size(),))
+            memo[key] = whole.to(device)
+        return memo[key].as_strided(x.size(), x.stride(), x.storage_offset())
     if isinstance(x, (list, tuple)):
-        return type(x)(_to(v, device) for v in x)
+        return type(x)(_to(v, device, memo) for v in x)
     if isinstance(x, dict):
-        return {k: _to(v, device) for k, v in x.items()}
+        return {k: _to(v, device, memo) for k, v in x.items()}
     return x
 
 
@@ -105,7 +117,8 @@ def _errors_case(op: Any) -> Callable[[Target], Any]:
                 except Exception:  # noqa: BLE001
                     continue
                 checked += 1
-                args, kwargs = _to([s.input, *s.args], target.device), _to(s.kwargs, target.device)
+                memo: dict = {}  # one for args and kwargs: an out= aliases an input
+                args, kwargs = _to([s.input, *s.args], target.device, memo), _to(s.kwargs, target.device, memo)
                 try:
                     op.op(*args, **kwargs)
                 except ei.error_type:
