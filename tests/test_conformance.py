@@ -350,13 +350,14 @@ def test_ddp_of_a_compiled_model_over_two_processes(tmp_path):
 
 @pytest.mark.slow
 def test_ddp_on_the_device_through_the_runner(tmp_path):
-    """The runner's workers may start processes (they are not daemons): both DDP cases run on acme."""
+    """The runner's workers may start processes (they are not daemons): the DDP cases run on acme."""
     run = _cli("--backend", "torchvendor_cpu", "--device", "acme", "--profile", "full", "--only", "distributed/*",
                "--report", str(tmp_path), "--no-progress")
     assert run.returncode == 0, run.stdout[-3000:]
     doc = json.loads((tmp_path / "report.json").read_text())
     statuses = {c["id"]: c["status"] for c in doc["cases"]}
     assert statuses.get("distributed/ddp_compiled_on_device_staged") == "pass", statuses
+    assert statuses.get("distributed/ddp_compiled_on_device_native") == "pass", statuses
     assert set(statuses.values()) == {"pass"}, statuses
 
 

@@ -3,8 +3,9 @@
 Two processes (``torch.multiprocessing`` spawn, gloo over localhost) each train a copy of a small
 model compiled with the backend on their half of a batch for a few steps; the result must match
 one process training the uncompiled model on the whole batch. The model runs on the CPU over gloo;
-for a torchvendor device a second case runs it on the device, through the staged c10d backend
-(``torchvendor.sdk.register_distributed``: collectives staged through host memory over gloo).
+for a torchvendor device two more cases run it on the device through its c10d backend
+(``torchvendor.sdk.register_distributed``): one on the runtime's own collectives (skipped when the
+runtime has none), one with collectives staged through host memory over gloo.
 
     >>> from torchvendor.sdk.conformance.core import Target
     >>> [c.id for c in cases(Target(device="cpu", backend="eager"), "full")]
@@ -51,18 +52,19 @@ def _train(model: torch.nn.Module, forward: Any, dev: str = "cpu", rank: int = 0
     return [p.detach().cpu() for p in model.parameters()]
 
 
-def _worker(rank: int, world: int, port: int, target: Target, out: str, on_device: bool = False) -> None:
+def _worker(rank: int, world: int, port: int, target: Target, out: str, path: str | None = None) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dev = "cpu"
-    if on_device:  # the device and its staged backend must exist before init_process_group
+    if path:  # on the device: the device and its backend must exist before init_process_group
         from torchvendor.sdk import register_distributed
 
         target.setup()
         dev = f"{target.device}:{rank % torch.get_device_module(target.device).device_count()}"
         dist.init_process_group(register_distributed(), rank=rank, world_size=world, device_id=torch.device(dev))
+        dist.group.WORLD.native = path == "native"
     else:
         dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -82,15 +84,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp(target: Target, on_device: bool = False) -> Any:
+def _ddp(target: Target, path: str | None = None) -> Any:
+    """DDP on the CPU (path None) or on the device, on the runtime's collectives ("native") or
+    staged over gloo ("staged")."""
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
     if not dist.is_available() or not dist.is_gloo_available():
         return {"skip": "this torch build has no gloo"}
+    if path == "native":
+        target.setup()
+        from torchvendor import _C
+
+        if not _C.has_collectives():
+            return {"skip": "the runtime has no collective entries (runtime.h minor 1)"}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "params.pt")
-        mp.spawn(_worker, args=(2, _free_port(), target, out, on_device), nprocs=2, join=True)
+        mp.spawn(_worker, args=(2, _free_port(), target, out, path), nprocs=2, join=True)
         got = torch.load(out)
     model = _model()
     for a, b in zip(got, _train(model, model)):
@@ -100,11 +110,12 @@ def _ddp(target: Target, on_device: bool = False) -> Any:
 
 def cases(target: Target, profile: str) -> list[Case]:
     """The DDP case (training and full profiles, with a backend); on a torchvendor device also
-    DDP on the device through the staged backend."""
+    DDP on the device, on the runtime's collectives and staged."""
     if not target.backend or profile not in ("training", "full"):
         return []
     out = [Case("distributed/ddp_compiled_two_processes", "distributed", _ddp, timeout=600)]
     if target.device not in ("cpu", "cuda", "meta"):
-        out.append(Case("distributed/ddp_compiled_on_device_staged", "distributed",
-                        functools.partial(_ddp, on_device=True), timeout=600))
+        for path in ("native", "staged"):
+            out.append(Case(f"distributed/ddp_compiled_on_device_{path}", "distributed",
+                            functools.partial(_ddp, path=path), timeout=600))
     return out
