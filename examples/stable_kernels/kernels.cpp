@@ -114,7 +114,7 @@ int32_t device_of(const Tensor& a, const Tensor& b) {
 ScalarType result_type(const Tensor& a, const Tensor& b) {
   if (a.scalar_type() == b.scalar_type()) return a.scalar_type();
   std::array<StableIValue, 2> stack{torch::stable::detail::from(a), torch::stable::detail::from(b)};
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_call_dispatcher("aten::result_type", "Tensor", stack.data()));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_call_dispatcher("aten::result_type", "Tensor", stack.data()));
   return torch::stable::detail::to<ScalarType>(stack[0]);
 }
 
