@@ -128,7 +128,7 @@ class Searcher:
         self.anchor: Hashable = None
         self._multi = isinstance(pattern, MultiPattern)
         code = None
-        if use_compiled and not self._multi and ctx.positions:
+        if use_compiled and not self._multi:
             code = compile_pattern(pattern, ctx.commutative)  # type: ignore[arg-type]
         self._on_valid = on_valid
         self._run = None
