@@ -117,6 +117,8 @@ class _Placement:
         self.pending: list[int] | None = None
         self.sweep: tuple[Sequence[int] | None, bool] = (None, False)
         self.current = 0  # sweep key of the unit being visited
+        #: units whose neighbourhood changed since their last visit (only they can gain anew)
+        self.dirty: set[int] = set()
 
     def schedule(self, u: int) -> None:
         """Have the running sweep visit unit ``u`` (skipped when the sweep has passed it)."""
@@ -199,7 +201,11 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     moves = 0
     for sweep in range(sweeps):
         backward = sweep % 2 == 0
-        moves += _sweep(st, order, pos, unsupported, n_waves, usucc, upreds, members, backward, movable)
+        # the first sweep visits every boundary unit; a later one only those a move touched
+        # since their last visit (the others would price the same waves again)
+        visit = None if sweep == 0 else st.dirty
+        st.dirty = set()
+        moves += _sweep(st, order, pos, unsupported, n_waves, usucc, upreds, members, backward, movable, visit)
     return moves
 
 
@@ -284,19 +290,23 @@ def _summaries(uwave: Sequence[int], unsupported: Sequence[int], edges: Sequence
     return out
 
 
-def _worklist(st: _Placement, pos: Sequence[int] | None, unsupported: Sequence[int], backward: bool) -> list[int]:
+def _worklist(st: _Placement, pos: Sequence[int] | None, unsupported: Sequence[int], backward: bool,
+              visit: set[int] | None) -> list[int]:
     """Heap of sweep keys (position in sweep order) of the units a sweep visits: the
-    unsupported ones and the marked ones."""
+    unsupported ones and the marked ones (those of ``visit`` only, when given)."""
     marks = st.marks
     units = set(unsupported)
-    units.update(u for u, m in enumerate(marks) if m)  # type: ignore[arg-type]
+    if visit is None:
+        units.update(u for u, m in enumerate(marks) if m)  # type: ignore[arg-type]
+    else:
+        units.update(u for u in visit if marks[u])  # type: ignore[index]
     keys = [(-u if backward else u) for u in units] if pos is None else [(-pos[u] if backward else pos[u]) for u in units]
     heapq.heapify(keys)
     return keys
 
 
 def _sweep(st: _Placement, order: Sequence[int], pos: Sequence[int] | None, unsupported: Sequence[int],
-           n_waves: int, usucc, upreds, members, backward: bool, movable) -> int:
+           n_waves: int, usucc, upreds, members, backward: bool, movable, visit: set[int] | None = None) -> int:
     """One sweep (see the module docstring) over the worklist; returns the number of moves."""
     uwave = st.uwave
     n = len(uwave)
@@ -309,7 +319,7 @@ def _sweep(st: _Placement, order: Sequence[int], pos: Sequence[int] | None, unsu
     # Only units at a wave boundary can gain: an interior single-node unit (inputs and consumers
     # all in its wave) is skipped; a move marks its neighbours and schedules those ahead.
     edge = st.marks
-    heap = st.pending = _worklist(st, pos, unsupported, backward)
+    heap = st.pending = _worklist(st, pos, unsupported, backward, visit)
     st.sweep = (pos, backward)
     pop = heapq.heappop
     moves, last = 0, None
@@ -338,6 +348,7 @@ def _sweep(st: _Placement, order: Sequence[int], pos: Sequence[int] | None, unsu
             continue
         if not edge[u]:
             continue
+        st.dirty.discard(u)
         moves += _visit(st, u, w0, n_waves, a_of, b_of, usucc, upreds, members, backward, movable)
     st.pending = None
     return moves
@@ -550,6 +561,7 @@ def _move(st: _Placement, units: Sequence[int], group, old: int, new: int) -> No
         if marks is not None:  # the neighbours' values now cross (or stop crossing) a wave
             for x in (*st.preds[m], *st.succ[m]):
                 y = x if unit_of is None else unit_of[x]
+                st.dirty.add(y)
                 if not marks[y]:
                     marks[y] = True
                     if pending is not None:  # the sweep visits it if it has not passed it yet

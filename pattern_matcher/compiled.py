@@ -60,7 +60,7 @@ class CompiledPattern:
         self.source, self._factory, self.code = source, factory, code
 
     def bind(self, ctx: MatchContext, emit: Emit, fast: Emit | None = None) -> Callable[[Hashable], bool | None]:
-        """``run(anchor)`` over ``ctx`` (whose positions are indexed), reporting each structural
+        """``run(anchor)`` over ``ctx``, reporting each structural
         match to ``emit(anchor, bindings, op_nodes)`` in the interpreter's order. It returns True
         when ``emit`` accepted a match, False when not, and ``None`` when the search failed
         before testing any constant of the pattern (nor emitting): then every pattern sharing

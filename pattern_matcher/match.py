@@ -110,8 +110,8 @@ class Searcher:
 
     Each structural match that passes ``check`` goes to ``on_match``; the search at an anchor
     stops when it returns True and backtracks to the next match otherwise. Single-output
-    patterns run as compiled code (:mod:`.compiled`) when the context's positions are indexed,
-    with the interpreter's search order; the rest run on the interpreter.
+    patterns run as compiled code (:mod:`.compiled`) with the interpreter's search order; the
+    rest run on the interpreter.
     """
 
     __slots__ = ("ctx", "pattern", "on_match", "check", "rule", "comp", "env", "anchor", "_multi", "_run", "_on_valid")
