@@ -31,7 +31,6 @@ partition: the sum over partitions of their inputs' and outputs' bytes.
 """
 from __future__ import annotations
 
-import heapq
 from typing import Any, Callable, Mapping, Sequence
 
 __all__ = ["value_bytes", "refine_waves", "boundary_cost", "boundary_total", "eject_cheap"]
@@ -113,20 +112,6 @@ class _Placement:
         self.counts: dict[int, dict[int, int]] = {}
         #: per unit, whether a sweep must look at it (see :func:`_boundary_marks`)
         self.marks: list[bool] | None = None
-        #: the running sweep's heap of sweep keys, and (positions or None, backward)
-        self.pending: list[int] | None = None
-        self.sweep: tuple[Sequence[int] | None, bool] = (None, False)
-        self.current = 0  # sweep key of the unit being visited
-        #: units whose neighbourhood changed since their last visit (only they can gain anew)
-        self.dirty: set[int] = set()
-
-    def schedule(self, u: int) -> None:
-        """Have the running sweep visit unit ``u`` (skipped when the sweep has passed it)."""
-        pos, backward = self.sweep
-        at = u if pos is None else pos[u]
-        key = -at if backward else at
-        if key > self.current:
-            heapq.heappush(self.pending, key)  # type: ignore[arg-type]
 
     def wave(self, i: int) -> int:
         return self.uwave[i if self.unit_of is None else self.unit_of[i]]
@@ -180,10 +165,6 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     node's value; ``movable(unit, old, new)``: whether the unit may move (called once per
     chosen move; it may keep its own books, e.g. for ``min_size``).
 
-    Incremental: the units at a wave boundary are found once (one pass over the edges); a
-    sweep visits only them and the unsupported units (whose summaries keep the bounds exact),
-    in sweep order, and a move schedules its neighbours that the sweep has not passed yet.
-
     >>> # x -> a -> s(unsupported) -> c ; x -> b -> c : b joins c's wave (b's value stays inside)
     >>> succ = [[1, 3], [2], [4], [4], []]; preds = [[], [0], [1], [0], [2, 3]]
     >>> w = [-1, 0, -1, 0, 1]
@@ -192,20 +173,10 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     """
     st = _Placement(uwave, unit_of, preds, succ, size_of)
     order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
-    pos = None if unit_of is None else [0] * len(uwave)
-    if pos is not None:
-        for i, u in enumerate(order):
-            pos[u] = i
-    unsupported = [u for u in order if uwave[u] < 0]  # moves stay within waves >= 0: fixed
-    st.marks = _boundary_marks(st, members)  # kept up to date by _move from here on
     moves = 0
     for sweep in range(sweeps):
         backward = sweep % 2 == 0
-        # the first sweep visits every boundary unit; a later one only those a move touched
-        # since their last visit (the others would price the same waves again)
-        visit = None if sweep == 0 else st.dirty
-        st.dirty = set()
-        moves += _sweep(st, order, pos, unsupported, n_waves, usucc, upreds, members, backward, movable, visit)
+        moves += _sweep(st, order, n_waves, usucc, upreds, members, backward, movable)
     return moves
 
 
@@ -265,71 +236,54 @@ def _topo_order(usucc: Sequence[Sequence[int]], upreds: Sequence[Sequence[int]])
     return order
 
 
-def _summaries(uwave: Sequence[int], unsupported: Sequence[int], edges: Sequence[Sequence[int]], forward: bool,
+def _summaries(uwave: Sequence[int], order: Sequence[int], edges: Sequence[Sequence[int]], forward: bool,
                n_waves: int) -> list[int]:
     """``A`` (forward: latest supported wave reaching each unsupported unit through unsupported
-    units, -1 if none) or ``B`` (backward: earliest reached, ``n_waves`` if none), for the
-    ``unsupported`` units given in topological order (other slots hold 0)."""
+    units, -1 if none) or ``B`` (backward: earliest reached, ``n_waves`` if none)."""
     out = [0] * len(uwave)
     if forward:
-        for u in unsupported:
-            a = -1
-            for p in edges[u]:
-                v = uwave[p] if uwave[p] >= 0 else out[p]
-                if v > a:
-                    a = v
-            out[u] = a
+        for u in order:
+            if uwave[u] < 0:
+                a = -1
+                for p in edges[u]:
+                    v = uwave[p] if uwave[p] >= 0 else out[p]
+                    if v > a:
+                        a = v
+                out[u] = a
     else:
-        for u in reversed(unsupported):
-            b = n_waves
-            for s in edges[u]:
-                v = uwave[s] if uwave[s] >= 0 else out[s]
-                if v < b:
-                    b = v
-            out[u] = b
+        for u in reversed(order):
+            if uwave[u] < 0:
+                b = n_waves
+                for s in edges[u]:
+                    v = uwave[s] if uwave[s] >= 0 else out[s]
+                    if v < b:
+                        b = v
+                out[u] = b
     return out
 
 
-def _worklist(st: _Placement, pos: Sequence[int] | None, unsupported: Sequence[int], backward: bool,
-              visit: set[int] | None) -> list[int]:
-    """Heap of sweep keys (position in sweep order) of the units a sweep visits: the
-    unsupported ones and the marked ones (those of ``visit`` only, when given)."""
-    marks = st.marks
-    units = set(unsupported)
-    if visit is None:
-        units.update(u for u, m in enumerate(marks) if m)  # type: ignore[arg-type]
-    else:
-        units.update(u for u in visit if marks[u])  # type: ignore[index]
-    keys = [(-u if backward else u) for u in units] if pos is None else [(-pos[u] if backward else pos[u]) for u in units]
-    heapq.heapify(keys)
-    return keys
-
-
-def _sweep(st: _Placement, order: Sequence[int], pos: Sequence[int] | None, unsupported: Sequence[int],
-           n_waves: int, usucc, upreds, members, backward: bool, movable, visit: set[int] | None = None) -> int:
-    """One sweep (see the module docstring) over the worklist; returns the number of moves."""
+def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, members, backward: bool,
+           movable) -> int:
+    """One sweep (see the module docstring); returns the number of moves."""
     uwave = st.uwave
     n = len(uwave)
     if backward:  # A from the state before the sweep; B as we go
-        a_of = _summaries(uwave, unsupported, upreds, True, n_waves)
+        a_of = _summaries(uwave, order, upreds, True, n_waves)
         b_of = [n_waves] * n
+        walk = reversed(order)
     else:
-        b_of = _summaries(uwave, unsupported, usucc, False, n_waves)
+        b_of = _summaries(uwave, order, usucc, False, n_waves)
         a_of = [-1] * n
+        walk = iter(order)
     # Only units at a wave boundary can gain: an interior single-node unit (inputs and consumers
-    # all in its wave) is skipped; a move marks its neighbours and schedules those ahead.
-    edge = st.marks
-    heap = st.pending = _worklist(st, pos, unsupported, backward, visit)
-    st.sweep = (pos, backward)
-    pop = heapq.heappop
-    moves, last = 0, None
-    while heap:
-        key = pop(heap)
-        if key == last:  # scheduled twice
-            continue
-        last = st.current = key
-        u = (-key if backward else key) if pos is None else order[-key if backward else key]
+    # all in its wave) is skipped at the cost of one test; a move re-marks its neighbours.
+    edge = _boundary_marks(st, members)
+    st.marks = edge
+    moves = 0
+    for u in walk:
         w0 = uwave[u]
+        if w0 >= 0 and not edge[u]:
+            continue
         if w0 < 0:
             if backward:
                 b = n_waves
@@ -346,42 +300,28 @@ def _sweep(st: _Placement, order: Sequence[int], pos: Sequence[int] | None, unsu
                         a = v
                 a_of[u] = a
             continue
-        if not edge[u]:
+        lo = 0
+        for p in upreds[u]:
+            v = uwave[p] if uwave[p] >= 0 else a_of[p] + 1
+            if v > lo:
+                lo = v
+        hi = n_waves - 1
+        for s in usucc[u]:
+            v = uwave[s] if uwave[s] >= 0 else b_of[s] - 1
+            if v < hi:
+                hi = v
+        if lo >= hi or (u not in members and _interior(st, u, w0)):
+            edge[u] = False
             continue
-        st.dirty.discard(u)
-        moves += _visit(st, u, w0, n_waves, a_of, b_of, usucc, upreds, members, backward, movable)
-    st.pending = None
+        best = _best_wave(st, u, members.get(u), w0, lo, hi, backward)
+        if best != w0 and (movable is None or movable(u, w0, best)):
+            _move(st, (u,), members.get(u), w0, best)
+            moves += 1
+        elif backward and hi > w0 and u not in members:
+            moves += _move_cone(st, u, w0, w0, hi, upreds, usucc, members, movable)
+        elif not backward and lo < w0 and u not in members:
+            moves += _move_cone(st, u, w0, lo, w0, usucc, upreds, members, movable)
     return moves
-
-
-def _visit(st: _Placement, u: int, w0: int, n_waves: int, a_of: list[int], b_of: list[int], usucc, upreds,
-           members, backward: bool, movable) -> int:
-    """Bounds of supported unit ``u`` and its best move (alone, or with its cone); #moves."""
-    uwave, edge = st.uwave, st.marks
-    lo = 0
-    for p in upreds[u]:
-        v = uwave[p] if uwave[p] >= 0 else a_of[p] + 1
-        if v > lo:
-            lo = v
-    hi = n_waves - 1
-    for s in usucc[u]:
-        v = uwave[s] if uwave[s] >= 0 else b_of[s] - 1
-        if v < hi:
-            hi = v
-    if lo >= hi:
-        return 0
-    if u not in members and _interior(st, u, w0):
-        edge[u] = False
-        return 0
-    best = _best_wave(st, u, members.get(u), w0, lo, hi, backward)
-    if best != w0 and (movable is None or movable(u, w0, best)):
-        _move(st, (u,), members.get(u), w0, best)
-        return 1
-    if backward and hi > w0 and u not in members:
-        return _move_cone(st, u, w0, w0, hi, upreds, usucc, members, movable)
-    if not backward and lo < w0 and u not in members:
-        return _move_cone(st, u, w0, lo, w0, usucc, upreds, members, movable)
-    return 0
 
 
 def _boundary_marks(st: _Placement, members: Mapping[int, Sequence[int]]) -> list[bool]:
@@ -492,61 +432,50 @@ def _touched(st: _Placement, u: int, group: Sequence[int] | None) -> tuple[dict[
 
 def _best_wave(st: _Placement, u: int, group, w0: int, lo: int, hi: int, backward: bool) -> int:
     """The cheapest wave in ``[lo, hi]`` for unit ``u``. The cost changes only at waves some
-    touched value is produced or consumed in, so only those (and ``lo``, ``hi``) are tried;
-    each touched value is summarised once, so a candidate costs arithmetic."""
+    touched value is produced or consumed in, so only those (and ``lo``, ``hi``) are tried."""
     touched, inside = _touched(st, u, group)
     candidates = {lo, hi}
-    values = _values(st, u, touched, inside, w0, lo, hi, candidates)
+    wave, count = st.wave, st.count
+    values = []  # (consumer-wave counts, #edges into the unit, producer wave or None if inside, value)
+    for x, k in touched.items():
+        c = count(x)
+        own = x == u if inside is None else x in inside
+        w = wave(x)
+        if lo <= w <= hi:
+            candidates.add(w)
+        for w2 in c:
+            if lo <= w2 <= hi:
+                candidates.add(w2)
+        values.append((c, k, None if own else w, x))
     candidates.discard(w0)
     if not candidates:
         return w0
-    best, best_cost = w0, _cost_of(values, w0)
+    best, best_cost = w0, _cost_of(st, values, w0, w0)
     # a reverse sweep breaks ties towards later waves, so a chain can follow its consumer one
     # unit at a time; a forward sweep moves only on a strict gain
     for w in sorted(candidates):
-        cost = _cost_of(values, w)
+        cost = _cost_of(st, values, w0, w)
         if cost < best_cost or (backward and cost == best_cost and w > best):
             best, best_cost = w, cost
     return best
 
 
-def _values(st: _Placement, u: int, touched: Mapping[int, int], inside: set[int] | None, w0: int,
-            lo: int = 0, hi: int = -1, candidates: set[int] | None = None) -> list[tuple]:
-    """The touched values of unit ``u`` (at wave ``w0``) summarised for :func:`_cost_of`, each
-    (bytes, consumer waves outside the unit, whether the unit consumes it, its producer's wave
-    or ``None`` when the unit produces it, whether a consumer is outside every partition);
-    waves in ``[lo, hi]`` where a value is produced or consumed are added to ``candidates``."""
-    wave, count, size = st.wave, st.count, st.size
-    values = []
-    for x, k in touched.items():
-        c = count(x)
-        w = wave(x)
-        if candidates is not None and lo <= w <= hi:
-            candidates.add(w)
-        others = set()
-        for w2, n in c.items():
-            if candidates is not None and lo <= w2 <= hi:
-                candidates.add(w2)
-            if w2 != w0 or n > k:
-                others.add(w2)
-        values.append((size(x), others, k > 0, None if (x == u if inside is None else x in inside) else w,
-                       -1 in others))
-    return values
-
-
-def _cost_of(values: list, new: int) -> int:
-    """Boundary bytes of the summarised values when the unit sits at wave ``new``: per value,
-    the consumer waves (the unit's own at ``new``) other than the producer's, one read each
-    (a consumer outside every partition reads nothing), plus one write when any."""
+def _cost_of(st: _Placement, values: list, old: int, new: int) -> int:
+    """:func:`_cost_at` on values prepared by :func:`_best_wave`."""
     total = 0
-    for size, others, consumes, producer, host in values:
+    size = st.size
+    for c, k, producer, x in values:
         if producer is None:
             producer = new
-        n = len(others) + (consumes and new not in others)
-        if producer in others or (consumes and producer == new and new not in others):
-            n -= 1
-        if n:
-            total += size * (n - (host and producer != -1) + (producer != -1))
+        keys = set()
+        for w, n in c.items():
+            if w != old or n > k:
+                keys.add(w)
+        if k:
+            keys.add(new)
+        keys.discard(producer)
+        if keys:
+            total += size(x) * (len(keys) - (-1 in keys) + (producer != -1))
     return total
 
 
@@ -556,16 +485,10 @@ def _move(st: _Placement, units: Sequence[int], group, old: int, new: int) -> No
         st.uwave[u] = new
     counts = st.counts
     marks, unit_of = st.marks, st.unit_of
-    pending = st.pending
     for m in (group or units):
         if marks is not None:  # the neighbours' values now cross (or stop crossing) a wave
             for x in (*st.preds[m], *st.succ[m]):
-                y = x if unit_of is None else unit_of[x]
-                st.dirty.add(y)
-                if not marks[y]:
-                    marks[y] = True
-                    if pending is not None:  # the sweep visits it if it has not passed it yet
-                        st.schedule(y)
+                marks[x if unit_of is None else unit_of[x]] = True
         for p in st.preds[m]:
             c = counts.get(p)
             if c is not None:

@@ -621,36 +621,3 @@ def test_docs_examples_run():
     for block in blocks:
         exec(compile(block, "docs/partitioner.md", "exec"), {})
 
-
-
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_boundary_cost_summary_equals_exact_recount(data):
-    """The refinement prices a candidate wave from per-value summaries (computed once per
-    visit); the exact recount of the same values must agree at every wave, for single nodes and
-    multi-node units, with consumers outside every partition (-1) and shared inputs."""
-    from torchvendor.partitioner.boundary import _Placement, _cost_at, _cost_of, _touched, _values
-
-    n = data.draw(st.integers(3, 9))
-    preds = [sorted(set(data.draw(st.lists(st.integers(0, i - 1), max_size=3)))) if i else [] for i in range(n)]
-    succ = [[k for k in range(n) if i in preds[k]] for i in range(n)]
-    waves = data.draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n))
-    sizes = data.draw(st.lists(st.sampled_from([1, 4, 64]), min_size=n, max_size=n))
-    u = data.draw(st.integers(0, n - 1))
-    group = None
-    if u + 1 < n and data.draw(st.booleans()):  # a two-node unit: u and a later node, same wave
-        group = [u, data.draw(st.integers(u + 1, n - 1))]
-        waves[group[1]] = waves[u]
-    waves[u] = max(waves[u], 0)
-    if group:
-        waves[group[1]] = waves[u]
-    unit_of = None
-    uwave = list(waves)
-    if group:
-        unit_of = list(range(n))
-        unit_of[group[1]] = u
-    st_ = _Placement(uwave, unit_of, preds, succ, sizes.__getitem__)
-    touched, inside = _touched(st_, u, group)
-    values = _values(st_, u, touched, inside, waves[u])
-    for w in range(0, 4):
-        assert _cost_of(values, w) == _cost_at(st_, touched, inside, None if group else u, waves[u], w)
