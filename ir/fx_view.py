@@ -127,15 +127,15 @@ class FxView:
     def nodes(self) -> list[fx.Node]:
         return list(self.graph.nodes)
 
-    def inputs(self, node: fx.Node) -> list[fx.Node]:
+    def inputs(self, node: fx.Node) -> Sequence[fx.Node]:
         # Fast path for the common flat argument list (matching calls this for every candidate).
         args = node.args
         if not node.kwargs:
             for a in args:
                 if type(a) is not _Node:
                     break
-            else:  # every argument a node (most ATen calls): no filtering
-                return list(args)
+            else:  # every argument a node (most ATen calls): the node's own tuple, nothing built
+                return args
             if all(type(a) in _FLAT_ARG_TYPES for a in args):
                 return [a for a in args if type(a) is _Node]
         return _flat_nodes(args, node.kwargs)
