@@ -433,8 +433,11 @@ instances of `mul(relu(add(a, b)), c)` planted at p = 0.1 (the notes' `synth_gra
 
 Times are for matching only, except `replace_pattern` (match + rewrite) and the last column
 (applying our replacements to every accepted match, matching excluded, per match: a 3-op
-template and a single fused op, through the FX adapter; most of it is FX's own `create_node`,
-`replace_all_uses_with` and `erase_node`). The DictGraph snapshot column is the same matcher
+template and a single fused op, through the FX adapter, which inserts each node with one
+`fx.Node` construction and one linked-list splice (`compat.fx_insert_node`: no pytree walk, no
+`inserting_before` context, the name stem cached per target) and unlinks erased nodes in one
+call (`compat.fx_erase_node`); `replace_all_uses_with` is FX's own; the graph lints after the
+pass). The DictGraph snapshot column is the same matcher
 on a torch-free copy of the graph (built once, time after the `+`): the FX adapter's share of
 the matching time. Counts: ours counts every non-overlapping valid match, including `add(x, x)` (fx's
 matcher cannot bind two placeholders to one node) and commuted operands (neither fx nor
@@ -465,7 +468,10 @@ more.
 
 {chr(10).join(lib)}
 
-How ours gets there: each pattern is compiled ahead of time into one specialised Python function
+How ours gets there: on an FX graph a pass visits only the nodes whose target is an anchor of
+some rule, read from FX's own index by target (`Graph.find_nodes`, sorted into graph order), and
+asks the adapter for operator keys, inputs and positions only of the nodes it visits (no walk
+over the whole graph, no per-node objects built up front); each pattern is compiled ahead of time into one specialised Python function
 (`pattern_matcher/compiled.py`: locals instead of an environment, constants inlined, choice points
 as loops, the interpreter's search order); rules are indexed by anchor key and filtered by the keys
 of the anchor's inputs; rules that differ only in constants (the 10 epsilons, the 5 scales) share

@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import torch
 import torch.fx as fx
@@ -81,6 +81,7 @@ def resolve_op(key: str) -> Callable[..., Any]:
     return getattr(obj, parts[2]) if len(parts) == 3 else obj
 
 
+_Node = fx.Node
 _FLAT_ARG_TYPES = frozenset({fx.Node, int, float, bool, str, type(None)})
 
 
@@ -114,19 +115,29 @@ class FxView:
     After rewriting, call ``gm.recompile()`` on the owning GraphModule.
     """
 
+    #: a node's kind follows from its operator key: only ``placeholder``, ``get_attr`` and
+    #: ``output`` name non-operations (compiled patterns skip the kind question for other keys)
+    kind_follows_op = True
+
     def __init__(self, graph: fx.Graph) -> None:
         self.graph = graph
         self._owner = graph.owning_module
-        self._keys: dict[Any, str] = {}  # op_key per call_function target: most graphs reuse few
+        self._keys: dict[int, tuple[Any, str]] = {}  # id(target) -> (target, op_key): graphs reuse few
 
     def nodes(self) -> list[fx.Node]:
         return list(self.graph.nodes)
 
-    def inputs(self, node: fx.Node) -> list[fx.Node]:
+    def inputs(self, node: fx.Node) -> Sequence[fx.Node]:
         # Fast path for the common flat argument list (matching calls this for every candidate).
         args = node.args
-        if not node.kwargs and all(type(a) in _FLAT_ARG_TYPES for a in args):
-            return [a for a in args if type(a) is fx.Node]
+        if not node.kwargs:
+            for a in args:
+                if type(a) is not _Node:
+                    break
+            else:  # every argument a node (most ATen calls): the node's own tuple, nothing built
+                return args
+            if all(type(a) in _FLAT_ARG_TYPES for a in args):
+                return [a for a in args if type(a) is _Node]
         return _flat_nodes(args, node.kwargs)
 
     def users(self, node: fx.Node) -> list[fx.Node]:
@@ -134,15 +145,14 @@ class FxView:
 
     def op(self, node: fx.Node) -> str:
         if node.op == "call_function":
-            try:
-                return self._keys[node.target]
-            except (KeyError, TypeError):  # TypeError: an unhashable target
-                key = op_key(node.target)
-                try:
-                    self._keys[node.target] = key
-                except TypeError:
-                    pass
-                return key
+            # by id: OpOverload hashes in Python; the entry holds the target, so the id stays its own
+            target = node.target
+            hit = self._keys.get(id(target))
+            if hit is not None and hit[0] is target:
+                return hit[1]
+            key = op_key(target)
+            self._keys[id(target)] = (target, key)
+            return key
         if node.op == "call_method":
             return f"method.{node.target}"
         if node.op == "call_module":
@@ -176,6 +186,24 @@ class FxView:
     def name(self, node: fx.Node) -> str:
         return node.name
 
+    def nodes_with_ops(self, keys: Collection[str]) -> list[fx.Node] | None:
+        """The nodes whose operator key is in ``keys``, in graph order, read from FX's own index
+        of nodes by target (``Graph.find_nodes``) instead of a walk over every node; ``None`` for
+        a key that no single target spells (``module.*``, ``torch.*`` callables, unresolvable
+        keys): the caller then walks the graph.
+
+        >>> gm = torch.fx.symbolic_trace(lambda x: (x + 1).relu() + 2)
+        >>> [n.name for n in FxView(gm.graph).nodes_with_ops({"operator.add"})]
+        ['add', 'add_1']
+        """
+        found: list[fx.Node] = []
+        for key in keys:
+            where = _lookup(key)
+            if where is None:
+                return None
+            found += self.graph.find_nodes(op=where[0], target=where[1], sort=False)
+        return sorted(found)  # Node.__lt__ is graph order; the index keeps creation order
+
     # -- rewriting -------------------------------------------------------------------------------
     def create(self, op: str | Callable[..., Any], inputs: Sequence[fx.Node],
                attrs: Mapping[str, Any] | None = None, *, before: fx.Node,
@@ -206,8 +234,7 @@ class FxView:
             for key in sorted((k for k in attrs if k.startswith("arg") and k[3:].isdigit()), key=lambda k: int(k[3:])):
                 args.insert(int(key[3:]), attrs.pop(key))
             kwargs = attrs
-        with self.graph.inserting_before(before):
-            node = self.graph.create_node(kind, target, tuple(args), kwargs)
+        node = compat.fx_insert_node(self.graph, kind, target, tuple(args), kwargs, before)
         if meta:
             node.meta.update({k: v for k, v in meta.items() if k not in ("dtype", "shape")})
         return node
@@ -219,7 +246,35 @@ class FxView:
         old.replace_all_uses_with(new)
 
     def erase(self, node: fx.Node) -> None:
-        self.graph.erase_node(node)
+        compat.fx_erase_node(self.graph, node)
+
+
+#: operator key -> (FX opcode, target) for ``find_nodes``, or None when not indexable
+_LOOKUPS: dict[str, tuple[str, Any] | None] = {}
+
+
+def _lookup(key: str) -> tuple[str, Any] | None:
+    """Where FX's target index files the nodes of ``key``. Only keys whose target is determined
+    by the key qualify: torch.ops overloads and packets, ``operator.*`` and ``method.*``
+    (another callable could share a ``torch.*`` key's name, and would then be missed)."""
+    try:
+        return _LOOKUPS[key]
+    except KeyError:
+        pass
+    where: tuple[str, Any] | None = None
+    if key.startswith("method."):
+        where = ("call_method", key.removeprefix("method."))
+    elif key in ("placeholder", "get_attr", "output"):
+        where = (key, None)
+    elif not key.startswith(("torch.", "module.", "higher_order.")):
+        try:
+            target = resolve_op(key)
+        except (ValueError, AttributeError, RuntimeError):
+            target = None
+        if target is not None and op_key(target) == key:
+            where = ("call_function", target)
+    _LOOKUPS[key] = where
+    return where
 
 
 _TENSOR = ("Tensor", "Tensor?", "Optional[Tensor]")

@@ -60,7 +60,7 @@ class CompiledPattern:
         self.source, self._factory, self.code = source, factory, code
 
     def bind(self, ctx: MatchContext, emit: Emit, fast: Emit | None = None) -> Callable[[Hashable], bool | None]:
-        """``run(anchor)`` over ``ctx`` (whose positions are indexed), reporting each structural
+        """``run(anchor)`` over ``ctx``, reporting each structural
         match to ``emit(anchor, bindings, op_nodes)`` in the interpreter's order. It returns True
         when ``emit`` accepted a match, False when not, and ``None`` when the search failed
         before testing any constant of the pattern (nor emitting): then every pattern sharing
@@ -93,6 +93,8 @@ class _TooBig(Exception):
 
 
 _MISSING = object()
+#: operator keys of non-operation nodes in views that declare ``kind_follows_op`` (FX's opcodes)
+NON_OP_KEYS = frozenset({"placeholder", "get_attr", "output"})
 #: generated source -> code object
 _CODE: dict[str, Any] = {}
 
@@ -130,6 +132,7 @@ class _Gen:
                   "    inputs_cache, view_inputs = ctx._inputs, ctx.view.inputs\n"
                   "    kinds_set, view_kind = ctx._kinds.setdefault, ctx.view.kind\n"
                   "    users_get, users_set, view_users = ctx._users.get, ctx._users.setdefault, ctx.view.users\n"
+                  "    kind_follows_op = getattr(ctx.view, 'kind_follows_op', False)\n"
                   "    def run(n0):\n"
                   "        reached = None\n"
                   f"{body}\n"
@@ -251,7 +254,7 @@ class _Gen:
         if not known:
             put(depth, f"if {self.key_test(p, f'ops[{var}]')}: continue")
         iv, n = self.fresh("i"), len(p.args)
-        kind_test = self.kind_test(var)
+        kind_test = self.kind_test(var, p)
         checks = self.constraints(p.cons, var) if p.cons is not None else []
         put(depth, f"{iv} = inputs_get({var})")
         put(depth, f"if {iv} is None: {iv} = inputs_cache[{var}] = view_inputs({var})")
@@ -301,6 +304,12 @@ class _Gen:
             lines.append(f"if not {self.const(cons.where)}(ctx.view, {var}): continue")
         return [("check", line) for line in lines]
 
-    def kind_test(self, var: str) -> str:
-        """Fails unless the node is an operation (kinds are non-empty strings, cached by the context)."""
-        return f"if (kinds_get({var}) or kinds_set({var}, view_kind({var}))) != 'op': continue"
+    def kind_test(self, var: str, p: Op | None = None) -> str:
+        """Fails unless the node is an operation (kinds are non-empty strings, cached by the
+        context). When the view declares ``kind_follows_op`` (FX: only the keys ``placeholder``,
+        ``get_attr`` and ``output`` name non-operations) and every key of ``p`` names an
+        operation, the key test already passed says it: no question is asked."""
+        test = f"(kinds_get({var}) or kinds_set({var}, view_kind({var}))) != 'op'"
+        if p is not None and p.keys is not None and p.keys.isdisjoint(NON_OP_KEYS):
+            return f"if not kind_follows_op and {test}: continue"
+        return f"if {test}: continue"

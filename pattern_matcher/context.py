@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Any, Collection, Hashable, Iterator, Sequence
+from typing import Any, Callable, Collection, Hashable, Iterator, Sequence
 
 from ..ir.graph_view import GraphView, NodeKind
 
@@ -42,37 +42,78 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+class _OnDemand(dict):
+    """A cache that asks ``fn`` on a miss: ``cache[node]`` always answers, so compiled patterns
+    subscript it directly and a pass pays only for the nodes it visits."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Hashable], Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, node: Hashable) -> Any:
+        value = self[node] = self.fn(node)
+        return value
+
+
 class MatchContext:
     """Memoizing wrapper around a :class:`GraphView` used during one matching pass.
 
     ``commutative`` is the set of operator keys whose first two operands may be swapped.
+    Operator keys are asked on demand and topological positions are numbered on first use,
+    so a pass that visits only the anchors of its rules (see :meth:`anchors`) never walks the
+    whole graph.
     """
 
-    __slots__ = ("view", "commutative", "_ops", "_inputs", "_users", "_kinds", "_attrs", "positions")
+    __slots__ = ("view", "commutative", "_ops", "_inputs", "_users", "_kinds", "_attrs", "_positions")
 
     def __init__(self, view: GraphView, commutative: Collection[str] = ()) -> None:
         self.view = view
         self.commutative = frozenset(commutative)
-        self._ops: dict[Hashable, str] = {}
+        self._ops: dict[Hashable, str] = _OnDemand(view.op)
         self._inputs: dict[Hashable, Sequence[Hashable]] = {}
         self._users: dict[Hashable, Sequence[Hashable]] = {}
         self._kinds: dict[Hashable, NodeKind] = {}
         self._attrs: dict[Hashable, Any] = {}
-        #: Topological position of each node, filled by :meth:`index_positions`.
-        self.positions: dict[Hashable, int] = {}
+        self._positions: dict[Hashable, int] | None = None
+
+    @property
+    def positions(self) -> dict[Hashable, int]:
+        """Topological position of each node, numbered on first use (one walk of the graph)."""
+        pos = self._positions
+        if pos is None:
+            nodes = list(self.view.nodes())
+            pos = self._positions = dict(zip(nodes, range(len(nodes))))
+        return pos
 
     def index_positions(self) -> list[Hashable]:
         """Number the nodes in topological order and cache their operator keys; returns the nodes."""
         nodes = list(self.view.nodes())
-        self.positions = dict(zip(nodes, range(len(nodes))))
+        self._positions = dict(zip(nodes, range(len(nodes))))
         op, ops = self.view.op, self._ops
         if not ops:
-            self._ops = ops = dict(zip(nodes, map(op, nodes)))
+            ops.update(zip(nodes, map(op, nodes)))
         else:
             for n in nodes:
                 if n not in ops:
                     ops[n] = op(n)
         return nodes
+
+    def anchors(self, keys: Collection[str]) -> list[Hashable] | None:
+        """The nodes whose operator key is in ``keys``, in topological order, from the view's own
+        index (``nodes_with_ops``, e.g. FX's lookup table by target), or ``None`` when the view
+        has none: then the caller walks every node. Their keys are cached on the way.
+
+        >>> from torchvendor.ir.graph_view import DictGraph
+        >>> MatchContext(DictGraph()).anchors({"relu"}) is None   # DictGraph keeps no such index
+        True
+        """
+        find = getattr(self.view, "nodes_with_ops", None)
+        found = find(keys) if find is not None else None
+        if found is not None and len(keys) == 1:
+            self._ops.update(dict.fromkeys(found, next(iter(keys))))
+        return found
 
     # Lookups miss once per node and pass, so they test the cache with get() rather than
     # catching KeyError, which costs more than the adapter call on a miss.

@@ -110,8 +110,8 @@ class Searcher:
 
     Each structural match that passes ``check`` goes to ``on_match``; the search at an anchor
     stops when it returns True and backtracks to the next match otherwise. Single-output
-    patterns run as compiled code (:mod:`.compiled`) when the context's positions are indexed,
-    with the interpreter's search order; the rest run on the interpreter.
+    patterns run as compiled code (:mod:`.compiled`) with the interpreter's search order; the
+    rest run on the interpreter.
     """
 
     __slots__ = ("ctx", "pattern", "on_match", "check", "rule", "comp", "env", "anchor", "_multi", "_run", "_on_valid")
@@ -128,7 +128,7 @@ class Searcher:
         self.anchor: Hashable = None
         self._multi = isinstance(pattern, MultiPattern)
         code = None
-        if use_compiled and not self._multi and ctx.positions:
+        if use_compiled and not self._multi:
             code = compile_pattern(pattern, ctx.commutative)  # type: ignore[arg-type]
         self._on_valid = on_valid
         self._run = None

@@ -117,9 +117,20 @@ class PatternMatcher:
 
     # -- matching ----------------------------------------------------------------------------------
     def context(self, view: GraphView) -> MatchContext:
-        ctx = MatchContext(view, self.commutative)
-        ctx.index_positions()
-        return ctx
+        """A fresh :class:`MatchContext` for one pass over ``view`` (positions numbered on demand)."""
+        return MatchContext(view, self.commutative)
+
+    def _anchor_nodes(self, ctx: MatchContext) -> tuple[Iterable[Hashable], bool]:
+        """The nodes a pass visits, and whether each has an anchor key of some rule: only those
+        when the view indexes nodes by operator (FX does, by target), else every node in
+        topological order."""
+        if not self._generic and self._by_key:
+            found = ctx.anchors(self._by_key.keys())
+            if found is not None:
+                return found, True
+        elif not self._by_key and not self._generic:
+            return (), True
+        return ctx.index_positions(), False
 
     def candidates(self, view: GraphView, ctx: MatchContext | None = None,
                    report: MatchReport | None = None) -> list[Match]:
@@ -131,7 +142,16 @@ class PatternMatcher:
         dispatch = dict(self._dispatch)  # key -> rule ids, extended locally (a dict hit per node)
         admitted: dict[tuple, tuple[int, ...]] = {}  # (key, input keys, same01) -> rules worth trying
         groups = self._groups
-        for node in ctx.positions:
+        anchors, indexed = self._anchor_nodes(ctx)
+        if indexed and len(self._by_key) == 1 and groups is None:
+            (key, ids), = self._by_key.items()  # every anchor has this key: the rules are known
+            if len(ids) <= _DIRECT_RULES:
+                fns = [runs[i] for i in ids]
+                for node in anchors:
+                    for fn in fns:
+                        fn(node)
+                return out
+        for node in anchors:
             key = ops[node]
             ids = dispatch.get(key)
             if ids is None:
@@ -205,7 +225,6 @@ class PatternMatcher:
         ctx = ctx or self.context(view)
         report = MatchReport([])
         cands = self.candidates(view, ctx, report)  # in (anchor position, rule order) already
-        pos = ctx.positions
         by_priority = len({r.priority for r in self.rules}) > 1
         if by_priority:  # stable: ties keep anchor then rule order
             cands.sort(key=lambda m: -m.rule.priority)
@@ -218,6 +237,7 @@ class PatternMatcher:
             else:
                 report._reject(m.rule, view.name(m.anchor), "overlap with a match of higher precedence")
         if by_priority:
+            pos = ctx.positions
             accepted.sort(key=lambda m: pos[m.anchor])
         report.matches = accepted
         return report

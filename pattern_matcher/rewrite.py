@@ -68,7 +68,6 @@ def apply_matches(view: MutableGraphView, ctx: MatchContext, matches: Sequence[M
     """Replace each of ``matches`` (non-overlapping, valid) by its rule's replacement."""
     result = RewriteResult()
     replaced: dict[Hashable, Hashable] = {}
-    pos = ctx.positions
 
     def resolve(n: Hashable) -> Hashable:
         while n in replaced:
@@ -77,9 +76,12 @@ def apply_matches(view: MutableGraphView, ctx: MatchContext, matches: Sequence[M
 
     for m in matches:
         rule = m.rule
-        first = min(m.outputs, key=pos.__getitem__)
-        if len(m.outputs) > 1 and late_capture(m, pos, pos[first]) is not None:
-            raise RewriteError(f"{m!r} has an input computed after its first output; it is not a valid match")
+        first = m.outputs[0]
+        if len(m.outputs) > 1:  # (positions are numbered on first use: single outputs never ask)
+            pos = ctx.positions
+            first = min(m.outputs, key=pos.__getitem__)
+            if late_capture(m, pos, pos[first]) is not None:
+                raise RewriteError(f"{m!r} has an input computed after its first output; it is not a valid match")
         out_meta = [_meta(view, o, rule.name) for o in m.outputs]
         common = {k: v for k, v in out_meta[0].items() if k not in ("dtype", "shape")}
         repl = rule.replacement

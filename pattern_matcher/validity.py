@@ -37,7 +37,7 @@ __all__ = ["invalid_reason", "creates_cycle", "late_capture"]
 
 
 def invalid_reason(ctx: MatchContext, m: Match) -> str | None:
-    """Why ``m`` cannot be replaced, or ``None`` when it can. ``ctx.positions`` must be filled."""
+    """Why ``m`` cannot be replaced, or ``None`` when it can (``ctx.positions`` are numbered on first use)."""
     nodes, outputs = m.nodes, m.outputs
     inside = set(nodes)
     users = ctx.users

@@ -39,21 +39,22 @@ def random_graph(data: st.DataObject, max_ops: int = 10) -> DictGraph:
     return g
 
 
-def random_tree(data: st.DataObject, depth: int, names: tuple[str, ...]) -> object:
-    """A random pattern tree (no shared unnamed op objects; names may repeat)."""
+def random_tree(data: st.DataObject, depth: int, names: tuple[str, ...], key=lambda op: op) -> object:
+    """A random pattern tree (no shared unnamed op objects; names may repeat); ``key`` spells
+    the operators (the FX tests use ATen keys)."""
     if depth == 0 or data.draw(st.integers(0, 3)) == 0:
         name = data.draw(st.sampled_from(names + (None,)))
         return W(name)
     op = data.draw(st.sampled_from(BINARY + UNARY))
     arity = 1 if op in UNARY else 2
-    args = [random_tree(data, depth - 1, names) for _ in range(arity)]
-    node = P(op, *args)
+    args = [random_tree(data, depth - 1, names, key) for _ in range(arity)]
+    node = P(key(op), *args)
     choice = data.draw(st.integers(0, 6))
     if choice == 0 and depth > 0:  # an alternative at this position
         other = data.draw(st.sampled_from(BINARY))
-        node = Alt(node, P(other, *[random_tree(data, depth - 1, names) for _ in range(2)]))
+        node = Alt(node, P(key(other), *[random_tree(data, depth - 1, names, key) for _ in range(2)]))
     elif choice == 1:  # an optional neg around this op
-        node = Alt(P("neg", node), node)
+        node = Alt(P(key("neg"), node), node)
     return node
 
 
@@ -367,3 +368,107 @@ def test_compiled_shared_subpattern_is_one_node():
     for pat in (P("add", s, s), P("add", P("neg", "v", name="n"), P("neg", "w", name="n"))):
         assert [m.anchor for m in find_all(g, pat)] == [one]
         assert compile_pattern(pat, COMMUTATIVE_OPS) is not None  # find_all ran the compiled code
+
+
+# -- FX: the anchor index and the batched graph edits ------------------------------------------------
+ATEN = {"add": "aten.add.Tensor", "mul": "aten.mul.Tensor", "sub": "aten.sub.Tensor", "neg": "aten.neg.default"}
+
+
+def random_fx(data: st.DataObject, max_ops: int = 12):
+    """A random ATen FX graph; some nodes are inserted before earlier ones, so FX's index by
+    target (creation order) differs from the graph order."""
+    import torch
+    import torch.fx as fx
+
+    from torchvendor.ir.fx_view import resolve_op
+
+    g = fx.Graph()
+    vals = [g.placeholder(f"x{i}") for i in range(data.draw(st.integers(1, 3)))]
+    n_inputs = len(vals)
+    out = g.output(vals[0])
+    for _ in range(data.draw(st.integers(1, max_ops))):
+        op = data.draw(st.sampled_from(BINARY + UNARY))
+        at = data.draw(st.integers(max(n_inputs, len(vals) // 2), len(vals)))  # insert after vals[at - 1]
+        pool = vals[:at]
+        ins = tuple(data.draw(st.sampled_from(pool)) for _ in range(1 if op in UNARY else 2))
+        with g.inserting_before(vals[at] if at < len(vals) else out):
+            node = g.call_function(resolve_op(ATEN[op]), ins)
+        vals.insert(at, node)
+    out.args = (tuple(v for v in vals if v.op != "placeholder") or (vals[0],),)
+    g.lint()
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+class _ScanView:
+    """An FxView without the target index: the matcher walks every node."""
+
+    def __new__(cls, graph):
+        from torchvendor.ir.fx_view import FxView
+
+        view = FxView(graph)
+        view.nodes_with_ops = None  # type: ignore[method-assign]
+        return view
+
+
+def _described(view, matches) -> list[tuple]:
+    return [(m.rule.name, view.name(m.anchor), tuple(view.name(n) for n in m.nodes),
+             tuple(sorted((k, view.name(v)) for k, v in m.bindings.items()))) for m in matches]
+
+
+@SETTINGS
+@given(st.data())
+def test_fx_anchor_index_equals_full_scan(data):
+    """Visiting only the anchors (FX's index by target, sorted into graph order) finds the same
+    matches, in the same order, as the walk over every node; roots with alternatives anchor on
+    several keys."""
+    from torchvendor.ir.fx_view import FxView
+
+    gm = random_fx(data)
+    rules = []
+    for i in range(data.draw(st.integers(1, 3))):
+        pat = random_tree(data, 3, ("a", "b", "c"), ATEN.__getitem__)
+        if not root_op(pat):
+            pat = P(ATEN["add"], pat, W("c"))
+        rules.append(Rule(pat, name=f"r{i}", priority=data.draw(st.integers(0, 1))))
+    pm = PatternMatcher(rules)
+    fast, scan = FxView(gm.graph), _ScanView(gm.graph)
+    assert _described(fast, pm.match(fast).matches) == _described(scan, pm.match(scan).matches)
+    # candidates come in anchor (graph) order, then rule order
+    assert _described(fast, pm.candidates(fast)) == _described(scan, pm.candidates(scan))
+
+
+FX_RULES = [
+    Rule(P(ATEN["add"], "a", "b"), Template(T(ATEN["add"], "b", "a"))),
+    Rule(P(ATEN["mul"], P(ATEN["add"], "a", "b"), "c"),
+         Template(T(ATEN["add"], T(ATEN["mul"], "a", "c"), T(ATEN["mul"], "b", "c")))),
+    Rule(P(ATEN["neg"], P(ATEN["neg"], "x")), Template("x")),
+    Rule(P(ATEN["add"], "a", P(ATEN["neg"], "b")), Fused(ATEN["sub"], ["a", "b"])),
+]
+
+
+@SETTINGS
+@given(st.data())
+def test_fx_rewrite_keeps_values_names_and_index(data):
+    """Rewrites through the batched FX edits (compat.fx_insert_node / fx_erase_node) leave a
+    graph that lints, computes the same values, has unique names, and whose index by target
+    and length agree with its node list."""
+    import torch
+
+    from torchvendor.ir.fx_view import FxView
+
+    gm = random_fx(data)
+    n_in = len([n for n in gm.graph.nodes if n.op == "placeholder"])
+    xs = [torch.randint(-5, 6, (3,)) for _ in range(n_in)]
+    gm.recompile()
+    before = gm(*xs)
+    rules = [r for r in FX_RULES if data.draw(st.booleans())] or FX_RULES[:1]
+    PatternMatcher(rules).rewrite(FxView(gm.graph), max_passes=data.draw(st.integers(1, 2)))
+    gm.graph.lint()
+    gm.recompile()
+    after = gm(*xs)
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    nodes = list(gm.graph.nodes)
+    assert len(gm.graph.nodes) == len(nodes) and len({n.name for n in nodes}) == len(nodes)
+    for target in {n.target for n in nodes if n.op == "call_function"}:
+        assert gm.graph.find_nodes(op="call_function", target=target) == \
+            [n for n in nodes if n.op == "call_function" and n.target == target]
