@@ -15,8 +15,7 @@ import pytest
 import torch
 from torch.testing._internal.opinfo.core import SampleInput
 
-from device_utils import (DEVICE, REPRESENTATIVE_OPS, format_failure, opinfo_ops,
-                          run_opinfo_corpus_isolated, run_opinfo_op, summarize)
+from device_utils import DEVICE, REPRESENTATIVE_OPS, corpus_on_device, format_failure, opinfo_ops, run_opinfo_op, summarize
 
 _F32_OPS = {op.full_name: op for op in opinfo_ops(torch.float32)}
 
@@ -47,7 +46,7 @@ def opinfo_results(request):
     names = {item.callspec.params["name"] for item in request.session.items
              if getattr(item, "originalname", None) in _CORPUS_TESTS
              and hasattr(item, "callspec")}
-    return run_opinfo_corpus_isolated(DEVICE, torch.float32, names=names, op_timeout=600)
+    return corpus_on_device(frozenset(names))
 
 
 def _check(results, name: str):

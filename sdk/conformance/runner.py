@@ -46,14 +46,15 @@ class SuiteRun:
     environment: dict[str, Any] = field(default_factory=dict)
 
 
-def _worker(conn: Connection, target: Target, profile: str, manifest: Manifest | None) -> None:
+def _worker(conn: Connection, target: Target, profile: str, manifest: Manifest | None,
+            areas: list[str] | None = None) -> None:
     import warnings
 
     warnings.simplefilter("ignore")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     try:
         target.setup()
-        cases = {c.id: c for c in cases_for(target, profile, manifest)}
+        cases = {c.id: c for c in cases_for(target, profile, manifest, areas=areas)}
     except Exception as e:  # noqa: BLE001
         conn.send(("setup_error", f"{type(e).__name__}: {e}"))
         return
@@ -83,10 +84,11 @@ def _without_main_script() -> Iterator[None]:
 
 
 class _Worker:
-    def __init__(self, ctx: Any, target: Target, profile: str, manifest: Manifest | None) -> None:
+    def __init__(self, ctx: Any, target: Target, profile: str, manifest: Manifest | None,
+                 areas: list[str] | None) -> None:
         self.conn, child = ctx.Pipe()
         # Not a daemon: a daemon may not start processes, and the distributed cases start two.
-        self.proc = ctx.Process(target=_worker, args=(child, target, profile, manifest), daemon=False)
+        self.proc = ctx.Process(target=_worker, args=(child, target, profile, manifest, areas), daemon=False)
         spec = getattr(sys.modules.get("__main__"), "__spec__", None)
         if spec is not None and spec.name.startswith("torchvendor."):
             self.proc.start()  # the CLI: its module is safe to import
@@ -135,7 +137,9 @@ class _Pool:
 
     def __init__(self, target: Target, profile: str, manifest: Manifest | None, jobs: int,
                  cases: Sequence[Case], record: Any, timeout: float | None) -> None:
-        self.args = (mp.get_context("spawn"), target, profile, manifest)
+        # workers build only the areas of the cases to run (``only`` may leave out the ops area,
+        # whose cases import torch's OpInfo database)
+        self.args = (mp.get_context("spawn"), target, profile, manifest, sorted({c.area for c in cases}))
         self.workers = [_Worker(*self.args) for _ in range(max(1, jobs))]
         self.record = record
         self.timeouts = {c.id: timeout or c.timeout for c in cases}
@@ -184,6 +188,21 @@ class _Pool:
             w.stop(grace=10.0)
 
 
+def _areas_of(only: Sequence[str]) -> list[str] | None:
+    """The areas the case-id globs ``only`` can match (ids are ``<area>/...``), or None for all:
+    a glob whose first segment is a wildcard may match any area.
+
+    >>> _areas_of(["compile/mutation", "ops/exp/*"]), _areas_of(["*mutation"]), _areas_of([])
+    (['compile', 'ops'], None, None)
+    """
+    if not only:
+        return None
+    heads = [pattern.split("/", 1)[0] if "/" in pattern else "*" for pattern in only]
+    if any(c in head for head in heads for c in "*?["):
+        return None
+    return sorted(set(heads))
+
+
 def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], *, jobs: int = 1,
               manifest: Manifest | None = None, only: Sequence[str] = (), resume: bool = False,
               progress: bool = True, timeout: float | None = None) -> SuiteRun:
@@ -192,7 +211,7 @@ def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], 
     seconds per case (default: each case's own, 120 s for most)."""
     report = _writable(Path(report_dir))
     target.setup()  # fail fast, in this process, with a clear error
-    cases = cases_for(target, profile, manifest)
+    cases = cases_for(target, profile, manifest, areas=_areas_of(only))
     if only:
         cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in only)]
     journal_path = report / "journal.jsonl"
