@@ -14,7 +14,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --upgrade pip
   # torch first and pinned, so nothing later resolves a different (CUDA) build.
   .venv/bin/pip install -q torch==2.13.0
-  .venv/bin/pip install -q "scikit-build-core>=0.10" pytest hypothesis expecttest onnx numpy sympy transformers rich
+  .venv/bin/pip install -q "scikit-build-core>=0.10" pytest pytest-xdist hypothesis expecttest onnx numpy sympy transformers rich
   touch "$stamp"
 fi
 # Incremental: a no-op rebuild takes a few seconds.
@@ -25,7 +25,8 @@ case "$job" in
   demo)  exec .venv/bin/python -m torchvendor.sdk.cli conformance --backend torchvendor_cpu --device acme \
            --profile minimal --jobs 2 --manifest reference_backends/cpu/manifest.toml \
            --report conformance-report "$@" ;;
-  test)  exec .venv/bin/python -m pytest "$@" ;;
+  # one pytest worker per core (files stay whole on one worker, so module fixtures run once)
+  test)  exec .venv/bin/python -m pytest -n auto --dist loadfile "$@" ;;
   slow)  exec .venv/bin/python -m pytest -m slow "$@" ;;
   bench) exec .venv/bin/python bench/run_all.py "$@" ;;
   shell) exec bash ;;
