@@ -18,8 +18,7 @@ the pattern matcher and partitioner are written against) can be used without imp
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .lazy import lazy_getattr
 
 __all__: list[str] = []
 
@@ -48,7 +47,4 @@ _LAZY: dict[str, str] = {
 __all__ += sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module 'torchvendor.ir' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -17,8 +17,7 @@ and nothing claims PrivateUse1 until ``register_device`` is called.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from torchvendor.ir.lazy import lazy_getattr
 
 _API: dict[str, str] = {
     **dict.fromkeys(("register_device", "registered_device", "autoload_entry", "default_runtime_path",
@@ -40,10 +39,7 @@ _API: dict[str, str] = {
 __all__ = sorted(_API)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _API:
-        return getattr(importlib.import_module(f"torchvendor.sdk.{_API[name]}"), name)
-    raise AttributeError(f"module 'torchvendor.sdk' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _API)
 
 
 def __dir__() -> list[str]:

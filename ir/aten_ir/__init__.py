@@ -21,14 +21,10 @@ Example::
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from torchvendor.ir.lazy import lazy_getattr
 
 _LAZY = {"aten_ir_hook": "capture", "capture_aten": "capture", "AtenProgram": "program"}
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module 'torchvendor.ir.aten_ir' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -25,8 +25,7 @@ Example::
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from torchvendor.ir.lazy import lazy_getattr
 
 _LAZY = {
     "LoopProgram": "schema", "Kernel": "schema", "ExternKernel": "schema", "LoopNest": "schema",
@@ -42,7 +41,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module 'torchvendor.ir.loop_ir' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
