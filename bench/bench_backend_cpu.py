@@ -156,7 +156,7 @@ def geomean(xs: list[float]) -> float:
     return statistics.geometric_mean(xs) if xs else float("nan")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="~1 minute smoke run (3 kernels, 2 models, 1 compile row)")
     ap.add_argument("--only", default=None, help="kernels and models whose name contains this (comma-separated)")
@@ -168,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
                          "the machine is oversubscribed")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench_backend_cpu.md"), help="Markdown file to write")
     args = ap.parse_args(argv)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before our first kernel loads libgomp
         torch.set_num_threads(args.threads)

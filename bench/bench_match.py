@@ -403,23 +403,11 @@ def bench_library(sizes: list[int]) -> list[str]:
     return load + [""] + rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes only (2k, 10k), no 4k fx multi-output run")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "bench_match.md"))
-    args = ap.parse_args()
-    sizes = [2_000, 10_000] if args.quick else [2_000, 10_000, 50_000, 200_000]
-    load_start = os.getloadavg()[0]
-    multi_sizes = [1_000, 2_000, 4_000]
-    print("single-output pattern", flush=True)
-    single = bench_single(sizes)
-    print("multi-output pattern", flush=True)
-    multi = bench_multi(multi_sizes, set() if args.quick else {1_000, 2_000, 4_000})
-    print("pattern library", flush=True)
-    lib = bench_library([2_000, 10_000] if args.quick else [2_000, 10_000, 50_000, 200_000])
-    text = f"""# Pattern matching benchmark
+def _report(quick: bool, load_start: float, single: list[str], multi: list[str], lib: list[str]) -> str:
+    """The markdown page: how each table was measured, the tables, and the issue's targets."""
+    return f"""# Pattern matching benchmark
 
-Written by `bench/bench_match.py{' --quick' if args.quick else ''}`; torch {torch.__version__}, Python
+Written by `bench/bench_match.py{' --quick' if quick else ''}`; torch {torch.__version__}, Python
 {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPU(s). Times are **CPU seconds of this
 process** (`time.process_time`), because the machine was shared with other jobs (`uptime` load
 average {load_start:.1f} at the start of the run, {os.getloadavg()[0]:.1f} at the end) and wall time mostly
@@ -484,6 +472,23 @@ Targets (from issue 11): the 3-node pattern and the 150-pattern library each at 
 than Inductor's `PatternMatcherPass` at 50k and 200k nodes in one run; a rewrite within 0.1 ms
 per match; 150 patterns loaded within 0.1 s; the multi-output pattern at 4k nodes within 50 ms.
 """
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes only (2k, 10k), no 4k fx multi-output run")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "bench_match.md"))
+    args = ap.parse_args()
+    sizes = [2_000, 10_000] if args.quick else [2_000, 10_000, 50_000, 200_000]
+    load_start = os.getloadavg()[0]
+    multi_sizes = [1_000, 2_000, 4_000]
+    print("single-output pattern", flush=True)
+    single = bench_single(sizes)
+    print("multi-output pattern", flush=True)
+    multi = bench_multi(multi_sizes, set() if args.quick else {1_000, 2_000, 4_000})
+    print("pattern library", flush=True)
+    lib = bench_library([2_000, 10_000] if args.quick else [2_000, 10_000, 50_000, 200_000])
+    text = _report(args.quick, load_start, single, multi, lib)
     Path(args.out).write_text(text)
     print(f"wrote {args.out}")
 

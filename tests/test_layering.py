@@ -113,9 +113,9 @@ def test_reference_backends_use_only_the_public_sdk():
 
 
 def test_no_function_over_80_lines():
-    """STYLE.md: small functions, none over 80 lines in the packages (issue 12 split the long ones)."""
+    """STYLE.md: small functions, none over 80 lines outside the tests (issue 12 split the long ones)."""
     long = []
-    for package in PACKAGES:
+    for package in (*PACKAGES, "bench", "examples"):
         for path in _files(package):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
