@@ -294,6 +294,53 @@ def aot_forward_metadata() -> _Any:
     return getattr(ctx, "fw_metadata", None) if ctx is not None else None
 
 
+def aot_plain_inference(metadata: _Any, n_outputs: int) -> str | None:
+    """Why AOTAutograd's runtime wrappers around an inference graph do something, or None when
+    they do nothing (the compiled graph alone, run under no_grad, is the whole compiled function):
+    no mutated inputs, every output a fresh tensor (no alias of an input or intermediate), no
+    effect tokens, no functionalized RNG, no tensor subclasses, no grad-mode change, and the
+    graph returns exactly ``n_outputs`` values (the Dynamo graph's outputs)."""
+    if metadata is None:
+        return "no AOTAutograd metadata"
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    for i, info in enumerate(getattr(metadata, "input_info", None) or ()):
+        if info.mutates_data or info.mutates_metadata or getattr(info, "mutates_storage_metadata", False):
+            return f"input {i} is mutated"
+    outputs = list(getattr(metadata, "output_info", None) or ())
+    if len(outputs) != n_outputs:
+        return f"{len(outputs)} AOTAutograd outputs for {n_outputs} graph outputs"
+    for i, info in enumerate(outputs):
+        if info.output_type != OutputType.non_alias:
+            return f"output {i} is {info.output_type.name}"
+    checks = {"intermediate bases": getattr(metadata, "num_intermediate_bases", 1),
+              "effect tokens": len(getattr(metadata, "tokens", None) or {}),
+              "functionalized RNG": getattr(metadata, "is_rng_op_functionalized", True),
+              "graph-safe RNG states": getattr(metadata, "num_graphsafe_rng_states", 1),
+              "a grad-mode change": getattr(metadata, "grad_enabled_mutation", None) is not None}
+    for what, value in checks.items():
+        if value:
+            return f"it has {what}"
+    metas = [*(getattr(metadata, "subclass_inp_meta", None) or ()), *(getattr(metadata, "subclass_fw_graph_out_meta", None) or ())]
+    if any(type(m).__name__ == "SubclassCreationMeta" for m in metas):
+        return "it has tensor subclasses"
+    return None
+
+
+def fake_propagate(gm: torch.fx.GraphModule, inputs: _Sequence[torch.Tensor]) -> None:
+    """Set ``meta["val"]`` on every node of ``gm`` by running it on FakeTensors shaped like
+    ``inputs`` (static shapes, a fresh FakeTensorMode): what a rebuilt graph needs before it is
+    partitioned and compiled like one AOTAutograd handed over."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
+                 for t in inputs]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+
+
 def aot_descriptor(desc: _Any) -> tuple:
     """Normalize an AOTAutograd descriptor to a tuple of plain values, e.g.
     ``("input", 0)``, ``("param", "lin.weight")``, ``("output", 1)``, ``("mutation", ("input", 0))``,

@@ -54,6 +54,7 @@ from torchvendor.ir import decompositions as _decomp
 from torchvendor.ir.fx_view import op_key
 from torchvendor.partitioner.support import SupportRule, predicate, supported_ops as _supported_ops, unsupported_ops
 
+from . import warm
 from .cache import ArtifactCache
 from .fx_outline import partition_and_outline
 from .report import CompileReport, GraphReport, PartitionRecord, _record
@@ -191,10 +192,48 @@ class Backend:
         if self.level is Level.TORCH:
             return self._compile_graph("torch", report, time.perf_counter(), gm, list(example_inputs))
         started = time.perf_counter()
-        hook = aten_ir_hook(*(partial(self._compile_graph, kind, report, started)
-                              for kind in ("forward", "backward", "inference")),
+        key = self._bypass_key(gm, example_inputs)
+        if key is not None:
+            fast = self._warm_compile(report, started, key, list(example_inputs))
+            if fast is not None:
+                return fast
+        hook = aten_ir_hook(partial(self._compile_graph, "forward", report, started),
+                            partial(self._compile_graph, "backward", report, started),
+                            partial(self._inference_graph, report, started, key),
                             decompositions=self._decomposition_table())
         return hook(gm, example_inputs)
+
+    # ---- warm compile without AOTAutograd (sdk/warm.py) ------------------------------------------
+
+    def _bypass_key(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
+        if self.options["fallback"] != "eager":  # Inductor's fallback wants AOT's tracing context
+            return None
+        return warm.bypass_key(gm, example_inputs, self.level.value, f"lowering {_LOWERING_VERSION}")[0]
+
+    def _warm_compile(self, report: CompileReport, started: float, key: str,
+                      example_inputs: list[Any]) -> Callable[..., Any] | None:
+        """The graph AOTAutograd produced at a cold compile, from the cache, compiled as usual;
+        None on a miss or any failure (the caller takes the normal path)."""
+        gm = warm.load(self.cache, key, example_inputs)
+        if gm is None:
+            return None
+        examples = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+        try:
+            compiled = self._compile_graph("inference", report, started, gm, examples)
+        except Exception:  # noqa: BLE001 - never worse than the normal path, which reports it
+            del report.graphs[-1:]
+            return None
+        report.graphs[-1].from_cache = True
+        return warm.inference_function(compiled)
+
+    def _inference_graph(self, report: CompileReport, started: float, key: str | None, gm: fx.GraphModule,
+                         example_inputs: list[Any]) -> Callable[..., Any]:
+        """AOTAutograd's inference compiler: cache the ATen graph (before patterns rewrite it)
+        for the next warm compile when that is safe, then compile it."""
+        why = warm.store(self.cache, key, gm, example_inputs) if key is not None else "not eligible"
+        compiled = self._compile_graph("inference", report, started, gm, example_inputs)
+        report.graphs[-1].graph_cache = "stored" if why is None else f"not stored: {why}"
+        return compiled
 
     def _decomposition_table(self) -> Any:
         """The resolved table, built once per backend object (a warm compile paid ~7 ms for it)."""

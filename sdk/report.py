@@ -67,6 +67,10 @@ class GraphReport:
     #: pattern rule name -> number of matches rewritten into vendor ops
     fusions: dict[str, int] = field(default_factory=dict)
     partition_result: Any = field(default=None, repr=False, compare=False)
+    #: True when the ATen graph came from the artifact cache and AOTAutograd did not run
+    from_cache: bool = False
+    #: inference graphs: whether the ATen graph was stored for the next warm compile, and why not
+    graph_cache: str = ""
 
     @property
     def fell_back(self) -> list[PartitionRecord]:
@@ -86,7 +90,7 @@ class GraphReport:
                 "partitions": [asdict(p) for p in self.partitions], "unsupported": dict(self.unsupported),
                 "fallback": self.fallback,
                 "reasons": {k: list(v) for k, v in self.reasons.items()}, "stage_times": dict(self.stage_times),
-                "fusions": dict(self.fusions)}
+                "fusions": dict(self.fusions), "from_cache": self.from_cache, "graph_cache": self.graph_cache}
 
     def picture(self, path: str | Path | None = None) -> str:
         """The partitioner's HTML picture of this graph (nodes coloured by partition)."""
@@ -152,7 +156,8 @@ class CompileReport:
                  f"{sum(unsupported.values())} op(s) not claimed"]
         for g in self.graphs:
             times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in g.stage_times.items())
-            lines.append(f"  graph {g.kind} on {g.device}" + (f" ({times})" if times else ""))
+            source = ", ATen graph from the artifact cache (AOTAutograd skipped)" if g.from_cache else ""
+            lines.append(f"  graph {g.kind} on {g.device}{source}" + (f" ({times})" if times else ""))
             if g.fusions:
                 lines.append("    fusions: " + ", ".join(f"{k} x{v}" for k, v in g.fusions.items()))
             for p in g.partitions:
