@@ -327,6 +327,11 @@ def aot_plain_inference(metadata: _Any, n_outputs: int) -> str | None:
     return None
 
 
+def any_autocast_enabled() -> bool:
+    """Whether autocast is on for any device (AOTAutograd's ``disable_amp`` test)."""
+    return bool(torch._C._is_any_autocast_enabled())
+
+
 def fake_propagate(gm: torch.fx.GraphModule, inputs: _Sequence[torch.Tensor]) -> None:
     """Set ``meta["val"]`` on every node of ``gm`` by running it on FakeTensors shaped like
     ``inputs`` (static shapes, a fresh FakeTensorMode): what a rebuilt graph needs before it is

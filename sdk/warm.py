@@ -77,7 +77,7 @@ def _not_eligible(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | No
             return f"input {i} has symbolic sizes"
     if torch.is_grad_enabled() and any(t.requires_grad for t in example_inputs):
         return "an input requires grad (a training graph)"
-    if torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"):
+    if compat.any_autocast_enabled():
         return "autocast is enabled"
     if next(iter(gm.parameters()), None) is not None or next(iter(gm.buffers()), None) is not None:
         return "the graph has parameters or buffers of its own"

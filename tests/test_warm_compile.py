@@ -143,7 +143,20 @@ def test_the_loop_level_cpu_backend_warm_compile_skips_aot_autograd(tmp_path):
     x = torch.randn(16, 32)
     fn = lambda t: torch.softmax(t * 2, dim=-1)  # noqa: E731
     compile_once(fn, (x,), tmp_path, backend=cpu)
+    files = sorted(tmp_path.rglob("*"))
     out, rep, traced = compile_once(fn, (x,), tmp_path, backend=cpu)
     assert traced == 0 and rep.graphs[0].from_cache
+    assert sorted(tmp_path.rglob("*")) == files  # programs and kernels came from the cache too
     assert all(p.status == "compiled" for p in rep.graphs[0].partitions)
     torch.testing.assert_close(out, fn(x))
+
+
+def test_autocast_is_not_bypassed(tmp_path):
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    for _ in range(2):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, rep, traced = compile_once(f_plain, (x, w), tmp_path)
+            expected = f_plain(x, w)
+        assert traced == 1 and not rep.graphs[0].from_cache
+        torch.testing.assert_close(out, expected)
+    assert not entries(tmp_path)
