@@ -19,7 +19,7 @@ Anything else (a miss, an entry that does not decode, an unexpected node) falls 
 normal path; a corrupt entry is removed and written again by that path.
 
 >>> import torch
->>> gm = torch.fx.symbolic_trace(lambda x: torch.relu(x) * 2)
+>>> gm = torch.fx.symbolic_trace(lambda x: (torch.relu(x) * 2,))  # Dynamo graphs return a tuple
 >>> key, why = bypass_key(gm, [torch.ones(3)])
 >>> key is not None, why
 (True, None)
