@@ -208,7 +208,10 @@ class Backend:
     def _bypass_key(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
         if self.options["fallback"] != "eager":  # Inductor's fallback wants AOT's tracing context
             return None
-        return warm.bypass_key(gm, example_inputs, self.level.value, f"lowering {_LOWERING_VERSION}")[0]
+        try:
+            return warm.bypass_key(gm, example_inputs, self.level.value, f"lowering {_LOWERING_VERSION}")[0]
+        except Exception:  # noqa: BLE001 - an input the key cannot describe: the normal path
+            return None
 
     def _warm_compile(self, report: CompileReport, started: float, key: str,
                       example_inputs: list[Any]) -> Callable[..., Any] | None:
@@ -230,7 +233,10 @@ class Backend:
                          example_inputs: list[Any]) -> Callable[..., Any]:
         """AOTAutograd's inference compiler: cache the ATen graph (before patterns rewrite it)
         for the next warm compile when that is safe, then compile it."""
-        why = warm.store(self.cache, key, gm, example_inputs) if key is not None else "not eligible"
+        try:
+            why = warm.store(self.cache, key, gm, example_inputs) if key is not None else "not eligible"
+        except Exception as e:  # noqa: BLE001 - e.g. an unwritable cache: compile without storing
+            why = f"{type(e).__name__}: {e}"
         compiled = self._compile_graph("inference", report, started, gm, example_inputs)
         report.graphs[-1].graph_cache = "stored" if why is None else f"not stored: {why}"
         return compiled

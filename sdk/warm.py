@@ -6,8 +6,9 @@ in AOTAutograd tracing the Dynamo graph again (functionalization and decompositi
 safe case this module lets the SDK skip that trace:
 
 - eligible (:func:`bypass_key`): an inference graph (grad disabled, or no input requires grad),
-  autocast off, every input a plain dense tensor with static sizes, the graph only placeholders,
-  torch/operator calls and methods (no ``get_attr``, no submodules, no parameters of its own);
+  autocast off, every input a plain dense tensor with static sizes at storage offset 0, the graph
+  only placeholders, torch/operator calls and methods (no ``get_attr``, no submodules, no
+  parameters of its own);
 - stored (:func:`store`) at a cold compile, inside the inference compiler, only when
   AOTAutograd's metadata says its runtime wrappers do nothing (``compat.aot_plain_inference``):
   the ATen graph in the ATen level's JSON form (``ir/fx_graph.py``);
@@ -53,7 +54,7 @@ _CALL_MODULES = ("torch", "operator", "_operator", "math", "builtins")
 def bypass_key(gm: fx.GraphModule, example_inputs: Sequence[Any], *extra: str) -> tuple[str | None, str | None]:
     """``(key, None)`` when the Dynamo graph ``gm`` may skip AOTAutograd, else ``(None, reason)``.
 
-    The key is the graph's code, the inputs' dtype/shape/stride/offset/device/requires_grad,
+    The key is the graph's code, the inputs' dtype/shape/stride/device/requires_grad,
     grad mode, deterministic mode and ``extra``; the backend's cache namespace adds its name,
     version, options and the torch version.
     """
@@ -75,6 +76,8 @@ def _not_eligible(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | No
             return f"input {i} is a {type(t).__name__} with layout {t.layout} (a subclass or not dense)"
         if not all(isinstance(s, int) for s in (*t.shape, *t.stride(), t.storage_offset())):
             return f"input {i} has symbolic sizes"
+        if t.storage_offset() != 0:  # the rebuilt graph's FakeTensors start at offset 0
+            return f"input {i} starts at storage offset {t.storage_offset()}"
     if torch.is_grad_enabled() and any(t.requires_grad for t in example_inputs):
         return "an input requires grad (a training graph)"
     if compat.any_autocast_enabled():

@@ -160,3 +160,11 @@ def test_autocast_is_not_bypassed(tmp_path):
         assert traced == 1 and not rep.graphs[0].from_cache
         torch.testing.assert_close(out, expected)
     assert not entries(tmp_path)
+
+
+def test_an_input_at_a_storage_offset_is_not_bypassed(tmp_path):
+    base, w = torch.randn(5, 8), torch.randn(8, 8)
+    for _ in range(2):
+        out, rep, traced = compile_once(f_plain, (base[1:], w), tmp_path)
+        assert traced == 1 and not rep.graphs[0].from_cache
+        torch.testing.assert_close(out, f_plain(base[1:], w))
