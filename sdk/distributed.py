@@ -246,6 +246,14 @@ def _eager(method: Callable) -> Callable:
     return torch.compiler.disable(method, recursive=True)
 
 
+def _not_supported(op: str) -> Callable[..., dist.Work]:
+    """A process-group method for a collective the device backend does not run."""
+    def method(self: "DeviceProcessGroup", *args: Any) -> dist.Work:
+        return self._unsupported(op)
+    method.__doc__ = f"Not run on the device: raises NotImplementedError naming the supported collectives ({op})."
+    return method
+
+
 class DeviceProcessGroup(dist.ProcessGroup):
     """A process group whose collectives on device tensors run on the runtime's collectives, or
     over gloo through pinned host buffers when it has none. Made by
@@ -532,39 +540,16 @@ class DeviceProcessGroup(dist.ProcessGroup):
             "reduce_scatter(_single), barrier, send, recv. Move the tensors to the CPU and use a gloo group "
             "(dist.new_group(backend='gloo')) for this collective.")
 
-    def alltoall(self, *args: Any) -> dist.Work:
-        """Not staged: raises NotImplementedError naming the supported collectives."""
-        return self._unsupported("all_to_all")
-
     _allgather_base, _reduce_scatter_base = all_gather_single, reduce_scatter_single  # older names
 
-    def all_to_all_single(self, *args: Any) -> dist.Work:
-        """Not staged: raises NotImplementedError naming the supported collectives."""
-        return self._unsupported("all_to_all_single")
-
-    def allreduce_coalesced(self, *args: Any) -> dist.Work:
-        """Not staged: raises NotImplementedError naming the supported collectives."""
-        return self._unsupported("all_reduce_coalesced")
-
-    def allgather_coalesced(self, *args: Any) -> dist.Work:
-        """Not staged: raises NotImplementedError naming the supported collectives."""
-        return self._unsupported("all_gather_coalesced")
-
-    def recv_anysource(self, *args: Any) -> dist.Work:
-        """Not staged: raises NotImplementedError naming the supported collectives."""
-        return self._unsupported("recv from any source")
-
-    def gather(self, *args: Any) -> dist.Work:
-        """Not staged: raises NotImplementedError naming the supported collectives."""
-        return self._unsupported("gather")
-
-    def scatter(self, *args: Any) -> dist.Work:
-        """Not staged: raises NotImplementedError naming the supported collectives."""
-        return self._unsupported("scatter")
-
-    def reduce(self, *args: Any) -> dist.Work:
-        """Not staged: raises NotImplementedError naming the supported collectives."""
-        return self._unsupported("reduce")
-
+    # c10d calls these by name; each raises NotImplementedError naming the supported collectives
+    alltoall = _not_supported("all_to_all")
+    all_to_all_single = _not_supported("all_to_all_single")
+    allreduce_coalesced = _not_supported("all_reduce_coalesced")
+    allgather_coalesced = _not_supported("all_gather_coalesced")
+    recv_anysource = _not_supported("recv from any source")
+    gather = _not_supported("gather")
+    scatter = _not_supported("scatter")
+    reduce = _not_supported("reduce")
 
 StagedProcessGroup = DeviceProcessGroup  # its name before the native path
