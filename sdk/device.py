@@ -25,6 +25,7 @@ import atexit
 import importlib.resources
 import os
 import re
+import sys
 import threading
 import types
 import warnings
@@ -213,18 +214,38 @@ def _check_autograd(name: str, module: types.ModuleType) -> None:
             raise
         torch.autograd.set_multithreading_enabled(False)  # sets the thread's mode at construction
         probe()
+        _single_threaded_autograd_in_new_threads()
         warnings.warn(
             f"torchvendor: torch's autograd engine started before the '{name}' device was registered "
             f"and has no worker thread for it, so autograd multithreading is now off in this thread "
-            f"(backward passes run on the calling thread). A backward on '{name}' from another thread "
-            f"needs `with torch.autograd.set_multithreading_enabled(False):`. To keep the worker, call "
-            f"register_device() before the first backward pass: at import of your package, or through "
-            f"the torch.backends autoload entry point (see autoload_entry).",
+            f"and in every thread started from now on (backward passes run on the calling thread). "
+            f"A thread that was already running needs "
+            f"`with torch.autograd.set_multithreading_enabled(False):` around its backward. To keep "
+            f"the worker, call register_device() before the first backward pass: at import of your "
+            f"package, or through the torch.backends autoload entry point (see autoload_entry).",
             RuntimeWarning, stacklevel=3)
     else:
         atexit.register(_drain_autograd_workers, name, module.device_count())
     finally:
         module.reset_fallback_counts()
+
+
+def _single_threaded_autograd_in_new_threads() -> None:
+    """Turn autograd multithreading off at the start of every thread the ``threading`` module starts.
+
+    The mode is thread-local and a new thread starts with it on, so without this a backward on the
+    late device from a worker thread (a server's request pool, ``concurrent.futures``) would end in
+    torch's internal assert. ``threading.setprofile`` is Python's hook for per-thread setup: the
+    hook runs once, on the thread's first call, then hands the thread to the profiler that was
+    installed before it (usually none), so profiling keeps working.
+    """
+    previous = threading.getprofile()
+
+    def first_call(frame: Any, event: str, arg: Any) -> None:
+        torch.autograd.set_multithreading_enabled(False)
+        sys.setprofile(previous)
+
+    threading.setprofile(first_call)
 
 
 def _drain_autograd_workers(name: str, count: int) -> None:

@@ -224,6 +224,15 @@ def test_registration_after_first_backward_still_trains():
                 (v * 5).sum().backward()
                 grads.append(v.grad.cpu().tolist())
         t = threading.Thread(target=other_thread); t.start(); t.join()
+        # A thread started after the registration needs no context manager.
+        def plain_thread():
+            v = torch.ones(2, device='acme', requires_grad=True)
+            (v * 7).sum().backward()
+            grads.append(v.grad.cpu().tolist())
+        t = threading.Thread(target=plain_thread); t.start(); t.join()
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(2) as pool:
+            pool.submit(plain_thread).result()
         print(grads)
         """)
     assert proc.returncode == 0, proc.stderr
@@ -231,8 +240,9 @@ def test_registration_after_first_backward_still_trains():
     if engine_too_small == "True":
         assert "autograd engine started before the 'acme' device was registered" in warned
         assert "set_multithreading_enabled(False)" in warned
+        assert "every thread started from now on" in warned
     else:
         assert warned == "[]"
     assert grad == "[0.0, 1.0, 2.0]"
-    assert thread_grad == "[[5.0, 5.0]]"
+    assert thread_grad == "[[5.0, 5.0], [7.0, 7.0], [7.0, 7.0]]"
     assert counts == "{}"  # the probe itself leaves no trace in the fallback counts
