@@ -25,7 +25,6 @@ import atexit
 import importlib.resources
 import os
 import re
-import sys
 import threading
 import types
 import warnings
@@ -194,9 +193,10 @@ def _check_autograd(name: str, module: types.ModuleType) -> None:
     process, from the device guards registered at that moment; on a device registered later every
     backward fails with torch's internal assert. The engine skips those queues when autograd
     multithreading is off (``torch.autograd.set_multithreading_enabled``, public API): it then
-    runs the backward on the calling thread. So a late registration turns multithreading off for
-    the registering thread and says so. A one-element backward through a view (only native
-    kernels: nothing reaches the CPU fallback) tells which case this is.
+    runs the backward on the calling thread. That mode is thread-local, so after a late
+    registration the extension sets it in each thread at the thread's first device allocation,
+    and this says so. A one-element backward through a view (only native kernels: nothing reaches
+    the CPU fallback) tells which case this is.
     """
     last = f"{name}:{module.device_count() - 1}"  # the engine may have queues for fewer devices
     if module.device_count() == 0:
@@ -212,15 +212,14 @@ def _check_autograd(name: str, module: types.ModuleType) -> None:
     except RuntimeError as e:
         if "device_ready_queues" not in str(e):
             raise
-        torch.autograd.set_multithreading_enabled(False)  # sets the thread's mode at construction
-        probe()
-        _single_threaded_autograd_in_new_threads()
+        _C().run_autograd_on_calling_threads()
+        probe()  # its allocation turns this thread's multithreading off
         warnings.warn(
             f"torchvendor: torch's autograd engine started before the '{name}' device was registered "
-            f"and has no worker thread for it, so autograd multithreading is now off in this thread "
-            f"and in every thread started from now on (backward passes run on the calling thread). "
-            f"A thread that was already running needs "
-            f"`with torch.autograd.set_multithreading_enabled(False):` around its backward. To keep "
+            f"and has no worker thread for it, so from now on autograd multithreading is off in every "
+            f"thread that allocates on '{name}' (backward passes run on the calling thread). A "
+            f"thread whose backward on '{name}' allocates nothing there (an explicit gradient made in "
+            f"another thread) needs `with torch.autograd.set_multithreading_enabled(False):`. To keep "
             f"the worker, call register_device() before the first backward pass: at import of your "
             f"package, or through the torch.backends autoload entry point (see autoload_entry).",
             RuntimeWarning, stacklevel=3)
@@ -228,24 +227,6 @@ def _check_autograd(name: str, module: types.ModuleType) -> None:
         atexit.register(_drain_autograd_workers, name, module.device_count())
     finally:
         module.reset_fallback_counts()
-
-
-def _single_threaded_autograd_in_new_threads() -> None:
-    """Turn autograd multithreading off at the start of every thread the ``threading`` module starts.
-
-    The mode is thread-local and a new thread starts with it on, so without this a backward on the
-    late device from a worker thread (a server's request pool, ``concurrent.futures``) would end in
-    torch's internal assert. ``threading.setprofile`` is Python's hook for per-thread setup: the
-    hook runs once, on the thread's first call, then hands the thread to the profiler that was
-    installed before it (usually none), so profiling keeps working.
-    """
-    previous = threading.getprofile()
-
-    def first_call(frame: Any, event: str, arg: Any) -> None:
-        torch.autograd.set_multithreading_enabled(False)
-        sys.setprofile(previous)
-
-    threading.setprofile(first_call)
 
 
 def _drain_autograd_workers(name: str, count: int) -> None:

@@ -201,34 +201,39 @@ def test_launch_argument_errors(acme):
 
 def test_registration_after_first_backward_still_trains():
     # torch's autograd engine sizes its device queues at the first backward. A device registered
-    # later has no queue, so register_device turns autograd multithreading off in its thread
-    # (backward then runs on the calling thread) and says so; backward on the device works.
+    # later has no queue, so after register_device each thread's first allocation on the device
+    # turns autograd multithreading off there (backward then runs on the calling thread); it says
+    # so, and backward on the device works from any thread.
     proc = run("""
         import threading, warnings, torch
         x = torch.ones(2, requires_grad=True); (x * 2).sum().backward()
         from torchvendor.sdk import register_device
+        registered, grads = threading.Event(), []
+        def plain_thread():
+            registered.wait()
+            v = torch.ones(2, device='acme', requires_grad=True)
+            (v * 7).sum().backward()
+            grads.append(v.grad.cpu().tolist())
+        running = threading.Thread(target=plain_thread); running.start()  # before the registration
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             acme = register_device('acme')
+        counts = acme.fallback_counts()
+        registered.set(); running.join()
         print([str(w.message) for w in caught if w.category is RuntimeWarning])
-        print(acme.fallback_counts())
+        print(counts)
         # The engine made a queue per device of the accelerators it knew (CUDA's, if any).
         print(torch.cuda.device_count() < acme.device_count())
         w = torch.ones(3, device='acme', requires_grad=True)
         (w * torch.arange(3., device='acme')).sum().backward()
         print(w.grad.cpu().tolist())
-        grads = []
         def other_thread():
             with torch.autograd.set_multithreading_enabled(False):
                 v = torch.ones(2, device='acme', requires_grad=True)
                 (v * 5).sum().backward()
                 grads.append(v.grad.cpu().tolist())
         t = threading.Thread(target=other_thread); t.start(); t.join()
-        # A thread started after the registration needs no context manager.
-        def plain_thread():
-            v = torch.ones(2, device='acme', requires_grad=True)
-            (v * 7).sum().backward()
-            grads.append(v.grad.cpu().tolist())
+        # Threads started before or after the registration need no context manager.
         t = threading.Thread(target=plain_thread); t.start(); t.join()
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(2) as pool:
@@ -240,9 +245,9 @@ def test_registration_after_first_backward_still_trains():
     if engine_too_small == "True":
         assert "autograd engine started before the 'acme' device was registered" in warned
         assert "set_multithreading_enabled(False)" in warned
-        assert "every thread started from now on" in warned
+        assert "off in every thread that allocates on 'acme'" in warned
     else:
         assert warned == "[]"
     assert grad == "[0.0, 1.0, 2.0]"
-    assert thread_grad == "[[5.0, 5.0], [7.0, 7.0], [7.0, 7.0]]"
+    assert thread_grad == "[[7.0, 7.0], [5.0, 5.0], [7.0, 7.0], [7.0, 7.0]]"
     assert counts == "{}"  # the probe itself leaves no trace in the fallback counts

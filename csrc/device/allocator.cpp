@@ -8,8 +8,11 @@
 // on those streams at free time have completed.
 #include "tv_device.h"
 
+#include <c10/core/AutogradState.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceType.h>
+
+#include <atomic>
 
 #include <cstring>
 #include <memory>
@@ -184,9 +187,24 @@ void free_block(void* ptr) {
   st.pending.push_back(b);
 }
 
+std::atomic<bool> g_calling_thread_autograd{false};
+
+// A thread reaches a backward on the device with a tensor it allocated there (loss.backward()
+// allocates the seed gradient), so its first allocation is where to set its autograd mode. Done
+// once per thread, so a thread that turns multithreading back on keeps its choice.
+void use_calling_thread_autograd() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+}
+
 class DeviceAllocatorImpl final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t n) override {
+    if (C10_UNLIKELY(g_calling_thread_autograd.load(std::memory_order_relaxed))) {
+      use_calling_thread_autograd();
+    }
     const c10::DeviceIndex device = current_device();
     const c10::Device dev(c10::DeviceType::PrivateUse1, device);
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &raw_delete, dev);
@@ -487,6 +505,8 @@ void reset_accumulated_stats(c10::DeviceIndex device) {
   st.stats.num_device_alloc = 0;
   st.stats.num_device_free = 0;
 }
+
+void run_autograd_on_calling_threads() { g_calling_thread_autograd = true; }
 
 void empty_cache() {
   for (int d = 0; d < device_count(); ++d) release_cached(d);

@@ -60,6 +60,7 @@ void bind_info(py::module_& m) {
     return runtime_loaded() ? py::object(info_dict(runtime_info())) : py::object(py::none());
   });
   m.def("install", &install);
+  m.def("run_autograd_on_calling_threads", &run_autograd_on_calling_threads);
   m.def("registered_pieces", &registered_pieces);
   m.def("lazy_init", [] {
     torch::utils::register_fork_handler_for_device_init(at::kPrivateUse1);

@@ -137,6 +137,9 @@ std::map<std::string, int64_t> memory_stats(c10::DeviceIndex device);
 void reset_peak_stats(c10::DeviceIndex device);
 void reset_accumulated_stats(c10::DeviceIndex device);
 void empty_cache();
+// After a late registration: each thread's first device allocation turns autograd
+// multithreading off in that thread (torch's engine has no worker queue for the device).
+void run_autograd_on_calling_threads();
 void install_allocators();  // SetAllocator(PrivateUse1, ...)
 
 // ---- guard.cpp -----------------------------------------------------------------------------
