@@ -128,18 +128,19 @@ def register_distributed() -> str:
 class _StagedWork(dist.Work):
     """An async collective: gloo's work plus the copy back to the device on the launch stream."""
 
-    def __init__(self, gloo_work: dist.Work | None, finish: Callable[[], None],
+    def __init__(self, gloo_works: list[dist.Work], finish: Callable[[], None],
                  outputs: list[torch.Tensor], stream: torch.Stream | None) -> None:
         super().__init__()
-        self._gloo, self._finish, self._outputs, self._stream = gloo_work, finish, outputs, stream
+        self._gloo, self._finish, self._outputs, self._stream = gloo_works, finish, outputs, stream
         self._done: torch.Event | None = None
         self._once = threading.Lock()
 
     def _complete(self, gloo_done: bool = False) -> None:
         # gloo runs future callbacks before its work counts as finished: waiting on the work from
         # the callback, or holding the lock while waiting, would deadlock.
-        if not gloo_done and self._gloo is not None:
-            self._gloo.wait()
+        if not gloo_done:
+            for work in self._gloo:
+                work.wait()
         with self._once:  # wait() and the future callback may both get here
             if self._done is None:
                 with torch.get_device_module(self._stream.device.type).stream(self._stream):
@@ -169,10 +170,12 @@ class _StagedWork(dist.Work):
             except Exception as e:  # noqa: BLE001  handed to whoever waits on the future
                 fut.set_exception(e)
 
-        if self._gloo is None:
+        if not self._gloo:
             done(None)
-        else:
-            self._gloo.get_future().add_done_callback(done)
+        elif len(self._gloo) == 1:
+            self._gloo[0].get_future().add_done_callback(done)
+        else:  # a coalesced collective: one gloo work per tensor, all must be done
+            torch.futures.collect_all([w.get_future() for w in self._gloo]).add_done_callback(done)
         return fut
 
 
@@ -264,14 +267,16 @@ class DeviceProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._device_type = device_type
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
-        # init_process_group(device_id=...) and barrier() look up a C++ backend per device type;
-        # gloo is the one that exists. Python-level collectives never reach it for device tensors.
-        for d in ("cpu", device_type):
-            self._register_backend(torch.device(d), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
         self._pin = bool(torch.get_device_module(device_type).is_available())
         from .device_module import _C
 
         self._ext = _C()
+        # What c10d dispatches per device type (functional collectives, hence DTensor and FSDP2,
+        # call ProcessGroup methods that torch's trampoline does not hand to Python) reaches the
+        # C++ backend registered for the device: ours hands each call back to the method of the
+        # same name here. gloo there received device pointers and crashed.
+        self._ext.attach_device_backend(self, BACKEND_NAME)
         self._native = self._ext.has_collectives()
         self._store = store
         self._comm: tuple[int, int] | None = None  # (device index, tv_comm) once joined
@@ -322,20 +327,23 @@ class DeviceProcessGroup(dist.ProcessGroup):
                              " one collective takes tensors of one device.")
 
     def _stage(self, op: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor],
-               call: Callable[[Callable[[torch.Tensor], torch.Tensor]], dist.Work],
+               call: Callable[[Callable[[torch.Tensor], torch.Tensor]], dist.Work | list[dist.Work]],
                post: Callable[[Callable[[torch.Tensor], torch.Tensor]], None] | None = None) -> dist.Work:
-        """Run ``call(host)`` (gloo on host tensors) with device tensors staged; ``post(host)``
-        adjusts host results (AVG's division) before they are copied back into ``outputs``."""
+        """Run ``call(host)`` (gloo on host tensors: one work, or a list for a coalesced
+        collective) with device tensors staged; ``post(host)`` adjusts host results (AVG's
+        division) before they are copied back into ``outputs``."""
         self._check(op, inputs + outputs)
         while _in_flight and _in_flight[0][0].query():  # host buffers whose copy back is done
             _in_flight.popleft()
         staged = [t for t in inputs + outputs if t.device.type == self._device_type]
         if not staged:
             work = call(lambda t: t)
-            if post is None:
+            if post is None and not isinstance(work, list):
                 return work
-            work.wait()
-            post(lambda t: t)
+            for w in work if isinstance(work, list) else [work]:
+                w.wait()
+            if post is not None:
+                post(lambda t: t)
             return _Done(outputs)
         stream = torch.accelerator.current_stream(staged[0].device.index)
         host = {id(t): torch.empty(t.shape, dtype=t.dtype, pin_memory=self._pin) for t in staged}
@@ -359,7 +367,7 @@ class DeviceProcessGroup(dist.ProcessGroup):
                     t.copy_(host[id(t)], non_blocking=True)
             _in_flight.append((stream.record_event(), list(host.values())))
 
-        return _StagedWork(work, finish, outputs, stream)
+        return _StagedWork(work if isinstance(work, list) else [work], finish, outputs, stream)
 
     # ---- the native path ---------------------------------------------------------------------------
 
@@ -508,6 +516,80 @@ class DeviceProcessGroup(dist.ProcessGroup):
                                    lambda h: self._gloo._reduce_scatter_base(h(output), h(input), opts), post)
 
     @_eager
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        """all_reduce_coalesced: several tensors (any dtypes) reduced as one collective and one
+        work; the reduce ops of ``allreduce``."""
+        name, opts, avg, tv_op = self._reduce_op("all_reduce_coalesced",
+                                                 opts or dist.AllreduceCoalescedOptions())
+        post = self._divide(tensors) if avg else None
+        work = self._native_run(name, tensors, tensors, lambda call: [
+            call("all_reduce", t, t, t.numel(), reduce=tv_op) for t in tensors])
+        each = dist.AllreduceOptions()  # gloo's own coalesced form needs one dtype: one work per tensor
+        each.reduceOp, each.timeout = opts.reduceOp, opts.timeout
+        return work or self._stage(name, tensors, tensors,
+                                   lambda h: [self._gloo.allreduce([h(t)], each) for t in tensors], post)
+
+    @_eager
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any = None) -> dist.Work:
+        """all_gather_into_tensor of several pairs as one work (what functional collectives'
+        all_gather_into_tensor(_coalesced) call)."""
+        opts = opts or dist.AllgatherOptions()
+        work = self._native_run("all_gather_single_coalesced", inputs, outputs, lambda call: [
+            call("all_gather", i, o, i.numel()) for o, i in zip(outputs, inputs)])
+        return work or self._stage("all_gather_single_coalesced", inputs, outputs, lambda h: [
+            self._gloo._allgather_base(h(o), h(i), opts) for o, i in zip(outputs, inputs)])
+
+    @_eager
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> dist.Work:
+        """reduce_scatter_tensor of several pairs as one work (what functional collectives'
+        reduce_scatter_tensor(_coalesced) call); the reduce ops of ``allreduce``."""
+        name, opts, avg, tv_op = self._reduce_op("reduce_scatter_single_coalesced",
+                                                 opts or dist.ReduceScatterOptions())
+        post = self._divide(outputs) if avg else None
+        work = self._native_run(name, inputs, outputs, lambda call: [
+            call("reduce_scatter", i, o, o.numel(), reduce=tv_op) for o, i in zip(outputs, inputs)])
+        return work or self._stage(name, inputs, outputs, lambda h: [
+            self._gloo._reduce_scatter_base(h(o), h(i), opts) for o, i in zip(outputs, inputs)], post)
+
+    @_eager
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
+                          input_split_sizes: list[int], opts: Any = None) -> dist.Work:
+        """all_to_all_single. Native when the split is even (every rank sends every rank the same
+        number of rows: the runtime has no all-to-all entry, so it is an all_gather of the whole
+        input followed by a copy of this rank's chunks); uneven splits are staged over gloo."""
+        opts = opts or dist.AllToAllOptions()
+        world, rank = self.size(), self.rank()
+        even = self._even_split(input, output, output_split_sizes, input_split_sizes)
+
+        def enqueue(call: Callable[..., None]) -> None:
+            gathered = torch.empty((world, input.numel()), dtype=input.dtype, device=input.device)
+            call("all_gather", input, gathered, input.numel())
+            chunk = input.numel() // world  # rank j's rows for this rank are its chunk number `rank`
+            output.copy_(gathered.view(world, world, chunk)[:, rank].reshape(output.shape))
+
+        work = self._native_run("all_to_all_single", [input], [output], enqueue) if even else None
+        return work or self._stage("all_to_all_single", [input], [output], lambda h: self._gloo.alltoall_base(
+            h(output), h(input), list(output_split_sizes), list(input_split_sizes), opts))
+
+    def _even_split(self, input: torch.Tensor, output: torch.Tensor, out_splits: Sequence[int],
+                    in_splits: Sequence[int]) -> bool:
+        """Whether all_to_all_single moves equal chunks (no splits, or all splits equal), which
+        is what its native form needs; checks what the gloo path would reject unclearly."""
+        world = self.size()
+        for what, t, splits in (("input", input, in_splits), ("output", output, out_splits)):
+            if splits and (len(splits) != world or sum(splits) != (t.shape[0] if t.dim() else 1)):
+                raise ValueError(f"{BACKEND_NAME} all_to_all_single: {what}_split_sizes {list(splits)} must "
+                                 f"have {world} entries summing to the {what}'s first dimension {tuple(t.shape)}.")
+            if not splits and t.dim() and t.shape[0] % world:
+                raise ValueError(f"{BACKEND_NAME} all_to_all_single: without split sizes the {what}'s first "
+                                 f"dimension ({t.shape[0]}) must divide by the world size {world}.")
+        rows = input.shape[0] if input.dim() else 1
+        uniform = all(not sp or len(set(sp)) == 1 for sp in (in_splits, out_splits))
+        return uniform and input.numel() == output.numel() and rows % world == 0
+
+    @_eager
     def barrier(self, opts: Any = None) -> dist.Work:
         """barrier over gloo (no tensors: nothing is staged or counted)."""
         return self._gloo.barrier(opts or dist.BarrierOptions())
@@ -536,16 +618,19 @@ class DeviceProcessGroup(dist.ProcessGroup):
 
     def _unsupported(self, op: str) -> dist.Work:
         raise NotImplementedError(
-            f"{BACKEND_NAME} does not run {op}; supported: all_reduce, broadcast, all_gather(_single), "
-            "reduce_scatter(_single), barrier, send, recv. Move the tensors to the CPU and use a gloo group "
+            f"{BACKEND_NAME} does not run {op}; supported: all_reduce(_coalesced), broadcast, all_gather, "
+            "all_gather_into_tensor(_coalesced), reduce_scatter, reduce_scatter_tensor(_coalesced), "
+            "all_to_all_single, barrier, send, recv. Move the tensors to the CPU and use a gloo group "
             "(dist.new_group(backend='gloo')) for this collective.")
 
-    _allgather_base, _reduce_scatter_base = all_gather_single, reduce_scatter_single  # older names
+    # the older names c10d and torch releases before 2.13 call
+    _allgather_base, _reduce_scatter_base = all_gather_single, reduce_scatter_single
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+    alltoall_base = all_to_all_single
 
     # c10d calls these by name; each raises NotImplementedError naming the supported collectives
     alltoall = _not_supported("all_to_all")
-    all_to_all_single = _not_supported("all_to_all_single")
-    allreduce_coalesced = _not_supported("all_reduce_coalesced")
     allgather_coalesced = _not_supported("all_gather_coalesced")
     recv_anysource = _not_supported("recv from any source")
     gather = _not_supported("gather")

@@ -228,6 +228,7 @@ void bind_collectives(py::module_& m) {
                stream);
   }, py::arg("kind"), py::arg("comm"), py::arg("send"), py::arg("recv"), py::arg("count"),
      py::arg("op") = 0, py::arg("peer") = 0);
+  m.def("attach_device_backend", &attach_device_backend, py::arg("group"), py::arg("name"));
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 //   fallback.cpp  the counted boxed CPU fallback, autocast, and install() of everything
 //   kernels.cpp   vendor kernel libraries on torch's stable ABI (torchvendor/kernel_api.h)
 //   collectives.cpp the runtime's optional collectives (communicators, all_reduce, ...)
-//   module.cpp    the Python bindings (the only TU that sees pybind11)
+//   process_group.cpp the c10d backend a Python `tvgloo` group registers for the device type
+//   module.cpp    the Python bindings (with process_group.cpp, the only TUs that see pybind11)
 #pragma once
 
 #include <torchvendor/runtime.h>
@@ -27,6 +28,10 @@
 #include <map>
 #include <string>
 #include <vector>
+
+namespace pybind11 {
+class object;  // process_group.cpp's entry point takes a Python object
+}  // namespace pybind11
 
 namespace torchvendor {
 
@@ -182,6 +187,14 @@ void comm_destroy(uintptr_t comm);
 // raise_call does (TV_ERROR_NOT_SUPPORTED: NotImplementedError).
 void collective(const std::string& kind, uintptr_t comm, const void* send, void* recv,
                 size_t count, c10::ScalarType dtype, int op, int peer, c10::Stream stream);
+
+// ---- process_group.cpp ---------------------------------------------------------------------
+
+// Registers, for the device type of `group` (a Python torch.distributed.ProcessGroup), a c10d
+// backend named `name` that hands every collective back to the group's Python method of the same
+// name: what c10d dispatches per device type (functional collectives, DTensor, FSDP2) then runs
+// on the group's own paths instead of reaching gloo with device pointers.
+void attach_device_backend(const pybind11::object& group, const std::string& name);
 
 // ---- ops.cpp -------------------------------------------------------------------------------
 
