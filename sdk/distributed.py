@@ -590,6 +590,70 @@ class DeviceProcessGroup(dist.ProcessGroup):
         return uniform and input.numel() == output.numel() and rows % world == 0
 
     @_eager
+    def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
+                opts: Any = None) -> dist.Work:
+        """scatter from ``opts.rootRank`` (DTensor's distribute_tensor uses it). Native: a
+        broadcast of the root's concatenated chunks, of which each rank copies its own."""
+        opts = opts or dist.ScatterOptions()
+        root, rank = opts.rootRank, self.rank()
+        ins = [t for ts in input_lists for t in ts]
+        self._check_root_list("scatter", root, input_lists, outputs)
+
+        def enqueue(call: Callable[..., None]) -> None:
+            out = outputs[0]
+            flat = (torch.cat([t.reshape(-1) for t in input_lists[0]]) if rank == root else
+                    torch.empty(self.size() * out.numel(), dtype=out.dtype, device=out.device))
+            call("broadcast", flat, flat, flat.numel(), peer=root)
+            out.copy_(flat.view(self.size(), -1)[rank].view(out.shape))
+
+        work = self._native_run("scatter", ins, outputs, enqueue)
+        return work or self._stage("scatter", ins, outputs, lambda h: self._gloo.scatter(
+            [h(t) for t in outputs], [[h(t) for t in ts] for ts in input_lists], opts))
+
+    @_eager
+    def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+               opts: Any = None) -> dist.Work:
+        """gather to ``opts.rootRank``. Native: an all_gather of which the root keeps the rows."""
+        opts = opts or dist.GatherOptions()
+        root, rank = opts.rootRank, self.rank()
+        outs = [t for ts in output_lists for t in ts]
+        self._check_root_list("gather", root, output_lists, inputs)
+
+        def enqueue(call: Callable[..., None]) -> None:
+            i = inputs[0]
+            flat = torch.empty((self.size(), i.numel()), dtype=i.dtype, device=i.device)
+            call("all_gather", i, flat, i.numel())
+            for row, out in zip(flat, output_lists[0] if rank == root else []):
+                out.copy_(row.view(out.shape))
+
+        work = self._native_run("gather", inputs, outs, enqueue)
+        return work or self._stage("gather", inputs, outs, lambda h: self._gloo.gather(
+            [[h(t) for t in ts] for ts in output_lists], [h(t) for t in inputs], opts))
+
+    @_eager
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        """reduce to ``opts.rootRank``; the other ranks' tensors are left as they were. Native:
+        an all_reduce, in place on the root and into a scratch copy elsewhere."""
+        name, opts, avg, tv_op = self._reduce_op("reduce", opts or dist.ReduceOptions())
+        root = self.rank() == opts.rootRank
+        post = self._divide(tensors) if avg else None
+        if post is not None and not root:
+            post = lambda h: None  # noqa: E731  only the root's result is divided (and copied back)
+        work = self._native_run(name, tensors, tensors if root else [], lambda call: [
+            call("all_reduce", t, t if root else torch.empty_like(t), t.numel(), reduce=tv_op) for t in tensors])
+        return work or self._stage(name, tensors, tensors if root else [],
+                                   lambda h: self._gloo.reduce([h(t) for t in tensors], opts), post)
+
+    def _check_root_list(self, op: str, root: int, lists: list[list[torch.Tensor]],
+                         singles: list[torch.Tensor]) -> None:
+        """scatter and gather take one tensor per rank, and the root a list of ``size()``."""
+        want = 1 if self.rank() == root else 0
+        if len(singles) != 1 or len(lists) != want or (want and len(lists[0]) != self.size()):
+            raise ValueError(f"{BACKEND_NAME} {op}: expected one tensor per rank and, on the root (rank "
+                             f"{root}), a list of {self.size()} tensors; got {len(singles)} tensor(s) and "
+                             f"{[len(ts) for ts in lists]} listed.")
+
+    @_eager
     def barrier(self, opts: Any = None) -> dist.Work:
         """barrier over gloo (no tensors: nothing is staged or counted)."""
         return self._gloo.barrier(opts or dist.BarrierOptions())
@@ -620,7 +684,7 @@ class DeviceProcessGroup(dist.ProcessGroup):
         raise NotImplementedError(
             f"{BACKEND_NAME} does not run {op}; supported: all_reduce(_coalesced), broadcast, all_gather, "
             "all_gather_into_tensor(_coalesced), reduce_scatter, reduce_scatter_tensor(_coalesced), "
-            "all_to_all_single, barrier, send, recv. Move the tensors to the CPU and use a gloo group "
+            "all_to_all_single, scatter, gather, reduce, barrier, send, recv. Move the tensors to the CPU and use a gloo group "
             "(dist.new_group(backend='gloo')) for this collective.")
 
     # the older names c10d and torch releases before 2.13 call
@@ -633,8 +697,5 @@ class DeviceProcessGroup(dist.ProcessGroup):
     alltoall = _not_supported("all_to_all")
     allgather_coalesced = _not_supported("all_gather_coalesced")
     recv_anysource = _not_supported("recv from any source")
-    gather = _not_supported("gather")
-    scatter = _not_supported("scatter")
-    reduce = _not_supported("reduce")
 
 StagedProcessGroup = DeviceProcessGroup  # its name before the native path

@@ -18,6 +18,17 @@ namespace {
 
 namespace py = pybind11;
 
+// Drops a Python reference from C++ (c10d may destroy works and backends on any thread): it
+// needs the GIL, and once the interpreter is gone the reference is leaked instead.
+void release(py::object& o) {
+  if (!Py_IsInitialized()) {
+    (void)o.release();
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  o = py::object();
+}
+
 // A Python Work (or a gloo Work handed through) plus the Python object that owns it: the Work
 // a Python method returns lives only as long as its Python object, which c10d does not hold.
 class HeldWork : public c10d::Work {
@@ -25,10 +36,7 @@ class HeldWork : public c10d::Work {
   explicit HeldWork(py::object work)
       : work_(work.cast<c10::intrusive_ptr<c10d::Work>>()), owner_(std::move(work)) {}
 
-  ~HeldWork() override {
-    py::gil_scoped_acquire gil;  // dropping a Python reference needs the GIL
-    owner_ = py::object();
-  }
+  ~HeldWork() override { release(owner_); }
 
   bool wait(std::chrono::milliseconds timeout) override { return work_->wait(timeout); }
   bool isCompleted() override { return work_->isCompleted(); }
@@ -47,10 +55,7 @@ class DeviceBackend : public c10d::Backend {
   DeviceBackend(const py::object& group, std::string name, int rank, int size)
       : Backend(rank, size), group_(py::weakref(group)), name_(std::move(name)) {}
 
-  ~DeviceBackend() override {
-    py::gil_scoped_acquire gil;
-    group_ = py::weakref();
-  }
+  ~DeviceBackend() override { release(group_); }
 
   const std::string getBackendName() const override { return name_; }
 
