@@ -35,8 +35,10 @@ it (``collective_counts()``, also ``torch.<device>.collective_counts()``)::
     >>> dist.destroy_process_group(); acme.reset_collective_counts()
 
 CPU tensors go to gloo directly and are not counted. Functional collectives
-(``torch.distributed._functional_collectives``, used by DTensor and compiled autograd) dispatch in
-C++ straight to the gloo backend and do not reach this group: use eager collectives or DDP.
+(``torch.distributed._functional_collectives``, used by DTensor and FSDP2) reach this group from
+C++: through torch's trampoline, or through the c10d backend the group registers for the device
+type (``torchvendor._C.attach_device_backend``), which hands each call back to the method of the
+same name here.
 """
 from __future__ import annotations
 
