@@ -61,6 +61,19 @@ def _functional(rank: int, dev: str, out: dict[str, Any]) -> None:
     out["fc.async_then_use"] = (w * 1).cpu()
 
 
+def _rooted(rank: int, dev: str, out: dict[str, Any]) -> None:
+    """The collectives with a root (eager): scatter and gather to rank 1, reduce (AVG) to rank 0."""
+    x = _x(rank).to(dev)
+    o = torch.zeros(4, 2, device=dev)
+    dist.scatter(o, [_x(1).to(dev), 2 * _x(1).to(dev)] if rank == 1 else None, src=1)
+    out["scatter"] = o.cpu()
+    gathered = [torch.zeros(4, 2, device=dev) for _ in range(WORLD)] if rank == 1 else None
+    dist.gather(x, gathered, dst=1)
+    out["gather"] = torch.stack(gathered).cpu() if gathered else None
+    dist.reduce(x, dst=0, op=dist.ReduceOp.AVG)
+    out["reduce"] = x.cpu()
+
+
 def _errors(dev: str, out: dict[str, Any]) -> None:
     import torch.distributed._functional_collectives as fc
 
@@ -137,6 +150,7 @@ def _worker(rank: int, store_path: str, out_dir: str, path: str) -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=__name__)
     try:
         _functional(rank, str(dev), out)
+        _rooted(rank, str(dev), out)
         out["fc.counts"] = collective_counts()
         _errors(str(dev), out)
         acme.reset_collective_counts()
@@ -178,6 +192,18 @@ def test_functional_collectives_match_cpu(results: list[dict[str, Any]]) -> None
         assert torch.equal(r["fc.async_then_use"], total)
     assert torch.equal(results[0]["fc.all_to_all_uneven"], torch.cat([xs[0][:1], xs[1][:1]]))
     assert torch.equal(results[1]["fc.all_to_all_uneven"], torch.cat([xs[0][1:], xs[1][1:]]))
+
+
+def test_scatter_gather_reduce_match_cpu(results: list[dict[str, Any]]) -> None:
+    xs = torch.stack([_x(r) for r in range(WORLD)])
+    for rank, r in enumerate(results):
+        assert torch.equal(r["scatter"], (rank + 1) * _x(1))
+    assert torch.equal(results[1]["gather"], xs)
+    torch.testing.assert_close(results[0]["reduce"], xs.mean(0))
+    assert torch.equal(results[1]["reduce"], _x(1))  # not the root: left as it was
+    path = results[0]["path"]
+    for name in ("scatter", "gather", "reduce.avg"):
+        assert results[0]["fc.counts"][f"{path}:{name}"] == 1, name
 
 
 def test_functional_collectives_are_counted_under_the_path_that_ran(results: list[dict[str, Any]]) -> None:
