@@ -686,8 +686,8 @@ class DeviceProcessGroup(dist.ProcessGroup):
         raise NotImplementedError(
             f"{BACKEND_NAME} does not run {op}; supported: all_reduce(_coalesced), broadcast, all_gather, "
             "all_gather_into_tensor(_coalesced), reduce_scatter, reduce_scatter_tensor(_coalesced), "
-            "all_to_all_single, scatter, gather, reduce, barrier, send, recv. Move the tensors to the CPU and use a gloo group "
-            "(dist.new_group(backend='gloo')) for this collective.")
+            "all_to_all_single, scatter, gather, reduce, barrier, send, recv. Move the tensors to the CPU "
+            "and use a gloo group (dist.new_group(backend='gloo')) for this collective.")
 
     # the older names c10d and torch releases before 2.13 call
     _allgather_base, _reduce_scatter_base = all_gather_single, reduce_scatter_single
