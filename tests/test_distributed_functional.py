@@ -61,6 +61,22 @@ def _functional(rank: int, dev: str, out: dict[str, Any]) -> None:
     out["fc.async_then_use"] = (w * 1).cpu()
 
 
+def _compiled(rank: int, dev: str, out: dict[str, Any]) -> None:
+    """torch.distributed calls inside a fullgraph torch.compile: Dynamo rewrites them into
+    functional collectives, whose ops reach the group from the compiled graph."""
+    @torch.compile(backend="aot_eager", fullgraph=True)
+    def step(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        dist.all_reduce(y)
+        gathered = torch.empty(2 * 4, 2, device=x.device)
+        dist.all_gather_into_tensor(gathered, y)
+        scattered = torch.empty(4, 2, device=x.device)
+        dist.reduce_scatter_tensor(scattered, gathered)
+        return gathered + 1, scattered
+
+    out["compiled"] = [t.cpu() for t in step(_x(rank).to(dev))]
+
+
 def _rooted(rank: int, dev: str, out: dict[str, Any]) -> None:
     """The collectives with a root (eager): scatter and gather to rank 1, reduce (AVG) to rank 0."""
     x = _x(rank).to(dev)
@@ -152,6 +168,9 @@ def _worker(rank: int, store_path: str, out_dir: str, path: str) -> None:
         _functional(rank, str(dev), out)
         _rooted(rank, str(dev), out)
         out["fc.counts"] = collective_counts()
+        acme.reset_collective_counts()
+        _compiled(rank, str(dev), out)
+        out["compiled.counts"] = collective_counts()
         _errors(str(dev), out)
         acme.reset_collective_counts()
         _dtensor("acme", out)
@@ -192,6 +211,16 @@ def test_functional_collectives_match_cpu(results: list[dict[str, Any]]) -> None
         assert torch.equal(r["fc.async_then_use"], total)
     assert torch.equal(results[0]["fc.all_to_all_uneven"], torch.cat([xs[0][:1], xs[1][:1]]))
     assert torch.equal(results[1]["fc.all_to_all_uneven"], torch.cat([xs[0][1:], xs[1][1:]]))
+
+
+def test_distributed_calls_compile_into_functional_collectives(results: list[dict[str, Any]]) -> None:
+    y = 2 * torch.stack([_x(r) for r in range(WORLD)]).sum(0)
+    for r in results:
+        assert torch.equal(r["compiled"][0], torch.cat([y, y]) + 1)
+        assert torch.equal(r["compiled"][1], WORLD * y)  # each rank's half of the summed [y, y]
+    path = results[0]["path"]
+    assert results[0]["compiled.counts"] == {f"{path}:all_reduce.sum": 1, f"{path}:all_gather_single_coalesced": 1,
+                                             f"{path}:reduce_scatter_single_coalesced.sum": 1}
 
 
 def test_scatter_gather_reduce_match_cpu(results: list[dict[str, Any]]) -> None:
