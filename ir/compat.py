@@ -759,6 +759,24 @@ def register_device_module(name: str, module: _Any) -> None:
     torch._register_device_module(name, module)
 
 
+# ---- torch.distributed (the device's process group, sdk/distributed.py) -------------------------
+
+def process_group_set_backend(group: _Any, device: str, backend_type: _Any, backend: _Any) -> None:
+    """``ProcessGroup._register_backend``: the C++ backend a group uses for one device type (what
+    c10d's dispatched collectives and ``barrier`` reach)."""
+    group._register_backend(torch.device(device), backend_type, backend)
+
+
+def gloo_all_gather_into(gloo: _Any, output: torch.Tensor, input: torch.Tensor, opts: _Any) -> _Any:
+    """gloo's all_gather_into_tensor on a bare gloo group object (``_allgather_base``)."""
+    return gloo._allgather_base(output, input, opts)
+
+
+def gloo_reduce_scatter_into(gloo: _Any, output: torch.Tensor, input: torch.Tensor, opts: _Any) -> _Any:
+    """gloo's reduce_scatter_tensor on a bare gloo group object (``_reduce_scatter_base``)."""
+    return gloo._reduce_scatter_base(output, input, opts)
+
+
 def ordered_set() -> type:
     """Inductor's ``OrderedSet`` (its scheduler hands and expects them)."""
     from torch.utils._ordered_set import OrderedSet

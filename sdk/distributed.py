@@ -53,6 +53,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from torchvendor.ir import compat
+
 __all__ = ["BACKEND_NAME", "DeviceProcessGroup", "StagedProcessGroup", "register_distributed",
            "collective_counts", "reset_collective_counts"]
 
@@ -269,7 +271,7 @@ class DeviceProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._device_type = device_type
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
-        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        compat.process_group_set_backend(self, "cpu", dist.ProcessGroup.BackendType.GLOO, self._gloo)
         self._pin = bool(torch.get_device_module(device_type).is_available())
         from .device_module import _C
 
@@ -492,7 +494,7 @@ class DeviceProcessGroup(dist.ProcessGroup):
         work = self._native_run("all_gather_single", [input], [output], lambda call: call(
             "all_gather", input, output, input.numel()))
         return work or self._stage("all_gather_single", [input], [output],
-                           lambda h: self._gloo._allgather_base(h(output), h(input), opts))
+                           lambda h: compat.gloo_all_gather_into(self._gloo, h(output), h(input), opts))
 
     @_eager
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
@@ -515,7 +517,7 @@ class DeviceProcessGroup(dist.ProcessGroup):
         work = self._native_run(name, [input], [output], lambda call: call(
             "reduce_scatter", input, output, output.numel(), reduce=tv_op))
         return work or self._stage(name, [input], [output],
-                                   lambda h: self._gloo._reduce_scatter_base(h(output), h(input), opts), post)
+                                   lambda h: compat.gloo_reduce_scatter_into(self._gloo, h(output), h(input), opts), post)
 
     @_eager
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
@@ -540,7 +542,7 @@ class DeviceProcessGroup(dist.ProcessGroup):
         work = self._native_run("all_gather_single_coalesced", inputs, outputs, lambda call: [
             call("all_gather", i, o, i.numel()) for o, i in zip(outputs, inputs)])
         return work or self._stage("all_gather_single_coalesced", inputs, outputs, lambda h: [
-            self._gloo._allgather_base(h(o), h(i), opts) for o, i in zip(outputs, inputs)])
+            compat.gloo_all_gather_into(self._gloo, h(o), h(i), opts) for o, i in zip(outputs, inputs)])
 
     @_eager
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
@@ -553,7 +555,7 @@ class DeviceProcessGroup(dist.ProcessGroup):
         work = self._native_run(name, inputs, outputs, lambda call: [
             call("reduce_scatter", i, o, o.numel(), reduce=tv_op) for o, i in zip(outputs, inputs)])
         return work or self._stage(name, inputs, outputs, lambda h: [
-            self._gloo._reduce_scatter_base(h(o), h(i), opts) for o, i in zip(outputs, inputs)], post)
+            compat.gloo_reduce_scatter_into(self._gloo, h(o), h(i), opts) for o, i in zip(outputs, inputs)], post)
 
     @_eager
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
