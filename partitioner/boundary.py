@@ -102,34 +102,38 @@ def boundary_total(uwave: Sequence[int], unit_of: Sequence[int] | None, succ: Se
 
 
 class _Placement:
-    """Mutable state of :func:`refine_waves`: unit waves, lazily built per-value consumer-wave
-    counts, and lazily computed value sizes."""
+    """Mutable state of :func:`refine_waves`: unit waves, the wave of every node (kept in step,
+    so a value's placement is one list read), lazily built per-value consumer-wave counts, and
+    lazily computed value sizes (lists indexed by node: cheaper than dicts in the hot loops)."""
 
     def __init__(self, uwave, unit_of, preds, succ, size_of) -> None:
         self.uwave, self.unit_of, self.preds, self.succ = uwave, unit_of, preds, succ
+        #: wave of each node: ``uwave`` itself when every node is its own unit
+        self.nwave = uwave if unit_of is None else [uwave[u] for u in unit_of]
         self.size_of = size_of
-        self.sizes: dict[int, int] = {}
-        self.counts: dict[int, dict[int, int]] = {}
+        n = len(succ)
+        self.sizes: list[int] = [-1] * n
+        self.counts: list[dict[int, int] | None] = [None] * n
         #: per unit, whether a sweep must look at it (see :func:`_boundary_marks`)
         self.marks: list[bool] | None = None
 
     def wave(self, i: int) -> int:
-        return self.uwave[i if self.unit_of is None else self.unit_of[i]]
+        return self.nwave[i]
 
     def count(self, x: int) -> dict[int, int]:
-        c = self.counts.get(x)
+        c = self.counts[x]
         if c is None:
             c = {}
-            wave = self.wave
+            nwave = self.nwave
             for k in self.succ[x]:
-                w = wave(k)
+                w = nwave[k]
                 c[w] = c.get(w, 0) + 1
             self.counts[x] = c
         return c
 
     def size(self, x: int) -> int:
-        s = self.sizes.get(x)
-        if s is None:
+        s = self.sizes[x]
+        if s < 0:
             s = self.sizes[x] = self.size_of(x)
         return s
 
@@ -173,6 +177,9 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     """
     st = _Placement(uwave, unit_of, preds, succ, size_of)
     order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
+    # Only units at a wave boundary can gain; the marks are found once and kept a superset by
+    # the moves (each re-marks its neighbours), and a sweep clears a unit it finds interior.
+    st.marks = _boundary_marks(st, members)
     moves = 0
     for sweep in range(sweeps):
         backward = sweep % 2 == 0
@@ -277,8 +284,7 @@ def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, me
         walk = iter(order)
     # Only units at a wave boundary can gain: an interior single-node unit (inputs and consumers
     # all in its wave) is skipped at the cost of one test; a move re-marks its neighbours.
-    edge = _boundary_marks(st, members)
-    st.marks = edge
+    edge = st.marks
     moves = 0
     for u in walk:
         w0 = uwave[u]
@@ -300,20 +306,14 @@ def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, me
                         a = v
                 a_of[u] = a
             continue
-        lo = 0
-        for p in upreds[u]:
-            v = uwave[p] if uwave[p] >= 0 else a_of[p] + 1
-            if v > lo:
-                lo = v
-        hi = n_waves - 1
-        for s in usucc[u]:
-            v = uwave[s] if uwave[s] >= 0 else b_of[s] - 1
-            if v < hi:
-                hi = v
-        if lo >= hi or (u not in members and _interior(st, u, w0)):
+        lo, hi = _bounds(u, uwave, upreds, usucc, a_of, b_of, n_waves, backward)
+        if lo >= hi:
+            continue
+        if u not in members and _interior(st, u, w0):
             edge[u] = False
             continue
-        best = _best_wave(st, u, members.get(u), w0, lo, hi, backward)
+        group = members.get(u)
+        best = _best_group(st, group, w0, lo, hi, backward) if group else _best_single(st, u, w0, lo, hi, backward)
         if best != w0 and (movable is None or movable(u, w0, best)):
             _move(st, (u,), members.get(u), w0, best)
             moves += 1
@@ -324,25 +324,57 @@ def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, me
     return moves
 
 
+def _bounds(u: int, uwave: list[int], upreds, usucc, a_of: list[int], b_of: list[int], n_waves: int,
+            backward: bool) -> tuple[int, int]:
+    """``(lo, hi)``: the waves unit ``u`` may take given its neighbours (through unsupported
+    chains, the summaries ``a_of``/``b_of``). Only ``lo < hi`` matters, so the side the sweep
+    has not moved yet is computed second and stops as soon as the range is empty."""
+    if backward:
+        hi = n_waves - 1
+        for s in usucc[u]:
+            v = uwave[s] if uwave[s] >= 0 else b_of[s] - 1
+            if v < hi:
+                hi = v
+        lo = 0
+        for p in upreds[u]:
+            v = uwave[p] if uwave[p] >= 0 else a_of[p] + 1
+            if v > lo:
+                lo = v
+                if lo >= hi:
+                    break
+        return lo, hi
+    lo = 0
+    for p in upreds[u]:
+        v = uwave[p] if uwave[p] >= 0 else a_of[p] + 1
+        if v > lo:
+            lo = v
+    hi = n_waves - 1
+    for s in usucc[u]:
+        v = uwave[s] if uwave[s] >= 0 else b_of[s] - 1
+        if v < hi:
+            hi = v
+            if hi <= lo:
+                break
+    return lo, hi
+
+
 def _boundary_marks(st: _Placement, members: Mapping[int, Sequence[int]]) -> list[bool]:
     """Per unit: True unless it is a single node whose inputs and consumers are all in its
     wave (:func:`_interior`); every multi-node unit is marked."""
-    uwave, unit_of, preds = st.uwave, st.unit_of, st.preds
-    marks = [False] * len(uwave)
+    nwave, unit_of, preds = st.nwave, st.unit_of, st.preds
+    marks = [False] * len(st.uwave)
     if unit_of is None:
         for k, ps in enumerate(preds):
-            wk = uwave[k]
+            wk = nwave[k]
             for p in ps:
-                if uwave[p] != wk:
+                if nwave[p] != wk:
                     marks[p] = marks[k] = True
     else:
         for k, ps in enumerate(preds):
-            uk = unit_of[k]
-            wk = uwave[uk]
+            wk = nwave[k]
             for p in ps:
-                up = unit_of[p]
-                if uwave[up] != wk:
-                    marks[up] = marks[uk] = True
+                if nwave[p] != wk:
+                    marks[unit_of[p]] = marks[unit_of[k]] = True
         for root in members:
             marks[root] = True
     return marks
@@ -361,11 +393,14 @@ def _cone(st: _Placement, u: int, w0: int, upreds, usucc, members, limit: int = 
         m = cone[i]
         i += 1
         for p in upreds[m]:
-            if (p in inset or uwave[p] != w0 or p in members or (unit_of is not None and unit_of[p] != p)
-                    or not all(x in inset or (uwave[x] < 0 and not usucc[x]) for x in usucc[p])):
+            if p in inset or uwave[p] != w0 or p in members or (unit_of is not None and unit_of[p] != p):
                 continue
-            cone.append(p)
-            inset.add(p)
+            for x in usucc[p]:  # every other consumer in the cone, or a sink outside every partition
+                if x not in inset and (uwave[x] >= 0 or usucc[x]):
+                    break
+            else:
+                cone.append(p)
+                inset.add(p)
     return cone
 
 
@@ -378,7 +413,7 @@ def _move_cone(st: _Placement, u: int, w0: int, lo: int, hi: int, inward, outwar
     if len(cone) == 1:
         return 0
     backward = hi > w0
-    best = _best_wave(st, u, cone, w0, lo, hi, backward)
+    best = _best_group(st, cone, w0, lo, hi, backward)
     if best == w0:
         return 0
     done = []
@@ -395,20 +430,12 @@ def _move_cone(st: _Placement, u: int, w0: int, lo: int, hi: int, inward, outwar
 def _interior(st: _Placement, u: int, w0: int) -> bool:
     """A single-node unit whose inputs are all produced in its wave and whose value is read
     only there: any move creates crossings (sizes are >= 1), so it is not tried."""
-    uwave, unit_of = st.uwave, st.unit_of
-    if unit_of is None:
-        for p in st.preds[u]:
-            if uwave[p] != w0:
-                return False
-        for k in st.succ[u]:
-            if uwave[k] != w0:
-                return False
-        return True
+    nwave = st.nwave
     for p in st.preds[u]:
-        if uwave[unit_of[p]] != w0:
+        if nwave[p] != w0:
             return False
     for k in st.succ[u]:
-        if uwave[unit_of[k]] != w0:
+        if nwave[k] != w0:
             return False
     return True
 
@@ -460,6 +487,130 @@ def _best_wave(st: _Placement, u: int, group, w0: int, lo: int, hi: int, backwar
     return best
 
 
+def _best_single(st: _Placement, u: int, w0: int, lo: int, hi: int, backward: bool) -> int:
+    """:func:`_best_wave` for a single-node unit, priced by differences instead of recounting.
+
+    Moving ``u`` to wave ``w`` changes the cost of its own value (producer wave ``w``) and of
+    each input ``p`` (one consumer moves from ``w0`` to ``w``; inputs are deduplicated, so one
+    edge each). For an input whose other consumers lie in the waves ``D0`` and whose producer is
+    in ``P``, the cost at ``w`` is a constant plus ``pen`` unless ``w`` is in ``D0`` or is ``P``
+    (then the read is shared or internal), where ``pen = size * (1 + [P != -1 and D0 within {P}])``
+    (a new reader also forces the write when nothing else read it outside). So the total is a
+    constant, minus the ``pen`` of every input whose ``D0 | {P}`` holds ``w``, plus the own
+    value's cost: one dict accumulation per input, the same candidates and ties as
+    :func:`_best_wave`."""
+    counts, sizes, nwave = st.counts, st.sizes, st.nwave
+    gain: dict[int, int] = {}
+    candidates = {lo, hi}
+    for p in st.preds[u]:
+        c = counts[p]
+        if c is None:
+            c = st.count(p)
+        pw = nwave[p]
+        pen = sizes[p]
+        if pen < 0:
+            pen = st.size(p)
+        if pw != -1:  # does another reader outside wave pw remain? if not, a new one adds the write
+            for w, n in c.items():
+                if w != pw and (w != w0 or n > 1):
+                    break
+            else:
+                pen += pen
+        gain[pw] = gain.get(pw, 0) + pen
+        if lo <= pw <= hi:
+            candidates.add(pw)
+        for w, n in c.items():
+            if w != pw and (w != w0 or n > 1):
+                gain[w] = gain.get(w, 0) + pen
+            if lo <= w <= hi:
+                candidates.add(w)
+    own = counts[u]
+    if own is None:
+        own = st.count(u)
+    for w in own:
+        if lo <= w <= hi:
+            candidates.add(w)
+    candidates.discard(w0)
+    m = len(own) - (-1 in own)
+    neg = -1 in own
+    s_u = 0
+    if own:
+        s_u = sizes[u]
+        if s_u < 0:
+            s_u = st.size(u)
+    a = m - (w0 in own)
+    best, best_cost = w0, s_u * (a + (a > 0 or neg)) - gain.get(w0, 0)
+    for w in sorted(candidates):
+        a = m - (w in own)
+        cost = s_u * (a + (a > 0 or neg)) - gain.get(w, 0)
+        if cost < best_cost or (backward and cost == best_cost and w > best):
+            best, best_cost = w, cost
+    return best
+
+
+def _best_group(st: _Placement, group: Sequence[int], w0: int, lo: int, hi: int, backward: bool) -> int:
+    """:func:`_best_single` for a block of nodes moved together (a multi-node unit, a cone):
+    an outside input read by ``k`` members loses its readers at ``w0`` only if it had no more
+    than ``k`` there; a member's value keeps the readers outside the block and is written from
+    the new wave."""
+    counts, sizes, nwave, preds = st.counts, st.sizes, st.nwave, st.preds
+    inside = set(group)
+    edges_in: dict[int, int] = {}
+    for m in group:
+        for p in preds[m]:
+            edges_in[p] = edges_in.get(p, 0) + 1
+    gain: dict[int, int] = {}
+    candidates = {lo, hi}
+    for p, k in edges_in.items():
+        if p in inside:
+            continue
+        c = counts[p]
+        if c is None:
+            c = st.count(p)
+        pw = nwave[p]
+        pen = sizes[p]
+        if pen < 0:
+            pen = st.size(p)
+        if pw != -1:
+            for w, n in c.items():
+                if w != pw and (w != w0 or n > k):
+                    break
+            else:
+                pen += pen
+        gain[pw] = gain.get(pw, 0) + pen
+        if lo <= pw <= hi:
+            candidates.add(pw)
+        for w, n in c.items():
+            if w != pw and (w != w0 or n > k):
+                gain[w] = gain.get(w, 0) + pen
+            if lo <= w <= hi:
+                candidates.add(w)
+    owns = []  # (waves read outside the block, #those >= 0, read by a fallback node?, size)
+    for x in group:
+        c = counts[x]
+        if c is None:
+            c = st.count(x)
+        k = edges_in.get(x, 0)
+        out = set()
+        for w, n in c.items():
+            if lo <= w <= hi:
+                candidates.add(w)
+            if w != w0 or n > k:
+                out.add(w)
+        if out:
+            owns.append((out, len(out) - (-1 in out), -1 in out, st.size(x)))
+    candidates.discard(w0)
+    best, best_cost = w0, None
+    for w in (w0, *sorted(candidates)):
+        cost = -gain.get(w, 0)
+        for out, m, neg, size in owns:
+            a = m - (w in out)
+            cost += size * (a + (a > 0 or neg))
+        if best_cost is None or cost < best_cost or (backward and cost == best_cost and w > best):
+            best, best_cost = w, cost
+    return best
+
+
 def _cost_of(st: _Placement, values: list, old: int, new: int) -> int:
     """:func:`_cost_at` on values prepared by :func:`_best_wave`."""
     total = 0
@@ -483,14 +634,15 @@ def _move(st: _Placement, units: Sequence[int], group, old: int, new: int) -> No
     """Put ``units`` in wave ``new``; ``group``: the nodes they hold (``None``: the units are nodes)."""
     for u in units:
         st.uwave[u] = new
-    counts = st.counts
+    counts, nwave = st.counts, st.nwave
     marks, unit_of = st.marks, st.unit_of
     for m in (group or units):
+        nwave[m] = new
         if marks is not None:  # the neighbours' values now cross (or stop crossing) a wave
             for x in (*st.preds[m], *st.succ[m]):
                 marks[x if unit_of is None else unit_of[x]] = True
         for p in st.preds[m]:
-            c = counts.get(p)
+            c = counts[p]
             if c is not None:
                 c[old] -= 1
                 if not c[old]:

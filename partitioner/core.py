@@ -259,10 +259,12 @@ def _mutation_edges(nodes, ops, kinds, preds, succ, view_inputs, get_index) -> l
 
 
 class _UnionFind:
-    __slots__ = ("parent",)
+    __slots__ = ("parent", "linked")
 
     def __init__(self, n: int) -> None:
         self.parent = list(range(n))
+        #: every node ever attached below another root: the only non-roots
+        self.linked: list[int] = []
 
     def find(self, x: int) -> int:
         parent = self.parent
@@ -279,8 +281,10 @@ class _UnionFind:
             return False
         if ra < rb:
             self.parent[rb] = ra
+            self.linked.append(rb)
         else:
             self.parent[ra] = rb
+            self.linked.append(ra)
         return True
 
 
@@ -440,11 +444,11 @@ class _Index:
 class _Units:
     """The atomic units (step 3): ``unit_of`` is ``None`` when every node is its own unit."""
 
-    __slots__ = ("uf", "n_units", "unit_of", "usucc", "uindeg", "members", "sup")
+    __slots__ = ("uf", "n_units", "unit_of", "usucc", "uindeg", "members", "sup", "upreds")
 
-    def __init__(self, uf, n_units, unit_of, usucc, uindeg, members, sup) -> None:
+    def __init__(self, uf, n_units, unit_of, usucc, uindeg, members, sup, upreds) -> None:
         self.uf, self.n_units, self.unit_of, self.usucc = uf, n_units, unit_of, usucc
-        self.uindeg, self.members, self.sup = uindeg, members, sup
+        self.uindeg, self.members, self.sup, self.upreds = uindeg, members, sup, upreds
 
 
 def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[Any]],
@@ -479,21 +483,20 @@ def _index_graph(view: GraphView, ordering_edges: Iterable[tuple[Any, Any]], det
     if len(index) != n_nodes:
         raise PartitionError("view.nodes() lists a node twice")
     get_index, view_inputs, view_op = index.__getitem__, view.inputs, view.op
-    ops = [view_op(n) for n in nodes]
-    kinds = [view.kind(n) for n in nodes]
-    try:
-        preds = [list(dict.fromkeys(map(get_index, view_inputs(n)))) for n in nodes]
-    except KeyError as exc:
-        raise PartitionError(f"a node consumes {exc.args[0]!r}, which view.nodes() does not list") from None
+    ops = list(map(view_op, nodes))
+    kinds = _kinds(view, nodes, ops)
+    preds = _data_preds(view, nodes, get_index)
     succ: list[list[int]] = [[] for _ in range(n_nodes)]
     for i, pl in enumerate(preds):
-        for p in pl:
-            if p >= i:
+        if pl:
+            if max(pl) >= i:
+                p = max(pl)
                 raise PartitionError(f"view.nodes() is not in topological order: {view.name(nodes[i])} "
                                      f"comes before its input {view.name(nodes[p])}")
-            succ[p].append(i)
+            for p in pl:
+                succ[p].append(i)
     edges = list(ordering_edges)
-    if detect_mutation:
+    if detect_mutation and any(map(is_inplace_op, set(ops))):
         edges += _mutation_edges(nodes, ops, kinds, preds, succ, view_inputs, get_index)
     all_preds, all_succ = preds, succ
     if edges:
@@ -510,6 +513,34 @@ def _index_graph(view: GraphView, ordering_edges: Iterable[tuple[Any, Any]], det
             all_preds[ib] = all_preds[ib] + [ia]  # new lists: preds/succ stay data-only
             all_succ[ia] = all_succ[ia] + [ib]
     return _Index(nodes, index, ops, kinds, preds, succ, all_preds, all_succ, edges)
+
+
+def _kinds(view: GraphView, nodes: list[Any], ops: list[str]) -> list[str]:
+    """``view.kind`` of every node; asked once per operator key when the view declares that a
+    node's kind follows from its key (``kind_follows_op``, e.g. FX)."""
+    if not getattr(view, "kind_follows_op", False):
+        return list(map(view.kind, nodes))
+    first = dict(zip(reversed(ops), reversed(nodes)))  # a node of each key
+    kind_of = {op: view.kind(node) for op, node in first.items()}
+    return list(map(kind_of.__getitem__, ops))
+
+
+def _data_preds(view: GraphView, nodes: list[Any], get_index: Any) -> list[list[int]]:
+    """Positions of each node's data inputs, deduplicated in order of first use (most nodes
+    have one or two distinct inputs, so the dedup is tested before it is paid for)."""
+    view_inputs = view.inputs
+    try:
+        preds = [[*map(get_index, view_inputs(n))] for n in nodes]
+    except KeyError as exc:
+        raise PartitionError(f"a node consumes {exc.args[0]!r}, which view.nodes() does not list") from None
+    for i, pl in enumerate(preds):
+        k = len(pl)
+        if k == 2:
+            if pl[0] == pl[1]:
+                del pl[1]
+        elif k > 2 and len(set(pl)) != k:
+            preds[i] = list(dict.fromkeys(pl))
+    return preds
 
 
 def _support(view: GraphView, rule: Any, g: _Index, opts: PartitionOptions) -> tuple[list[str | None], int, int]:
@@ -587,16 +618,16 @@ def _atomic_units(view: GraphView, g: _Index, reasons: list[str | None], atomic_
                     uf = uf or _UnionFind(n_nodes)
                     stats["unit_merges"] += uf.union(producer, i)
     if uf is None or fast:
-        return _Units(None, n_nodes, None, g.all_succ, [len(p) for p in g.all_preds], {},
-                      [is_op[i] and reasons[i] is None for i in range(n_nodes)])
+        return _Units(None, n_nodes, None, g.all_succ, list(map(len, g.all_preds)), {},
+                      [k and r is None for k, r in zip(is_op, reasons)], g.all_preds)
     return _contract(view, g, uf, reasons)
 
 
 def _contract(view: GraphView, g: _Index, uf: _UnionFind, reasons: list[str | None]) -> _Units:
     """The unit graph of ``uf``'s classes, with each unit's support."""
-    n_units, unit_of, usucc, uindeg, members = _quotient(uf, len(g.nodes), g.all_preds, g.all_succ)
+    n_units, unit_of, usucc, upreds, members = _quotient(uf, len(g.nodes), g.all_preds, g.all_succ)
     sup = _unit_support(view, g.nodes, g.ops, g.is_op, reasons, unit_of, members)
-    return _Units(uf, n_units, unit_of, usucc, uindeg, members, sup)
+    return _Units(uf, n_units, unit_of, usucc, list(map(len, upreds)), members, sup, upreds)
 
 
 def _merge_cycles(view: GraphView, g: _Index, units: _Units, reasons: list[str | None],
@@ -678,7 +709,7 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
             s = sizes[i] = value_bytes(meta(nodes[i])) or 1
         return s
 
-    upreds = _unit_preds(g, units)
+    upreds = units.upreds
     min_size = 0 if opts.require_full else opts.min_size
     starts = [unit_wave]
     if 1 < n_waves and len(nodes) <= _TWO_STARTS_MAX_NODES:
@@ -701,17 +732,6 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
         reasons[i] = EJECTED_REASON
     node_wave = unit_wave if unit_of is None else [unit_wave[u] for u in unit_of]
     return _split_groups(node_wave, g.all_preds, True, unit_of)
-
-
-def _unit_preds(g: _Index, units: _Units) -> Sequence[Sequence[int]]:
-    """Predecessor lists of the unit graph (the node graph's when every node is a unit)."""
-    if units.unit_of is None:
-        return g.all_preds
-    upreds: list[list[int]] = [[] for _ in range(units.n_units)]
-    for u, succ in enumerate(units.usucc):
-        for s in succ:
-            upreds[s].append(u)
-    return upreds
 
 
 def _sizes_ok(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_size: int,
@@ -838,13 +858,14 @@ def _quotient(uf: _UnionFind, n_nodes: int, all_preds: Sequence[Sequence[int]],
     graph order); slots of non-root members stay empty. Only edges that touch a multi-node unit
     are rewritten and deduplicated; the rest of the adjacency is shared with the node graph."""
     find = uf.find
-    unit_of = list(map(find, range(n_nodes)))
+    unit_of = list(range(n_nodes))
+    for i in uf.linked:
+        unit_of[i] = find(i)
     members: dict[int, list[int]] = {}
-    for i, r in enumerate(unit_of):
-        if r != i:
-            members.setdefault(r, [r]).append(i)
+    for i in sorted(uf.linked):
+        members.setdefault(unit_of[i], [unit_of[i]]).append(i)
     usucc: list[Sequence[int]] = list(all_succ)
-    uindeg = [len(p) for p in all_preds]
+    upreds: list[Sequence[int]] = list(all_preds)
     touched: dict[int, None] = {}
     for group in members.values():
         for m in group:
@@ -857,7 +878,7 @@ def _quotient(uf: _UnionFind, n_nodes: int, all_preds: Sequence[Sequence[int]],
     for t in touched:
         r = unit_of[t]
         if r != t:  # slot of a non-root member: empty
-            usucc[t], uindeg[t] = [], 0
+            usucc[t], upreds[t] = [], []
         if r in done:
             continue
         done.add(r)
@@ -871,8 +892,8 @@ def _quotient(uf: _UnionFind, n_nodes: int, all_preds: Sequence[Sequence[int]],
                 ins[unit_of[k]] = None
         outs.pop(r, None)
         ins.pop(r, None)
-        usucc[r], uindeg[r] = list(outs), len(ins)
-    return n_nodes, unit_of, usucc, uindeg, members
+        usucc[r], upreds[r] = list(outs), sorted(ins)
+    return n_nodes, unit_of, usucc, upreds, members
 
 
 def _split_groups(node_wave: Sequence[int], all_preds: Sequence[Sequence[int]], merge_independent: bool,
