@@ -88,7 +88,7 @@ def boundary_total(uwave: Sequence[int], unit_of: Sequence[int] | None, succ: Se
     >>> boundary_total([0, 0, 1], None, [[1, 2], [], []], lambda i: 4)  # value 0 leaves wave 0 for wave 1
     8
     """
-    node_wave = uwave if unit_of is None else [uwave[u] for u in unit_of]
+    node_wave = uwave if unit_of is None else list(map(uwave.__getitem__, unit_of))
     total = 0
     for x, consumers in enumerate(succ):
         if not consumers:
@@ -109,7 +109,7 @@ class _Placement:
     def __init__(self, uwave, unit_of, preds, succ, size_of) -> None:
         self.uwave, self.unit_of, self.preds, self.succ = uwave, unit_of, preds, succ
         #: wave of each node: ``uwave`` itself when every node is its own unit
-        self.nwave = uwave if unit_of is None else [uwave[u] for u in unit_of]
+        self.nwave = uwave if unit_of is None else list(map(uwave.__getitem__, unit_of))
         self.size_of = size_of
         n = len(succ)
         self.sizes: list[int] = [-1] * n
@@ -162,12 +162,14 @@ def _cost_at(st: _Placement, touched: dict[int, int], inside: set[int] | None, m
 def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]], upreds: Sequence[Sequence[int]],
                  unit_of: Sequence[int] | None, members: Mapping[int, Sequence[int]],
                  preds: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], size_of: Callable[[int], int],
-                 movable: Callable[[int, int, int], bool] | None = None, sweeps: int = 2) -> int:
+                 movable: Callable[[int, int, int], bool] | None = None, sweeps: int = 2,
+                 order: Sequence[int] | None = None) -> int:
     """Move supported units (``uwave[u] >= 0``) between waves, in place, to lower the boundary
     bytes; returns the number of moves. ``usucc``/``upreds``: the unit graph (ordering edges
     included); ``preds``/``succ``: node data edges (the values); ``size_of(node)``: bytes of a
     node's value; ``movable(unit, old, new)``: whether the unit may move (called once per
-    chosen move; it may keep its own books, e.g. for ``min_size``).
+    chosen move; it may keep its own books, e.g. for ``min_size``). ``order``: a topological
+    order of the units to sweep in (default: the ids when every node is a unit, else Kahn's).
 
     >>> # x -> a -> s(unsupported) -> c ; x -> b -> c : b joins c's wave (b's value stays inside)
     >>> succ = [[1, 3], [2], [4], [4], []]; preds = [[], [0], [1], [0], [2, 3]]
@@ -176,7 +178,8 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     (1, [-1, 0, -1, 1, 1])
     """
     st = _Placement(uwave, unit_of, preds, succ, size_of)
-    order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
+    if order is None:
+        order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
     # Only units at a wave boundary can gain; the marks are found once and kept a superset by
     # the moves (each re-marks its neighbours), and a sweep clears a unit it finds interior.
     st.marks = _boundary_marks(st, members)
@@ -272,90 +275,126 @@ def _summaries(uwave: Sequence[int], order: Sequence[int], edges: Sequence[Seque
 def _sweep(st: _Placement, order: Sequence[int], n_waves: int, usucc, upreds, members, backward: bool,
            movable) -> int:
     """One sweep (see the module docstring); returns the number of moves."""
-    uwave = st.uwave
-    n = len(uwave)
-    if backward:  # A from the state before the sweep; B as we go
-        a_of = _summaries(uwave, order, upreds, True, n_waves)
-        b_of = [n_waves] * n
-        walk = reversed(order)
-    else:
-        b_of = _summaries(uwave, order, usucc, False, n_waves)
-        a_of = [-1] * n
-        walk = iter(order)
-    # Only units at a wave boundary can gain: an interior single-node unit (inputs and consumers
-    # all in its wave) is skipped at the cost of one test; a move re-marks its neighbours.
-    edge = st.marks
-    moves = 0
-    for u in walk:
-        w0 = uwave[u]
-        if w0 >= 0 and not edge[u]:
-            continue
-        if w0 < 0:
-            if backward:
-                b = n_waves
-                for s in usucc[u]:
-                    v = uwave[s] if uwave[s] >= 0 else b_of[s]
-                    if v < b:
-                        b = v
-                b_of[u] = b
-            else:
-                a = -1
-                for p in upreds[u]:
-                    v = uwave[p] if uwave[p] >= 0 else a_of[p]
-                    if v > a:
-                        a = v
-                a_of[u] = a
-            continue
-        lo, hi = _bounds(u, uwave, upreds, usucc, a_of, b_of, n_waves, backward)
-        if lo >= hi:
-            continue
-        if u not in members and _interior(st, u, w0):
-            edge[u] = False
-            continue
-        group = members.get(u)
-        best = _best_group(st, group, w0, lo, hi, backward) if group else _best_single(st, u, w0, lo, hi, backward)
-        if best != w0 and (movable is None or movable(u, w0, best)):
-            _move(st, (u,), members.get(u), w0, best)
-            moves += 1
-        elif backward and hi > w0 and u not in members:
-            moves += _move_cone(st, u, w0, w0, hi, upreds, usucc, members, movable)
-        elif not backward and lo < w0 and u not in members:
-            moves += _move_cone(st, u, w0, lo, w0, usucc, upreds, members, movable)
-    return moves
-
-
-def _bounds(u: int, uwave: list[int], upreds, usucc, a_of: list[int], b_of: list[int], n_waves: int,
-            backward: bool) -> tuple[int, int]:
-    """``(lo, hi)``: the waves unit ``u`` may take given its neighbours (through unsupported
-    chains, the summaries ``a_of``/``b_of``). Only ``lo < hi`` matters, so the side the sweep
-    has not moved yet is computed second and stops as soon as the range is empty."""
     if backward:
+        return _sweep_backward(st, order, n_waves, usucc, upreds, members, movable)
+    return _sweep_forward(st, order, n_waves, usucc, upreds, members, movable)
+
+
+# The two sweeps are mirror images, written out so that the bounds of the many units that cannot
+# move cost no call: only the side the sweep has not moved yet is computed second, and it stops
+# as soon as the range is empty. Only units at a wave boundary (``st.marks``) can gain.
+def _sweep_backward(st: _Placement, order, n_waves: int, usucc, upreds, members, movable) -> int:
+    """Reverse topological order: ``A`` from the state before the sweep, ``B`` as it goes."""
+    uwave, edge = st.uwave, st.marks
+    a_of = _summaries(uwave, order, upreds, True, n_waves)
+    b_of = [n_waves] * len(uwave)
+    moves = 0
+    for u in reversed(order):
+        w0 = uwave[u]
+        if w0 < 0:
+            b = n_waves
+            for s in usucc[u]:
+                v = uwave[s]
+                if v < 0:
+                    v = b_of[s]
+                if v < b:
+                    b = v
+            b_of[u] = b
+            continue
+        if not edge[u]:
+            continue
         hi = n_waves - 1
         for s in usucc[u]:
-            v = uwave[s] if uwave[s] >= 0 else b_of[s] - 1
+            v = uwave[s]
+            if v < 0:
+                v = b_of[s] - 1
             if v < hi:
                 hi = v
         lo = 0
         for p in upreds[u]:
-            v = uwave[p] if uwave[p] >= 0 else a_of[p] + 1
+            v = uwave[p]
+            if v < 0:
+                v = a_of[p] + 1
             if v > lo:
                 lo = v
                 if lo >= hi:
                     break
-        return lo, hi
-    lo = 0
-    for p in upreds[u]:
-        v = uwave[p] if uwave[p] >= 0 else a_of[p] + 1
-        if v > lo:
-            lo = v
-    hi = n_waves - 1
-    for s in usucc[u]:
-        v = uwave[s] if uwave[s] >= 0 else b_of[s] - 1
-        if v < hi:
-            hi = v
-            if hi <= lo:
+        if lo < hi:
+            moves += _visit(st, u, w0, lo, hi, True, usucc, upreds, members, movable)
+    return moves
+
+
+def _sweep_forward(st: _Placement, order, n_waves: int, usucc, upreds, members, movable) -> int:
+    """Topological order: ``B`` from the state before the sweep, ``A`` as it goes."""
+    uwave, edge = st.uwave, st.marks
+    b_of = _summaries(uwave, order, usucc, False, n_waves)
+    a_of = [-1] * len(uwave)
+    moves = 0
+    for u in order:
+        w0 = uwave[u]
+        if w0 < 0:
+            a = -1
+            for p in upreds[u]:
+                v = uwave[p]
+                if v < 0:
+                    v = a_of[p]
+                if v > a:
+                    a = v
+            a_of[u] = a
+            continue
+        if not edge[u]:
+            continue
+        lo = 0
+        for p in upreds[u]:
+            v = uwave[p]
+            if v < 0:
+                v = a_of[p] + 1
+            if v > lo:
+                lo = v
+        hi = n_waves - 1
+        for s in usucc[u]:
+            v = uwave[s]
+            if v < 0:
+                v = b_of[s] - 1
+            if v < hi:
+                hi = v
+                if hi <= lo:
+                    break
+        if lo < hi:
+            moves += _visit(st, u, w0, lo, hi, False, usucc, upreds, members, movable)
+    return moves
+
+
+def _visit(st: _Placement, u: int, w0: int, lo: int, hi: int, backward: bool, usucc, upreds, members,
+           movable) -> int:
+    """Price unit ``u`` (room ``[lo, hi]``) and move it, or its cone, where that does not cost
+    more; returns the number of moves."""
+    group = members.get(u)
+    if group is None and _interior(st, u, w0):
+        st.marks[u] = False
+        return 0
+    best = _best_group(st, group, w0, lo, hi, backward) if group else _best_single(st, u, w0, lo, hi, backward)
+    if best != w0 and (movable is None or movable(u, w0, best)):
+        _move(st, (u,), group, w0, best)
+        return 1
+    if group is not None:
+        return 0
+    if backward and hi > w0:
+        inward, outward, lo = upreds, usucc, w0
+    elif not backward and lo < w0:
+        inward, outward, hi = usucc, upreds, w0
+    else:
+        return 0
+    uwave, unit_of = st.uwave, st.unit_of
+    for p in inward[u]:  # the cone's first step (most units have none: no call, no sets)
+        if uwave[p] != w0 or p in members or (unit_of is not None and unit_of[p] != p):
+            continue
+        for x in outward[p]:
+            if x != u and (uwave[x] >= 0 or outward[x]):
                 break
-    return lo, hi
+        else:
+            return _move_cone(st, u, w0, lo, hi, inward, outward, members, movable)
+    return 0
 
 
 def _boundary_marks(st: _Placement, members: Mapping[int, Sequence[int]]) -> list[bool]:

@@ -289,21 +289,23 @@ class _UnionFind:
 
 
 def _waves(n: int, succ: Sequence[Sequence[int]], indeg0: Sequence[int],
-           sup: Sequence[bool]) -> tuple[list[int], int, int]:
+           sup: Sequence[bool]) -> tuple[list[int], int, list[int]]:
     """Kahn's sort in waves (see the module docstring). Returns (wave of each unit or -1,
-    #waves, #units processed: fewer than ``n`` iff the unit graph has a cycle)."""
+    #waves, the units in processing order: a topological order, short iff the unit graph has a
+    cycle)."""
     indeg = list(indeg0)
     ready = [u for u in range(n - 1, -1, -1) if not indeg[u]]
     assign = [-1] * n
     border = [-1] * n
     deferred: list[int] = []
-    wave, group, processed = 0, 0, 0
-    pop, push = ready.pop, ready.append
+    wave, group = 0, 0
+    order: list[int] = []
+    pop, push, done = ready.pop, ready.append, order.append
     while True:
         while ready:
             u = pop()
-            processed += 1
             if sup[u]:
+                done(u)
                 assign[u] = wave
                 group += 1
                 for s in succ[u]:
@@ -313,8 +315,8 @@ def _waves(n: int, succ: Sequence[Sequence[int]], indeg0: Sequence[int],
                         push(s)
             elif border[u] == wave:
                 deferred.append(u)
-                processed -= 1
             else:
+                done(u)
                 for s in succ[u]:
                     indeg[s] -= 1
                     if not indeg[s]:
@@ -326,7 +328,7 @@ def _waves(n: int, succ: Sequence[Sequence[int]], indeg0: Sequence[int],
         deferred.reverse()
         ready.extend(deferred)
         deferred.clear()
-    return assign, wave + (1 if group else 0), processed
+    return assign, wave + (1 if group else 0), order
 
 
 def _tarjan_merge(n: int, succ: Sequence[Iterable[int]], uf: _UnionFind, rep: Sequence[int]) -> int:
@@ -432,10 +434,10 @@ class _Index:
     edges (``edges``). ``index`` maps a node to its position in ``nodes``."""
 
     __slots__ = ("nodes", "index", "ops", "kinds", "is_op", "preds", "data_succ",
-                 "all_preds", "all_succ", "edges")
+                 "all_preds", "all_succ", "edges", "op_set")
 
-    def __init__(self, nodes, index, ops, kinds, preds, data_succ, all_preds, all_succ, edges) -> None:
-        self.nodes, self.index, self.ops, self.kinds = nodes, index, ops, kinds
+    def __init__(self, nodes, index, ops, kinds, preds, data_succ, all_preds, all_succ, edges, op_set) -> None:
+        self.nodes, self.index, self.ops, self.kinds, self.op_set = nodes, index, ops, kinds, op_set
         self.is_op = [k == "op" for k in kinds]
         self.preds, self.data_succ, self.all_preds, self.all_succ, self.edges = (
             preds, data_succ, all_preds, all_succ, edges)
@@ -444,11 +446,13 @@ class _Index:
 class _Units:
     """The atomic units (step 3): ``unit_of`` is ``None`` when every node is its own unit."""
 
-    __slots__ = ("uf", "n_units", "unit_of", "usucc", "uindeg", "members", "sup", "upreds")
+    __slots__ = ("uf", "n_units", "unit_of", "usucc", "uindeg", "members", "sup", "upreds", "order")
 
     def __init__(self, uf, n_units, unit_of, usucc, uindeg, members, sup, upreds) -> None:
         self.uf, self.n_units, self.unit_of, self.usucc = uf, n_units, unit_of, usucc
         self.uindeg, self.members, self.sup, self.upreds = uindeg, members, sup, upreds
+        #: a topological order of the units (the wave scan's processing order), once it ran
+        self.order: Sequence[int] | None = None
 
 
 def _partition(view: GraphView, rule: Any, atomic_groups: Iterable[Collection[Any]],
@@ -496,7 +500,8 @@ def _index_graph(view: GraphView, ordering_edges: Iterable[tuple[Any, Any]], det
             for p in pl:
                 succ[p].append(i)
     edges = list(ordering_edges)
-    if detect_mutation and any(map(is_inplace_op, set(ops))):
+    op_set = set(ops)
+    if detect_mutation and any(map(is_inplace_op, op_set)):
         edges += _mutation_edges(nodes, ops, kinds, preds, succ, view_inputs, get_index)
     all_preds, all_succ = preds, succ
     if edges:
@@ -512,7 +517,7 @@ def _index_graph(view: GraphView, ordering_edges: Iterable[tuple[Any, Any]], det
                 continue
             all_preds[ib] = all_preds[ib] + [ia]  # new lists: preds/succ stay data-only
             all_succ[ia] = all_succ[ia] + [ib]
-    return _Index(nodes, index, ops, kinds, preds, succ, all_preds, all_succ, edges)
+    return _Index(nodes, index, ops, kinds, preds, succ, all_preds, all_succ, edges, op_set)
 
 
 def _kinds(view: GraphView, nodes: list[Any], ops: list[str]) -> list[str]:
@@ -658,14 +663,14 @@ def _waves_and_min_size(view: GraphView, g: _Index, units: _Units, reasons: list
             wave_of_unit = [0 if s else -1 for s in units.sup]
             n_waves = 1 if any(units.sup) else 0
         else:
-            wave_of_unit, n_waves, processed = _waves(units.n_units, units.usucc, units.uindeg, units.sup)
-            if processed != units.n_units:
+            wave_of_unit, n_waves, units.order = _waves(units.n_units, units.usucc, units.uindeg, units.sup)
+            if len(units.order) != units.n_units:
                 units = _merge_cycles(view, g, units, reasons, stats)
                 stats["rounds"] -= 1
                 continue
         stats["waves"] = n_waves
         unit_of = units.unit_of
-        node_wave = wave_of_unit if unit_of is None else [wave_of_unit[u] for u in unit_of]
+        node_wave = wave_of_unit if unit_of is None else list(map(wave_of_unit.__getitem__, unit_of))
         groups = _split_groups(node_wave, g.all_preds, opts.merge_independent, unit_of)
         small = []
         if min_size > 1:
@@ -720,7 +725,7 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
     for start in starts:  # earliest waves, then latest waves (small graphs): keep the cheaper
         movable = _wave_books(g, units, start, n_waves, min_size, opts)
         moves = refine_waves(start, n_waves, units.usucc, upreds, unit_of, units.members, g.preds, g.data_succ,
-                             size_of, movable) if n_waves > 1 else 0
+                             size_of, movable, order=None if unit_of is None else units.order) if n_waves > 1 else 0
         ejected = eject_cheap(start, unit_of, units.members, cheap, g.preds, g.data_succ, size_of, movable) if cheap else []
         cost = boundary_total(start, unit_of, g.data_succ, size_of) if len(starts) > 1 else 0
         if best is None or cost < best[0]:
@@ -730,7 +735,7 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
     stats["boundary_start"] = "earliest" if unit_wave is starts[0] else "latest"
     for i in ejected:
         reasons[i] = EJECTED_REASON
-    node_wave = unit_wave if unit_of is None else [unit_wave[u] for u in unit_of]
+    node_wave = unit_wave if unit_of is None else list(map(unit_wave.__getitem__, unit_of))
     return _split_groups(node_wave, g.all_preds, True, unit_of)
 
 
@@ -738,7 +743,7 @@ def _sizes_ok(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_
               opts: PartitionOptions) -> bool:
     """Every wave holds ``min_size`` compute nodes, or an exempt op."""
     ops, non_compute, exempt = g.ops, opts.non_compute_ops, opts.min_size_exempt_ops
-    node_wave = unit_wave if units.unit_of is None else [unit_wave[u] for u in units.unit_of]
+    node_wave = unit_wave if units.unit_of is None else list(map(unit_wave.__getitem__, units.unit_of))
     count = [0] * n_waves
     kept = [False] * n_waves
     for i, w in enumerate(node_wave):
@@ -757,8 +762,8 @@ def _latest_waves(units: _Units, upreds: Sequence[Sequence[int]], n_waves: int) 
     """The waves run on the reversed unit graph, numbered back: every unit as late as it can
     be (``None`` if the count differs, which the symmetric optimality rules out)."""
     rev_indeg = [len(s) for s in units.usucc]
-    rev, k, processed = _waves(units.n_units, upreds, rev_indeg, units.sup)
-    if k != n_waves or processed != units.n_units:
+    rev, k, order = _waves(units.n_units, upreds, rev_indeg, units.sup)
+    if k != n_waves or len(order) != units.n_units:
         return None
     return [n_waves - 1 - w if w >= 0 else -1 for w in rev]
 
@@ -770,12 +775,12 @@ def _wave_books(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, mi
     ``min_size_exempt_ops`` node moves then)."""
     ops, non_compute, exempt, members = g.ops, opts.non_compute_ops, opts.min_size_exempt_ops, units.members
     unit_of = units.unit_of
-    node_wave = unit_wave if unit_of is None else [unit_wave[u] for u in unit_of]
+    node_wave = unit_wave if unit_of is None else list(map(unit_wave.__getitem__, unit_of))
     n_nodes = [0] * (n_waves + 1)  # slot -1: fallback
     for w, c in Counter(node_wave).items():
         n_nodes[w] = c
     n_compute = n_nodes
-    if min_size > 1:
+    if min_size > 1 and not non_compute.isdisjoint(g.op_set):  # else every node computes
         n_compute = [0] * (n_waves + 1)
         for w, c in Counter(w for w, op in zip(node_wave, ops) if op not in non_compute).items():
             n_compute[w] = c
