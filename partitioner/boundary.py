@@ -116,6 +116,9 @@ class _Placement:
         self.counts: list[dict[int, int] | None] = [None] * n
         #: per unit, whether a sweep must look at it (see :func:`_boundary_marks`)
         self.marks: list[bool] | None = None
+        #: unit -> the bounds ``(lo, hi)`` of its last pricing, which found its wave cheapest;
+        #: dropped when a move changes a value it reads or writes (see :func:`_move`)
+        self.settled: dict[int, tuple[int, int]] | None = None
 
     def wave(self, i: int) -> int:
         return self.nwave[i]
@@ -183,6 +186,7 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     # Only units at a wave boundary can gain; the marks are found once and kept a superset by
     # the moves (each re-marks its neighbours), and a sweep clears a unit it finds interior.
     st.marks = _boundary_marks(st, members)
+    st.settled = {}
     moves = 0
     for sweep in range(sweeps):
         backward = sweep % 2 == 0
@@ -373,10 +377,19 @@ def _visit(st: _Placement, u: int, w0: int, lo: int, hi: int, backward: bool, us
     if group is None and _interior(st, u, w0):
         st.marks[u] = False
         return 0
-    best = _best_group(st, group, w0, lo, hi, backward) if group else _best_single(st, u, w0, lo, hi, backward)
+    settled = st.settled
+    last = settled.get(u) if settled is not None else None
+    if last is not None and last[0] <= lo and hi <= last[1]:
+        best = w0  # nothing it touches moved since it was found cheapest on a range holding this one
+    else:
+        best = _best_group(st, group, w0, lo, hi, backward) if group else _best_single(st, u, w0, lo, hi, backward)
     if best != w0 and (movable is None or movable(u, w0, best)):
         _move(st, (u,), group, w0, best)
+        if settled is not None:
+            settled[u] = (lo, hi)
         return 1
+    if best == w0 and settled is not None:
+        settled[u] = (lo, hi)
     if group is not None:
         return 0
     if backward and hi > w0:
@@ -496,82 +509,52 @@ def _touched(st: _Placement, u: int, group: Sequence[int] | None) -> tuple[dict[
     return touched, inside
 
 
-def _best_wave(st: _Placement, u: int, group, w0: int, lo: int, hi: int, backward: bool) -> int:
-    """The cheapest wave in ``[lo, hi]`` for unit ``u``. The cost changes only at waves some
-    touched value is produced or consumed in, so only those (and ``lo``, ``hi``) are tried."""
-    touched, inside = _touched(st, u, group)
-    candidates = {lo, hi}
-    wave, count = st.wave, st.count
-    values = []  # (consumer-wave counts, #edges into the unit, producer wave or None if inside, value)
-    for x, k in touched.items():
-        c = count(x)
-        own = x == u if inside is None else x in inside
-        w = wave(x)
-        if lo <= w <= hi:
-            candidates.add(w)
-        for w2 in c:
-            if lo <= w2 <= hi:
-                candidates.add(w2)
-        values.append((c, k, None if own else w, x))
-    candidates.discard(w0)
-    if not candidates:
-        return w0
-    best, best_cost = w0, _cost_of(st, values, w0, w0)
-    # a reverse sweep breaks ties towards later waves, so a chain can follow its consumer one
-    # unit at a time; a forward sweep moves only on a strict gain
-    for w in sorted(candidates):
-        cost = _cost_of(st, values, w0, w)
-        if cost < best_cost or (backward and cost == best_cost and w > best):
-            best, best_cost = w, cost
-    return best
+#: values with more readers than this keep a per-wave reader count (updated by moves); the
+#: others are priced from their readers directly, which is cheaper than keeping books
+_FEW_READERS = 8
 
 
 def _best_single(st: _Placement, u: int, w0: int, lo: int, hi: int, backward: bool) -> int:
-    """:func:`_best_wave` for a single-node unit, priced by differences instead of recounting.
+    """The cheapest wave in ``[lo, hi]`` for the single-node unit ``u`` now at ``w0``.
 
     Moving ``u`` to wave ``w`` changes the cost of its own value (producer wave ``w``) and of
-    each input ``p`` (one consumer moves from ``w0`` to ``w``; inputs are deduplicated, so one
-    edge each). For an input whose other consumers lie in the waves ``D0`` and whose producer is
+    each input ``p`` (one reader moves from ``w0`` to ``w``; inputs are deduplicated, so one
+    edge each). For an input whose other readers lie in the waves ``D0`` and whose producer is
     in ``P``, the cost at ``w`` is a constant plus ``pen`` unless ``w`` is in ``D0`` or is ``P``
     (then the read is shared or internal), where ``pen = size * (1 + [P != -1 and D0 within {P}])``
     (a new reader also forces the write when nothing else read it outside). So the total is a
     constant, minus the ``pen`` of every input whose ``D0 | {P}`` holds ``w``, plus the own
-    value's cost: one dict accumulation per input, the same candidates and ties as
-    :func:`_best_wave`."""
-    counts, sizes, nwave = st.counts, st.sizes, st.nwave
+    value's cost: one dict accumulation per input. The cost changes only at waves some touched
+    value is produced or read in, so only those (and ``lo``, ``hi``) are tried; a reverse sweep
+    breaks ties towards later waves, so a chain can follow its reader one unit at a time, a
+    forward sweep moves only on a strict gain."""
+    sizes, nwave, succ = st.sizes, st.nwave, st.succ
     gain: dict[int, int] = {}
-    candidates = {lo, hi}
     for p in st.preds[u]:
-        c = counts[p]
-        if c is None:
-            c = st.count(p)
         pw = nwave[p]
         pen = sizes[p]
         if pen < 0:
             pen = st.size(p)
-        if pw != -1:  # does another reader outside wave pw remain? if not, a new one adds the write
-            for w, n in c.items():
-                if w != pw and (w != w0 or n > 1):
-                    break
-            else:
-                pen += pen
+        readers = succ[p]
+        if len(readers) <= _FEW_READERS:
+            zone = {nwave[x] for x in readers if x != u}
+        else:
+            zone = {w for w, n in st.count(p).items() if w != w0 or n > 1}
+        zone.discard(pw)
+        if not zone and pw != -1:  # no other reader outside: a new one adds the write
+            pen += pen
         gain[pw] = gain.get(pw, 0) + pen
-        if lo <= pw <= hi:
-            candidates.add(pw)
-        for w, n in c.items():
-            if w != pw and (w != w0 or n > 1):
-                gain[w] = gain.get(w, 0) + pen
-            if lo <= w <= hi:
-                candidates.add(w)
-    own = counts[u]
-    if own is None:
-        own = st.count(u)
-    for w in own:
-        if lo <= w <= hi:
-            candidates.add(w)
+        for w in zone:
+            gain[w] = gain.get(w, 0) + pen
+    readers = succ[u]
+    own = {nwave[x] for x in readers} if len(readers) <= _FEW_READERS else set(st.count(u))
+    candidates = {w for w in gain if lo <= w <= hi}
+    candidates.update(w for w in own if lo <= w <= hi)
+    candidates.add(lo)
+    candidates.add(hi)
     candidates.discard(w0)
-    m = len(own) - (-1 in own)
     neg = -1 in own
+    m = len(own) - neg
     s_u = 0
     if own:
         s_u = sizes[u]
@@ -589,55 +572,39 @@ def _best_single(st: _Placement, u: int, w0: int, lo: int, hi: int, backward: bo
 
 def _best_group(st: _Placement, group: Sequence[int], w0: int, lo: int, hi: int, backward: bool) -> int:
     """:func:`_best_single` for a block of nodes moved together (a multi-node unit, a cone):
-    an outside input read by ``k`` members loses its readers at ``w0`` only if it had no more
-    than ``k`` there; a member's value keeps the readers outside the block and is written from
-    the new wave."""
-    counts, sizes, nwave, preds = st.counts, st.sizes, st.nwave, st.preds
+    an outside input keeps the readers outside the block; a member's value keeps the readers
+    outside the block and is written from the new wave."""
+    sizes, nwave, preds, succ = st.sizes, st.nwave, st.preds, st.succ
     inside = set(group)
     edges_in: dict[int, int] = {}
     for m in group:
         for p in preds[m]:
             edges_in[p] = edges_in.get(p, 0) + 1
     gain: dict[int, int] = {}
-    candidates = {lo, hi}
     for p, k in edges_in.items():
         if p in inside:
             continue
-        c = counts[p]
-        if c is None:
-            c = st.count(p)
         pw = nwave[p]
         pen = sizes[p]
         if pen < 0:
             pen = st.size(p)
-        if pw != -1:
-            for w, n in c.items():
-                if w != pw and (w != w0 or n > k):
-                    break
-            else:
-                pen += pen
+        zone = _outside_readers(st, p, inside, w0, k)
+        zone.discard(pw)
+        if not zone and pw != -1:
+            pen += pen
         gain[pw] = gain.get(pw, 0) + pen
-        if lo <= pw <= hi:
-            candidates.add(pw)
-        for w, n in c.items():
-            if w != pw and (w != w0 or n > k):
-                gain[w] = gain.get(w, 0) + pen
-            if lo <= w <= hi:
-                candidates.add(w)
+        for w in zone:
+            gain[w] = gain.get(w, 0) + pen
+    candidates = {w for w in gain if lo <= w <= hi}
     owns = []  # (waves read outside the block, #those >= 0, read by a fallback node?, size)
     for x in group:
-        c = counts[x]
-        if c is None:
-            c = st.count(x)
-        k = edges_in.get(x, 0)
-        out = set()
-        for w, n in c.items():
-            if lo <= w <= hi:
-                candidates.add(w)
-            if w != w0 or n > k:
-                out.add(w)
+        out = _outside_readers(st, x, inside, w0, edges_in.get(x, 0))
+        candidates.update(w for w in out if lo <= w <= hi)
         if out:
-            owns.append((out, len(out) - (-1 in out), -1 in out, st.size(x)))
+            neg = -1 in out
+            owns.append((out, len(out) - neg, neg, st.size(x)))
+    candidates.add(lo)
+    candidates.add(hi)
     candidates.discard(w0)
     best, best_cost = w0, None
     for w in (w0, *sorted(candidates)):
@@ -650,36 +617,35 @@ def _best_group(st: _Placement, group: Sequence[int], w0: int, lo: int, hi: int,
     return best
 
 
-def _cost_of(st: _Placement, values: list, old: int, new: int) -> int:
-    """:func:`_cost_at` on values prepared by :func:`_best_wave`."""
-    total = 0
-    size = st.size
-    for c, k, producer, x in values:
-        if producer is None:
-            producer = new
-        keys = set()
-        for w, n in c.items():
-            if w != old or n > k:
-                keys.add(w)
-        if k:
-            keys.add(new)
-        keys.discard(producer)
-        if keys:
-            total += size(x) * (len(keys) - (-1 in keys) + (producer != -1))
-    return total
+def _outside_readers(st: _Placement, x: int, inside: set[int], w0: int, k: int) -> set[int]:
+    """The waves of the readers of value ``x`` outside the block ``inside`` (at wave ``w0``,
+    with ``k`` of its readers)."""
+    readers = st.succ[x]
+    if len(readers) <= _FEW_READERS:
+        nwave = st.nwave
+        return {nwave[y] for y in readers if y not in inside}
+    return {w for w, n in st.count(x).items() if w != w0 or n > k}
 
 
 def _move(st: _Placement, units: Sequence[int], group, old: int, new: int) -> None:
     """Put ``units`` in wave ``new``; ``group``: the nodes they hold (``None``: the units are nodes)."""
     for u in units:
         st.uwave[u] = new
-    counts, nwave = st.counts, st.nwave
+    counts, nwave, settled, succ = st.counts, st.nwave, st.settled, st.succ
     marks, unit_of = st.marks, st.unit_of
     for m in (group or units):
         nwave[m] = new
         if marks is not None:  # the neighbours' values now cross (or stop crossing) a wave
-            for x in (*st.preds[m], *st.succ[m]):
+            for x in (*st.preds[m], *succ[m]):
                 marks[x if unit_of is None else unit_of[x]] = True
+        if settled:  # a unit's price depends on its inputs' readers and producers and its readers
+            settled.pop(m if unit_of is None else unit_of[m], None)
+            for x in succ[m]:
+                settled.pop(x if unit_of is None else unit_of[x], None)
+            for p in st.preds[m]:
+                settled.pop(p if unit_of is None else unit_of[p], None)
+                for x in succ[p]:
+                    settled.pop(x if unit_of is None else unit_of[x], None)
         for p in st.preds[m]:
             c = counts[p]
             if c is not None:

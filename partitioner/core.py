@@ -179,6 +179,8 @@ class PartitionResult(Generic[N]):
     #: the indexed graph the partitioner saw (nodes in order, deduplicated data inputs as
     #: positions): lets outliners compute their order without asking the adapter again
     graph_index: tuple[list[N], list[list[int]]] | None = field(default=None, repr=False)
+    #: value sizes (bytes, ``None`` if unknown) the partitioner looked up: reports reuse them
+    value_sizes: dict[N, int | None] = field(default_factory=dict, repr=False)
 
     def partition_of(self, node: N) -> int | None:
         """The id of the partition holding ``node``, or ``None``."""
@@ -434,10 +436,12 @@ class _Index:
     edges (``edges``). ``index`` maps a node to its position in ``nodes``."""
 
     __slots__ = ("nodes", "index", "ops", "kinds", "is_op", "preds", "data_succ",
-                 "all_preds", "all_succ", "edges", "op_set")
+                 "all_preds", "all_succ", "edges", "op_set", "sizes")
 
     def __init__(self, nodes, index, ops, kinds, preds, data_succ, all_preds, all_succ, edges, op_set) -> None:
         self.nodes, self.index, self.ops, self.kinds, self.op_set = nodes, index, ops, kinds, op_set
+        #: value sizes looked up so far (position -> bytes, ``None`` if unknown)
+        self.sizes: dict[int, int | None] = {}
         self.is_op = [k == "op" for k in kinds]
         self.preds, self.data_succ, self.all_preds, self.all_succ, self.edges = (
             preds, data_succ, all_preds, all_succ, edges)
@@ -674,8 +678,9 @@ def _waves_and_min_size(view: GraphView, g: _Index, units: _Units, reasons: list
         groups = _split_groups(node_wave, g.all_preds, opts.merge_independent, unit_of)
         small = []
         if min_size > 1:
+            all_compute = non_compute.isdisjoint(g.op_set)
             for key, members in groups.items():
-                size = sum(1 for i in members if ops[i] not in non_compute)
+                size = len(members) if all_compute else sum(1 for i in members if ops[i] not in non_compute)
                 if size < min_size and not (exempt and any(op_matches(ops[i], exempt) for i in members)):
                     small.append((members, size))
         if not small:
@@ -706,13 +711,13 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
     if n_waves < 2 and not cheap:
         return None
     nodes, meta = g.nodes, view.meta
-    sizes: dict[int, int] = {}
+    sizes = g.sizes  # node -> bytes or None (unknown: counts 1 here), kept for the report
 
     def size_of(i: int) -> int:
-        s = sizes.get(i)
-        if s is None:
-            s = sizes[i] = value_bytes(meta(nodes[i])) or 1
-        return s
+        s = sizes.get(i, -1)
+        if s == -1:
+            s = sizes[i] = value_bytes(meta(nodes[i]))
+        return s or 1
 
     upreds = units.upreds
     min_size = 0 if opts.require_full else opts.min_size
@@ -809,6 +814,8 @@ def _assemble(view: GraphView, g: _Index, groups: dict[tuple[int, int], list[int
     """Step 6: :class:`Partition` objects (ids in group-key order), fallback nodes and reasons."""
     nodes, ops, preds, data_succ, is_op = g.nodes, g.ops, g.preds, g.data_succ, g.is_op
     non_compute = opts.non_compute_ops
+    all_compute = non_compute.isdisjoint(g.op_set)
+    node_at = nodes.__getitem__
     n_nodes = len(nodes)
     result_parts: list[Partition] = []
     part_of = [-1] * n_nodes
@@ -816,25 +823,25 @@ def _assemble(view: GraphView, g: _Index, groups: dict[tuple[int, int], list[int
         members = groups[key]
         for i in members:
             part_of[i] = pid
-        seen_in: dict[int, None] = {}
+        seen_in: dict[int, None] = {}  # first use order
         outs = []
         for i in members:
             for j in preds[i]:
-                if part_of[j] != pid and j not in seen_in:
+                if part_of[j] != pid:
                     seen_in[j] = None
-        for i in members:
             for k in data_succ[i]:
                 if part_of[k] != pid:
                     outs.append(nodes[i])
                     break
-        result_parts.append(Partition(pid, [nodes[i] for i in members], [nodes[j] for j in seen_in], outs,
-                                      sum(1 for i in members if ops[i] not in non_compute)))
-    fallback_idx = [i for i in range(n_nodes) if is_op[i] and part_of[i] < 0]
-    fallback = [nodes[i] for i in fallback_idx]
+        size = len(members) if all_compute else sum(1 for i in members if ops[i] not in non_compute)
+        result_parts.append(Partition(pid, list(map(node_at, members)), list(map(node_at, seen_in)), outs, size))
+    fallback_idx = [i for i, (k, p) in enumerate(zip(is_op, part_of)) if k and p < 0]
+    fallback = list(map(node_at, fallback_idx))
     reason_map = {nodes[i]: reasons[i] or "" for i in fallback_idx}
-    assignment = {nodes[i]: part_of[i] for i in range(n_nodes) if part_of[i] >= 0}
+    assignment = {n: p for n, p in zip(nodes, part_of) if p >= 0}
     return PartitionResult(view, result_parts, fallback, reason_map, assignment, opts,
-                           [(a, b) for a, b in g.edges], stats, dict(zip(nodes, ops)), (nodes, preds))
+                           [(a, b) for a, b in g.edges], stats, dict(zip(nodes, ops)), (nodes, preds),
+                           {nodes[i]: b for i, b in g.sizes.items()})
 
 
 def _unit_support(view, nodes, ops, is_op, reasons, unit_of, members) -> list[bool]:

@@ -50,11 +50,12 @@ class PartitionReport:
         """Build the report of a :class:`~torchvendor.partitioner.core.PartitionResult`."""
         view = result.view
         op_of = result.op_keys.get if result.op_keys else view.op
+        name = view.name
         rows = []
         for p in result.partitions:
             ops = Counter(map(op_of, p.nodes))
             rows.append({"id": p.id, "nodes": len(p.nodes), "size": p.size,
-                         "inputs": [view.name(n) for n in p.inputs], "outputs": [view.name(n) for n in p.outputs],
+                         "inputs": list(map(name, p.inputs)), "outputs": list(map(name, p.outputs)),
                          "ops": dict(ops.most_common())})
         unsupported: dict[str, dict[str, Any]] = {}
         for node in result.fallback:
@@ -120,12 +121,14 @@ def _boundary(result: Any) -> tuple[int, int, int]:
     from .boundary import value_bytes
 
     meta = result.view.meta
+    known = getattr(result, "value_sizes", None) or {}
     sizes: dict[Any, int | None] = {}
     nbytes = unsized = 0
     for p in result.partitions:
         for v in (*p.inputs, *p.outputs):
             if v not in sizes:
-                sizes[v] = value_bytes(meta(v))
+                b = known.get(v, -1)
+                sizes[v] = value_bytes(meta(v)) if b == -1 else b
             b = sizes[v]
             if b is None:
                 unsized += 1

@@ -293,6 +293,63 @@ def test_view_at_a_partition_edge_runs_outside_when_cheaper():
     assert smart.report().boundary_bytes == plain.report().boundary_bytes - 16 * 1024 * 4
 
 
+def test_boundary_pricing_matches_a_full_recount():
+    """The sweeps price a unit (or a block) by differences; every choice must be the wave of
+    least total boundary bytes (recounted from scratch for each wave in the range), the latest
+    such wave in a reverse sweep, and the earliest only if strictly cheaper in a forward one."""
+    import random
+
+    from torchvendor.partitioner import boundary as bd
+
+    rng = random.Random(7)
+    checked = blocks = 0
+    for _ in range(150):
+        n = rng.randint(3, 40)
+        preds = [sorted(set(rng.sample(range(i), min(i, rng.randint(0, 3))))) for i in range(n)]
+        succ = [[] for _ in range(n)]
+        for i, ps in enumerate(preds):
+            for q in ps:
+                succ[q].append(i)
+        n_waves = rng.randint(2, 6)
+        waves = [rng.randrange(-1, n_waves) for _ in range(n)]
+        sizes = [rng.choice([1, 4, 64, 1000]) for _ in range(n)]
+        few = rng.choice([0, 8])  # 0: every value keeps reader counts (the many-readers path)
+        for u in range(n):
+            if waves[u] < 0:
+                continue
+            w0 = waves[u]
+            same = [m for m in range(n) if waves[m] == w0]
+            block = [u] if rng.random() < 0.5 else sorted({u, *rng.sample(same, min(len(same), rng.randint(1, 3)))})
+            lo, hi = rng.randint(0, w0), rng.randint(w0, n_waves - 1)
+            if lo == hi:
+                continue
+            backward = rng.random() < 0.5
+            st = bd._Placement(list(waves), None, preds, succ, sizes.__getitem__)
+            old, bd._FEW_READERS = bd._FEW_READERS, few
+            try:
+                got = (bd._best_single(st, u, w0, lo, hi, backward) if len(block) == 1
+                       else bd._best_group(st, block, w0, lo, hi, backward))
+            finally:
+                bd._FEW_READERS = old
+
+            def total(w):
+                trial = list(waves)
+                for m in block:
+                    trial[m] = w
+                return bd.boundary_total(trial, None, succ, sizes.__getitem__)
+
+            costs = {w: total(w) for w in range(lo, hi + 1)}
+            least = min(costs.values())
+            if backward:
+                want = max(w for w, c in costs.items() if c == least)
+            else:
+                want = w0 if costs[w0] == least else min(w for w, c in costs.items() if c == least)
+            assert got == want, (preds, waves, sizes, block, lo, hi, backward, costs)
+            checked += 1
+            blocks += len(block) > 1
+    assert checked > 500 and blocks > 200
+
+
 @settings(max_examples=60, deadline=None)
 @given(random_dags())
 def test_random_dag_outline_is_topological_and_complete(case):
