@@ -51,6 +51,7 @@ import contextlib
 import gc
 import time
 from collections import Counter
+from operator import le
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Sequence, TypeVar
 
@@ -487,7 +488,7 @@ def _index_graph(view: GraphView, ordering_edges: Iterable[tuple[Any, Any]], det
     """Step 1: positions, op keys, kinds, deduplicated data edges, and ordering edges."""
     nodes = list(view.nodes())
     n_nodes = len(nodes)
-    index = {n: i for i, n in enumerate(nodes)}
+    index = dict(zip(nodes, range(n_nodes)))
     if len(index) != n_nodes:
         raise PartitionError("view.nodes() lists a node twice")
     get_index, view_inputs, view_op = index.__getitem__, view.inputs, view.op
@@ -496,13 +497,14 @@ def _index_graph(view: GraphView, ordering_edges: Iterable[tuple[Any, Any]], det
     preds = _data_preds(view, nodes, get_index)
     succ: list[list[int]] = [[] for _ in range(n_nodes)]
     for i, pl in enumerate(preds):
-        if pl:
-            if max(pl) >= i:
-                p = max(pl)
-                raise PartitionError(f"view.nodes() is not in topological order: {view.name(nodes[i])} "
-                                     f"comes before its input {view.name(nodes[p])}")
-            for p in pl:
-                succ[p].append(i)
+        for p in pl:
+            succ[p].append(i)
+    # readers are listed in order, so the first of each node must come after it
+    first = [ss[0] if ss else n_nodes for ss in succ]
+    if any(map(le, first, range(n_nodes))):
+        p = next(p for p, f in enumerate(first) if f <= p)
+        raise PartitionError(f"view.nodes() is not in topological order: {view.name(nodes[first[p]])} "
+                             f"comes before its input {view.name(nodes[p])}")
     edges = list(ordering_edges)
     op_set = set(ops)
     if detect_mutation and any(map(is_inplace_op, op_set)):

@@ -602,6 +602,17 @@ def test_clear_errors():
         partition(g, {"relu"}, atomic_groups=[[object()]])
     with pytest.raises(PartitionError, match="against the topological order"):
         partition(g, {"relu"}, ordering_edges=[(g.nodes()[-1], nodes[0])])
+
+    class Shuffled(DictGraph):  # lists a reader before the node it reads
+        def nodes(self):
+            listed = list(super().nodes())
+            return [listed[0], listed[2], listed[1], *listed[3:]]
+
+    h = Shuffled()
+    a = h.add_node("relu", [h.add_input("x")], name="a")
+    h.add_output([h.add_node("relu", [a], name="b")])
+    with pytest.raises(PartitionError, match="not in topological order: b comes before its input a"):
+        partition(h, {"relu"})
     with pytest.raises(PartitionError, match="collection of operator keys"):
         partition(g, {"relu"}, fallback_ops="relu")
     with pytest.raises(PartitionError, match=r"oracle raised on node relu0 \(relu\): KeyError"):
