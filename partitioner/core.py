@@ -51,6 +51,7 @@ import contextlib
 import gc
 import time
 from collections import Counter
+from itertools import compress
 from operator import le
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Sequence, TypeVar
@@ -819,24 +820,30 @@ def _assemble(view: GraphView, g: _Index, groups: dict[tuple[int, int], list[int
     all_compute = non_compute.isdisjoint(g.op_set)
     node_at = nodes.__getitem__
     n_nodes = len(nodes)
-    result_parts: list[Partition] = []
+    keys = sorted(groups)
     part_of = [-1] * n_nodes
-    for pid, key in enumerate(sorted(groups)):
-        members = groups[key]
-        for i in members:
+    for pid, key in enumerate(keys):
+        for i in groups[key]:
             part_of[i] = pid
-        seen_in: dict[int, None] = {}  # first use order
-        outs = []
-        for i in members:
-            for j in preds[i]:
-                if part_of[j] != pid:
-                    seen_in[j] = None
-            for k in data_succ[i]:
-                if part_of[k] != pid:
-                    outs.append(nodes[i])
-                    break
+    # one pass over the data edges: a crossing edge makes its source an input of the reading
+    # partition (order of first use) and an output of its own
+    inputs: list[dict[int, None]] = [{} for _ in keys]
+    is_out = [False] * n_nodes
+    for i, (pi, ps) in enumerate(zip(part_of, preds)):
+        for j in ps:
+            pj = part_of[j]
+            if pj != pi:
+                if pi >= 0:
+                    inputs[pi][j] = None
+                if pj >= 0:
+                    is_out[j] = True
+    result_parts: list[Partition] = []
+    for pid, key in enumerate(keys):
+        members = groups[key]
         size = len(members) if all_compute else sum(1 for i in members if ops[i] not in non_compute)
-        result_parts.append(Partition(pid, list(map(node_at, members)), list(map(node_at, seen_in)), outs, size))
+        member_nodes = list(map(node_at, members))
+        outs = list(compress(member_nodes, map(is_out.__getitem__, members)))
+        result_parts.append(Partition(pid, member_nodes, list(map(node_at, inputs[pid])), outs, size))
     fallback_idx = [i for i, (k, p) in enumerate(zip(is_op, part_of)) if k and p < 0]
     fallback = list(map(node_at, fallback_idx))
     reason_map = {nodes[i]: reasons[i] or "" for i in fallback_idx}
