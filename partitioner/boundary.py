@@ -10,7 +10,8 @@ constraints gives the same partitions count, convex and contractible at once:
 :func:`refine_waves` walks the units in reverse and then in forward topological order; each
 supported unit with room between its neighbours (``lo < hi``) is moved to the wave in
 ``[lo, hi]`` that minimises the boundary bytes of the values it touches. Every move is exact
-(it recomputes the cost of each affected value) and never increases the total, so the result
+(the cost of each affected value is priced by differences, :func:`_best_single`; a test
+checks each choice against a full recount) and never increases the total, so the result
 never moves more bytes than the plain wave assignment. The bounds of a unit depend only on its
 neighbours and, through chains of unsupported units, on summaries (``A``: the latest supported
 wave reaching an unsupported unit; ``B``: the earliest supported wave it reaches) that a sweep

@@ -815,7 +815,7 @@ def _wave_books(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, mi
 def _assemble(view: GraphView, g: _Index, groups: dict[tuple[int, int], list[int]],
               reasons: list[str | None], opts: PartitionOptions, stats: dict[str, Any]) -> PartitionResult:
     """Step 6: :class:`Partition` objects (ids in group-key order), fallback nodes and reasons."""
-    nodes, ops, preds, data_succ, is_op = g.nodes, g.ops, g.preds, g.data_succ, g.is_op
+    nodes, ops, preds, is_op = g.nodes, g.ops, g.preds, g.is_op
     non_compute = opts.non_compute_ops
     all_compute = non_compute.isdisjoint(g.op_set)
     node_at = nodes.__getitem__
