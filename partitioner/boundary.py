@@ -537,6 +537,11 @@ def _best_single(st: _Placement, u: int, w0: int, lo: int, hi: int, backward: bo
         if pen < 0:
             pen = st.size(p)
         readers = succ[p]
+        if len(readers) == 1:  # read by u alone (common): a move away from pw adds read and write
+            if pw != -1:
+                pen += pen
+            gain[pw] = gain.get(pw, 0) + pen
+            continue
         if len(readers) <= _FEW_READERS:
             zone = {nwave[x] for x in readers if x != u}
         else:

@@ -793,10 +793,12 @@ def _wave_books(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, mi
         for w, c in Counter(w for w, op in zip(node_wave, ops) if op not in non_compute).items():
             n_compute[w] = c
 
+    all_compute = non_compute.isdisjoint(g.op_set)
+
     def movable(u: int, old: int, new: int) -> bool:
         group = members.get(u, (u,))
         k = len(group)
-        c = sum(1 for i in group if ops[i] not in non_compute)
+        c = k if all_compute else sum(1 for i in group if ops[i] not in non_compute)
         if min_size > 1 and (n_compute[old] - c < min_size or
                              (exempt and any(op_matches(ops[i], exempt) for i in group))):
             return False
