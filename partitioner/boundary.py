@@ -531,22 +531,32 @@ def _best_single(st: _Placement, u: int, w0: int, lo: int, hi: int, backward: bo
     forward sweep moves only on a strict gain."""
     sizes, nwave, succ = st.sizes, st.nwave, st.succ
     gain: dict[int, int] = {}
+    # (an input whose gain falls on no wave of [lo, hi], where w0 is, adds the same to every
+    # wave tried: its size is not even looked up)
     for p in st.preds[u]:
         pw = nwave[p]
-        pen = sizes[p]
-        if pen < 0:
-            pen = st.size(p)
         readers = succ[p]
         if len(readers) == 1:  # read by u alone (common): a move away from pw adds read and write
-            if pw != -1:
-                pen += pen
-            gain[pw] = gain.get(pw, 0) + pen
+            if lo <= pw <= hi:
+                pen = sizes[p]
+                if pen < 0:
+                    pen = st.size(p)
+                gain[pw] = gain.get(pw, 0) + pen + pen
             continue
         if len(readers) <= _FEW_READERS:
             zone = {nwave[x] for x in readers if x != u}
         else:
             zone = {w for w, n in st.count(p).items() if w != w0 or n > 1}
         zone.discard(pw)
+        if not lo <= pw <= hi:
+            for w in zone:
+                if lo <= w <= hi:
+                    break
+            else:
+                continue
+        pen = sizes[p]
+        if pen < 0:
+            pen = st.size(p)
         if not zone and pw != -1:  # no other reader outside: a new one adds the write
             pen += pen
         gain[pw] = gain.get(pw, 0) + pen
