@@ -622,7 +622,7 @@ def _atomic_units(view: GraphView, g: _Index, reasons: list[str | None], atomic_
             for m in members[1:]:
                 stats["unit_merges"] += uf.union(members[0], m)
     getitem_ops = opts.getitem_ops if not fast else frozenset()
-    if getitem_ops and not getitem_ops.isdisjoint(ops):
+    if getitem_ops and not getitem_ops.isdisjoint(g.op_set):
         for i in range(n_nodes):
             if is_op[i] and ops[i] in getitem_ops and preds[i]:
                 producer = preds[i][0]  # getitem(x, k) consumes one node: its producer
