@@ -6,11 +6,14 @@
 
 #include <torchvendor/kernel_api.h>
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/sub.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <torch/library.h>
 #include <torch/version.h>
 
@@ -180,6 +183,62 @@ tv_status api_check_end(const char* op, const uint64_t* outputs, uint64_t num_ou
 
 const char* api_last_error() { return t_check_error.c_str(); }
 
+// ---- minor 1: the per-call fast path ----------------------------------------------------------
+
+tv_status api_fail(tv_status status, std::string message) {
+  t_check_error = std::move(message);
+  return status;
+}
+
+bool valid_device(int32_t device) { return device >= 0 && device < device_count(); }
+
+// What the device layer's empty_strided kernel does (ops.cpp), minus the dispatcher: torch's
+// C shim (aoti_torch_empty_strided) reaches it through at::empty_strided, BackendSelect and a
+// device guard, and torch::stable::empty through a dispatcher lookup by operator name.
+tv_status api_empty_strided(int64_t ndim, const int64_t* sizes, const int64_t* strides,
+                            int32_t dtype, int32_t device, void** ret_tensor) {
+  if (ret_tensor == nullptr || ndim < 0 || (ndim > 0 && (sizes == nullptr || strides == nullptr)))
+    return api_fail(TV_ERROR_INVALID_VALUE, "empty_strided: ret_tensor must not be NULL, ndim "
+                    "must be >= 0, and sizes/strides must not be NULL when ndim > 0");
+  if (!valid_device(device))
+    return api_fail(TV_ERROR_INVALID_DEVICE, "empty_strided: device " + std::to_string(device) +
+                    " is out of range (the device has " + std::to_string(device_count()) +
+                    " devices)");
+  if (dtype < 0 || dtype >= static_cast<int32_t>(c10::ScalarType::NumOptions) ||
+      dtype == static_cast<int32_t>(c10::ScalarType::Undefined))
+    return api_fail(TV_ERROR_INVALID_VALUE, "empty_strided: unknown dtype code " +
+                    std::to_string(dtype) + " (use the shim's aoti_torch_dtype_*())");
+  try {
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    c10::OptionalDeviceGuard guard;  // the allocator serves the current device
+    if (current_device() != index) guard.reset_device(c10::Device(c10::DeviceType::PrivateUse1, index));
+    at::Tensor t = at::detail::empty_strided_generic(
+        c10::IntArrayRef(sizes, ndim), c10::IntArrayRef(strides, ndim), device_allocator(),
+        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), static_cast<c10::ScalarType>(dtype));
+    *ret_tensor = torch::aot_inductor::new_tensor_handle(std::move(t));
+    return TV_SUCCESS;
+  } catch (const c10::OutOfMemoryError& e) {
+    return api_fail(TV_ERROR_OUT_OF_MEMORY, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    return api_fail(TV_ERROR_INVALID_VALUE, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return api_fail(TV_ERROR_INVALID_VALUE, e.what());
+  }
+}
+
+tv_status api_current_stream(int32_t device, tv_stream* stream) {
+  if (stream == nullptr) return api_fail(TV_ERROR_INVALID_VALUE, "current_stream: stream is NULL");
+  if (!valid_device(device))
+    return api_fail(TV_ERROR_INVALID_DEVICE, "current_stream: device " + std::to_string(device) +
+                    " is out of range");
+  try {
+    *stream = native_stream(current_stream(static_cast<c10::DeviceIndex>(device)));
+    return TV_SUCCESS;
+  } catch (const std::exception& e) {
+    return api_fail(TV_ERROR_INVALID_HANDLE, e.what());
+  }
+}
+
 tv_kernel_api g_api{};
 
 const tv_kernel_api* kernel_api() {
@@ -193,6 +252,8 @@ const tv_kernel_api* kernel_api() {
   g_api.check_begin = &api_check_begin;
   g_api.check_end = &api_check_end;
   g_api.last_error_message = &api_last_error;
+  g_api.empty_strided = &api_empty_strided;
+  g_api.current_stream = &api_current_stream;
   return &g_api;
 }
 

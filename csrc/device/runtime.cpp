@@ -368,9 +368,27 @@ StreamEntry& entry(c10::DeviceIndex device, c10::StreamId id) {  // g_stream_mut
 }  // namespace
 
 tv_stream native_stream(c10::Stream stream) {
-  check_device_index(stream.device_index());
-  std::lock_guard<std::mutex> lock(g_stream_mutex);
-  return entry(stream.device_index(), stream.id()).handle;
+  // Every op on the device asks for its stream (each copy, each kernel launch): a per-thread
+  // memo of the last stream per device spares the registry's lock and hash lookup. Stream
+  // handles live until process exit, so a remembered one never dangles.
+  struct Last {
+    c10::StreamId id = -1;
+    tv_stream handle = nullptr;
+  };
+  thread_local std::vector<Last> last;
+  const c10::DeviceIndex device = stream.device_index();
+  if (device >= 0 && static_cast<size_t>(device) < last.size() &&
+      last[device].id == stream.id() && last[device].handle != nullptr)
+    return last[device].handle;
+  check_device_index(device);
+  tv_stream handle;
+  {
+    std::lock_guard<std::mutex> lock(g_stream_mutex);
+    handle = entry(device, stream.id()).handle;
+  }
+  if (last.empty()) last.resize(device_count());
+  last[device] = Last{stream.id(), handle};
+  return handle;
 }
 
 int stream_priority(c10::Stream stream) {

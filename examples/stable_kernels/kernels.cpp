@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ using torch::stable::Tensor;
 // ---- device code: one module per device, loaded on first use --------------------------------
 
 struct DeviceFunctions {
+  std::atomic<bool> ready{false};  // set once the three functions below are loaded
   tv_function elementwise = nullptr, mm = nullptr, sum = nullptr;
 };
 
@@ -43,12 +45,15 @@ std::string device_module_path() {  // beside this library
   return self.substr(0, self.rfind('/') + 1) + "libacme_device_kernels.so";
 }
 
+// Loaded on a device's first call; later calls read them without taking the lock.
 const DeviceFunctions& functions(int32_t device) {
   static std::mutex mutex;
-  static std::vector<DeviceFunctions> table(64);
+  static std::array<DeviceFunctions, 64> table;
+  STD_TORCH_CHECK(device >= 0 && device < static_cast<int32_t>(table.size()), "device index ", device);
+  DeviceFunctions& f = table[device];
+  if (f.ready.load(std::memory_order_acquire)) return f;
   std::lock_guard<std::mutex> lock(mutex);
-  DeviceFunctions& f = table.at(device);
-  if (f.elementwise == nullptr) {
+  if (!f.ready.load(std::memory_order_relaxed)) {
     const tv_runtime& rt = *tv::api().runtime;
     tv_module module = nullptr;
     tv::check(rt.module_load_file(device, device_module_path().c_str(), &module),
@@ -56,6 +61,7 @@ const DeviceFunctions& functions(int32_t device) {
     tv::check(rt.module_get_function(module, "tv_tpl_elementwise", &f.elementwise), "get tv_tpl_elementwise");
     tv::check(rt.module_get_function(module, "tv_tpl_mm", &f.mm), "get tv_tpl_mm");
     tv::check(rt.module_get_function(module, "tv_tpl_sum", &f.sum), "get tv_tpl_sum");
+    f.ready.store(true, std::memory_order_release);
   }
   return f;
 }
@@ -96,8 +102,7 @@ int32_t code_of(ScalarType t) {
 
 bool is_floating(ScalarType t) { return code_of(t) >= TV_TPL_F32; }
 
-int32_t device_of(const Tensor& a, const Tensor& b) {
-  const bool a_dev = !a.is_cpu(), b_dev = !b.is_cpu();
+int32_t device_of(const Tensor& a, const Tensor& b, bool a_dev, bool b_dev) {
   STD_TORCH_CHECK(a_dev || b_dev, "expected a tensor on the device");
   if (a_dev && b_dev)
     STD_TORCH_CHECK(a.get_device_index() == b.get_device_index(),
@@ -118,31 +123,37 @@ ScalarType result_type(const Tensor& a, const Tensor& b) {
   return torch::stable::detail::to<ScalarType>(stack[0]);
 }
 
-std::vector<int64_t> broadcast(const Tensor& a, const Tensor& b) {
+// Sizes and strides of an operand, read once (each accessor is a call into torch's C shim).
+struct Layout {
+  torch::headeronly::IntHeaderOnlyArrayRef sizes, strides;
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+};
+
+// The broadcast shape of a and b into `out` (fixed-size: no allocation per call); its rank.
+int64_t broadcast(const Layout& a, const Layout& b, int64_t* out) {
   const int64_t n = std::max(a.dim(), b.dim());
-  std::vector<int64_t> out(n);
+  STD_TORCH_CHECK(n <= TV_TPL_MAX_DIMS, "at most ", TV_TPL_MAX_DIMS, " dimensions");
   for (int64_t i = 0; i < n; ++i) {
     const int64_t da = i - (n - a.dim()), db = i - (n - b.dim());
-    const int64_t sa = da >= 0 ? a.size(da) : 1, sb = db >= 0 ? b.size(db) : 1;
+    const int64_t sa = da >= 0 ? a.sizes[da] : 1, sb = db >= 0 ? b.sizes[db] : 1;
     STD_TORCH_CHECK(sa == sb || sa == 1 || sb == 1, "The size of tensor a (", sa,
                     ") must match the size of tensor b (", sb, ") at non-singleton dimension ", i);
     out[i] = sa == 1 ? sb : sa;
   }
-  return out;
+  return n;
 }
 
 // Element strides of `t` broadcast to `shape` (0 along broadcast dimensions).
-void broadcast_strides(const Tensor& t, const std::vector<int64_t>& shape, int64_t* out) {
-  const int64_t n = static_cast<int64_t>(shape.size());
+void broadcast_strides(const Layout& t, const int64_t* shape, int64_t n, int64_t* out) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t d = i - (n - t.dim());
-    out[i] = d >= 0 && t.size(d) != 1 ? t.stride(d) : 0;
+    out[i] = d >= 0 && t.sizes[d] != 1 ? t.strides[d] : 0;
   }
 }
 
-Tensor new_output(const std::vector<int64_t>& shape, ScalarType dtype, int32_t device) {
-  return torch::stable::empty(shape, dtype, std::nullopt,
-                              torch::stable::Device(torch::headeronly::DeviceType::PrivateUse1, device));
+// Outputs come from the SDK's caching allocator without a dispatcher round trip (tv::empty).
+Tensor new_output(torch::headeronly::IntHeaderOnlyArrayRef shape, ScalarType dtype, int32_t device) {
+  return tv::empty(shape, dtype, device);
 }
 
 // A CPU 0-dim operand is read on the host (its memory is host memory).
@@ -162,35 +173,39 @@ double host_scalar(const Tensor& t) {
 // ---- kernels ----------------------------------------------------------------------------------
 
 Tensor binary(const Tensor& a, const Tensor& b, int32_t op, double alpha) {
-  STD_TORCH_CHECK(!a.is_cpu(), "the first operand must be on the device");
-  const int32_t device = device_of(a, b);
-  torch::stable::accelerator::DeviceGuard guard(device);
+  const bool a_dev = !a.is_cpu(), b_dev = !b.is_cpu();
+  STD_TORCH_CHECK(a_dev, "the first operand must be on the device");
+  const int32_t device = device_of(a, b, a_dev, b_dev);
+  tv::DeviceGuard guard(device);
   const ScalarType dtype = result_type(a, b);
-  const std::vector<int64_t> shape = broadcast(a, b);
-  STD_TORCH_CHECK(shape.size() <= TV_TPL_MAX_DIMS, "at most ", TV_TPL_MAX_DIMS, " dimensions");
-  Tensor out = new_output(shape, dtype, device);
+  const Layout la{a.sizes(), a.strides()}, lb{b.sizes(), b.strides()};
+  int64_t shape[TV_TPL_MAX_DIMS];
+  const int64_t ndim = broadcast(la, lb, shape);
+  Tensor out = new_output({shape, static_cast<size_t>(ndim)}, dtype, device);
+  const int64_t numel = out.numel();
+  if (numel == 0) return out;
   tv_tpl_elementwise_args args{};
   args.op = op;
-  args.ndim = static_cast<int32_t>(shape.size());
-  args.numel = out.numel();
+  args.ndim = static_cast<int32_t>(ndim);
+  args.numel = numel;
   args.alpha = alpha;
   args.a = a.const_data_ptr();
   args.out = out.mutable_data_ptr();
   args.dtype_a = code_of(a.scalar_type());
   args.dtype_out = code_of(dtype);
-  if (b.is_cpu()) {
+  if (!b_dev) {
     args.scalar_b = host_scalar(b);
     args.dtype_b = args.dtype_a;
   } else {
     args.b = b.const_data_ptr();
     args.dtype_b = code_of(b.scalar_type());
   }
-  std::copy(shape.begin(), shape.end(), args.sizes);
-  broadcast_strides(a, shape, args.stride_a);
-  if (!b.is_cpu()) broadcast_strides(b, shape, args.stride_b);
-  args.contiguous = a.is_contiguous() && a.sizes().size() == shape.size() && a.numel() == out.numel() &&
-                    (b.is_cpu() || (b.is_contiguous() && b.numel() == out.numel() && b.dim() == a.dim()));
-  if (out.numel() > 0) launch(device, functions(device).elementwise, args, std::array<size_t, 3>TV_TPL_ELEMENTWISE_POINTERS);
+  std::copy(shape, shape + ndim, args.sizes);
+  broadcast_strides(la, shape, ndim, args.stride_a);
+  if (b_dev) broadcast_strides(lb, shape, ndim, args.stride_b);
+  args.contiguous = la.dim() == ndim && a.numel() == numel && a.is_contiguous() &&
+                    (!b_dev || (lb.dim() == ndim && b.numel() == numel && b.is_contiguous()));
+  launch(device, functions(device).elementwise, args, std::array<size_t, 3>TV_TPL_ELEMENTWISE_POINTERS);
   return out;
 }
 
@@ -215,9 +230,9 @@ Tensor mm(Tensor a, Tensor b) {
   STD_TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0),
                   "x", a.size(1), " and ", b.size(0), "x", b.size(1), ")");
   STD_TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype");
-  const int32_t device = device_of(a, b);
   STD_TORCH_CHECK(!a.is_cpu() && !b.is_cpu(), "mm: both matrices must be on the device");
-  torch::stable::accelerator::DeviceGuard guard(device);
+  const int32_t device = device_of(a, b, true, true);
+  tv::DeviceGuard guard(device);
   Tensor out = new_output({a.size(0), b.size(1)}, a.scalar_type(), device);
   tv_tpl_mm_args args{};
   args.a = a.const_data_ptr();
@@ -241,7 +256,7 @@ ScalarType sum_dtype(const Tensor& self, std::optional<ScalarType> dtype) {
 
 Tensor reduce(const Tensor& self, const std::vector<bool>& reduced, bool keepdim, ScalarType dtype) {
   const int32_t device = self.get_device_index();
-  torch::stable::accelerator::DeviceGuard guard(device);
+  tv::DeviceGuard guard(device);
   std::vector<int64_t> shape;
   tv_tpl_sum_args args{};
   for (int64_t d = 0; d < self.dim(); ++d) {

@@ -26,6 +26,10 @@
  *     diagnose(), beside the CPU fallback's counts.
  *   - Checked mode (the conformance suite turns it on): checked_mode() tells kernels to compare
  *     every output's device and shape with what the operator's meta kernel says.
+ *   - Minor 1, the per-call cost of a small op: torch::stable::empty is a dispatcher call by
+ *     operator name with heap-allocated optional arguments, and getCurrentStream heap-allocates
+ *     a stream handle; empty_strided and current_stream do the same work directly (measured in
+ *     docs/bench_device.md, "Floors").
  *
  * Rules for changing this header: as runtime.h (a minor version only appends entries; a major
  * may change anything; the SDK reads only entries inside the library's view of struct_size).
@@ -43,7 +47,7 @@ extern "C" {
 #endif
 
 #define TV_KERNEL_API_MAJOR 1
-#define TV_KERNEL_API_MINOR 0
+#define TV_KERNEL_API_MINOR 1
 
 /* The function a kernel library exports; called once, after the library is loaded and its
  * registrations are checked, before any of its kernels can run. Return TV_SUCCESS, or an error
@@ -80,9 +84,32 @@ typedef struct tv_kernel_api {
    * TV_ERROR_INVALID_VALUE if an output has another shape, dtype or device than expected;
    * last_error_message says which. */
   tv_status (*check_end)(const char* op, const uint64_t* outputs, uint64_t num_outputs);
-  /* The message of the calling thread's last failed check, or "". Never NULL. */
+  /* The message of the calling thread's last failed check or call of this table, or "".
+   * Never NULL. */
   const char* (*last_error_message)(void);
+
+  /* ---- minor 1 (read only when struct_size covers the entry) ---- */
+  /* A new, uninitialized device tensor from the caching allocator, as torch's C shim
+   * aoti_torch_empty_strided(ndim, sizes, strides, dtype, <PrivateUse1>, device, ret) makes it,
+   * without a trip through the dispatcher. `dtype` is the shim's dtype code
+   * (aoti_torch_dtype_float32(), ...); `*ret_tensor` receives a new AtenTensorHandle that the
+   * caller owns (torch::stable::Tensor(handle) takes it). TV_ERROR_INVALID_DEVICE for a device
+   * out of range, TV_ERROR_OUT_OF_MEMORY when the allocator cannot serve it,
+   * TV_ERROR_INVALID_VALUE for negative sizes or an unknown dtype; last_error_message says
+   * which. */
+  tv_status (*empty_strided)(int64_t ndim, const int64_t* sizes, const int64_t* strides,
+                             int32_t dtype, int32_t device, void** ret_tensor);
+  /* The runtime stream behind torch's current stream of `device` on the calling thread (what
+   * native_stream(device, getCurrentStream(device).id()) gives, without the stable API's
+   * heap-allocated stream handle). TV_ERROR_INVALID_DEVICE for a device out of range. */
+  tv_status (*current_stream)(int32_t device, tv_stream* stream);
 } tv_kernel_api;
+
+/* Whether `api` (the SDK's table) has `entry`: a library built against a newer minor than the
+ * SDK that loads it must not read past the SDK's struct_size. */
+#define TV_KERNEL_API_HAS(api, entry)                                                      \
+  ((api)->struct_size >= offsetof(tv_kernel_api, entry) + sizeof((api)->entry) &&          \
+   (api)->entry != NULL)
 
 /* Put once in a kernel library: the marker the SDK reads from the file before loading it
  * (a library built for a newer torch than the running one is refused before it registers

@@ -8,12 +8,18 @@
 //                                      call and checked in checked mode
 //   tv::api()                          the SDK's table (runtime, streams, counters)
 //   tv::current_stream(device)         the runtime stream behind torch's current stream
+//   tv::empty(sizes, dtype, device)    a new contiguous device tensor from the caching allocator
+//   tv::DeviceGuard guard(device)      torch's device guard, skipped when `device` is current
 #pragma once
 
 #include <torchvendor/kernel_api.h>
 
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include <optional>
 
 #include <stdexcept>
 #include <string>
@@ -35,17 +41,67 @@ inline const tv_kernel_api& api() {
   return *a;
 }
 
-// The runtime stream behind torch's current stream of `device` (works from torch 2.9 on;
-// Stream::nativeHandle() would need TORCH_FEATURE_VERSION >= 2.13).
+// The runtime stream behind torch's current stream of `device`: the kernel API's
+// current_stream (minor 1) in one call, else through torch's stable accelerator API (works from
+// torch 2.9 on; Stream::nativeHandle() would need TORCH_FEATURE_VERSION >= 2.13).
 inline tv_stream current_stream(int32_t device) {
-  const auto stream = torch::stable::accelerator::getCurrentStream(device);
+  const tv_kernel_api& a = api();
   tv_stream s = nullptr;
-  if (api().native_stream(device, stream.id(), &s) != TV_SUCCESS)
+  if (TV_KERNEL_API_HAS(&a, current_stream)) {
+    if (a.current_stream(device, &s) != TV_SUCCESS)
+      throw std::runtime_error(std::string("torchvendor: ") + a.last_error_message());
+    return s;
+  }
+  const auto stream = torch::stable::accelerator::getCurrentStream(device);
+  if (a.native_stream(device, stream.id(), &s) != TV_SUCCESS)
     throw std::runtime_error("torchvendor: no runtime stream for stream id " +
                              std::to_string(stream.id()) + " of device " +
                              std::to_string(device));
   return s;
 }
+
+// A new contiguous tensor on `device`, from the SDK's caching allocator: the kernel API's
+// empty_strided (minor 1), else torch's C shim. Not torch::stable::empty, which looks the
+// operator up by name and dispatches on every call (0.8 us of a 16-element op, measured in
+// docs/bench_device.md).
+inline torch::stable::Tensor empty(torch::headeronly::IntHeaderOnlyArrayRef sizes,
+                                   torch::headeronly::ScalarType dtype, int32_t device) {
+  constexpr size_t kMaxDims = 16;
+  const int64_t ndim = static_cast<int64_t>(sizes.size());
+  if (ndim > static_cast<int64_t>(kMaxDims))
+    throw std::runtime_error("tv::empty: at most 16 dimensions");
+  int64_t strides[kMaxDims];
+  for (int64_t d = ndim - 1, step = 1; d >= 0; --d) {
+    strides[d] = step;
+    step *= sizes[d] > 1 ? sizes[d] : 1;
+  }
+  const tv_kernel_api& a = api();
+  const int32_t code = static_cast<int32_t>(dtype);  // the shim's dtype codes are ScalarType's
+  if (TV_KERNEL_API_HAS(&a, empty_strided)) {
+    void* handle = nullptr;
+    if (a.empty_strided(ndim, sizes.data(), strides, code, device, &handle) != TV_SUCCESS)
+      throw std::runtime_error(std::string("torchvendor: ") + a.last_error_message());
+    return torch::stable::Tensor(static_cast<AtenTensorHandle>(handle));
+  }
+  AtenTensorHandle handle = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(ndim, sizes.data(), strides, code,
+                                                  aoti_torch_device_type_privateuse1(), device,
+                                                  &handle));
+  return torch::stable::Tensor(handle);
+}
+
+// torch::stable::accelerator::DeviceGuard, made only when `device` is not the current device
+// (the common case needs no guard, and making one costs a heap allocation and two device
+// switches through torch).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int32_t device) {
+    if (torch::stable::accelerator::getCurrentDeviceIndex() != device) guard_.emplace(device);
+  }
+
+ private:
+  std::optional<torch::stable::accelerator::DeviceGuard> guard_;
+};
 
 // Throws with the runtime's message when a runtime call failed.
 inline void check(tv_status status, const char* what) {
