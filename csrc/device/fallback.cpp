@@ -5,19 +5,23 @@
 #include "tv_device.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_copy_from_and_resize.h>
 #include <ATen/ops/bernoulli.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/mse_loss.h>
 #include <ATen/ops/ones_like.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -66,10 +70,117 @@ void copy_rng_state(at::CPUGeneratorImpl* to, at::CPUGeneratorImpl* from) {
   to->set_next_double_normal_sample(from->next_double_normal_sample());
 }
 
+// ---- the direct path ---------------------------------------------------------------------
+// torch's cpu_fallback moves every tensor with Tensor.cpu() and Tensor.to(device): for a
+// 16-element add that is about ten dispatcher calls (to, _to_copy, empty, copy_, _copy_from, with
+// their autograd and ADInplaceOrView layers) around the one CPU kernel. The direct path does
+// the same work without them when every device tensor is dense: one runtime copy per device
+// input into a CPU tensor of the same strides (none for an out= argument), the CPU kernel (redispatched to the CPU key, as
+// cpu_fallback does), one device allocation and runtime copy per output. Same stream ordering:
+// copy_bytes waits for the device's stream before reading and copies before returning.
+
+// Dense, strided, without conjugate/negative bits: its bytes are one span from data_ptr.
+bool plain(const at::Tensor& t) {
+  return t.layout() == c10::Layout::Strided && !t.is_conj() && !t.is_neg() &&
+         t.is_non_overlapping_and_dense();
+}
+
+// A CPU tensor of `dev`'s sizes and strides; with its values unless `contents` is false.
+at::Tensor host_copy(const at::Tensor& dev, bool contents) {
+  at::Tensor host = at::detail::empty_strided_cpu(dev.sizes(), dev.strides(), dev.scalar_type());
+  if (!contents) return host;
+  copy_bytes(host.mutable_data_ptr(), dev.const_data_ptr(), dev.nbytes(), TV_MEMCPY_DEVICE_TO_HOST,
+             current_stream(dev.device().index()), false);
+  return host;
+}
+
+at::Tensor device_copy(const at::Tensor& host, c10::Device device) {
+  if (!plain(host)) return host.to(device);
+  c10::OptionalDeviceGuard guard;  // the allocator serves the current device
+  if (current_device() != device.index()) guard.reset_device(device);
+  at::Tensor dev = at::detail::empty_strided_generic(
+      host.sizes(), host.strides(), device_allocator(),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), host.scalar_type());
+  copy_bytes(dev.mutable_data_ptr(), host.const_data_ptr(), host.nbytes(),
+             TV_MEMCPY_HOST_TO_DEVICE, current_stream(device.index()), false);
+  return dev;
+}
+
+// A written argument's CPU result back into its device tensor (resized like it, as
+// cpu_fallback's _copy_from_and_resize does).
+void write_back(const at::Tensor& host, const at::Tensor& dev) {
+  if (host.sizes() == dev.sizes() && host.strides() == dev.strides() && plain(host)) {
+    copy_bytes(dev.mutable_data_ptr(), host.const_data_ptr(), host.nbytes(),
+               TV_MEMCPY_HOST_TO_DEVICE, current_stream(dev.device().index()), false);
+    return;
+  }
+  at::_copy_from_and_resize(host, dev);
+}
+
+struct Moved {
+  size_t index;
+  at::Tensor device, host;
+};
+
+// The direct path for an operator whose schema qualifies (OpInfo::direct). Returns false,
+// having changed nothing, when this call needs cpu_fallback's general path: a device tensor
+// that is not dense, a tensor on a third device, or no device tensor at all.
+bool direct_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const size_t begin = stack->size() - args.size();
+  std::optional<c10::Device> target;  // outputs go where the first device tensor is
+  for (size_t i = begin; i < stack->size(); ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().is_cpu()) continue;
+    if (!v.toTensor().is_privateuseone() || !plain(v.toTensor())) return false;
+    if (!target) target = v.toTensor().device();
+  }
+  if (!target) return false;
+  c10::SmallVector<Moved, 4> moved;
+  c10::SmallVector<c10::IValue, 8> inputs(stack->begin() + begin, stack->end());
+  for (size_t i = 0; i < args.size(); ++i) {
+    c10::IValue& v = (*stack)[begin + i];
+    if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().is_cpu()) continue;
+    // An out= argument (is_out: keyword-only, written) is overwritten by the CPU kernel, never
+    // read, so its old values need not travel; an in-place self (add_) does need them.
+    at::Tensor host = host_copy(v.toTensor(), !args[i].is_out());
+    moved.push_back(Moved{i, v.toTensor(), host});
+    v = c10::IValue(std::move(host));
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  for (const Moved& m : moved) {
+    const c10::AliasInfo* alias = args[m.index].alias_info();
+    if (alias && alias->isWrite()) write_back(m.host, m.device);
+  }
+  const auto& returns = op.schema().returns();
+  const size_t rbegin = stack->size() - returns.size();
+  for (size_t r = 0; r < returns.size(); ++r) {
+    c10::IValue& v = (*stack)[rbegin + r];
+    if (const c10::AliasInfo* alias = returns[r].alias_info()) {
+      // A written argument returned (add_, add.out): the caller's tensor, as cpu_fallback does.
+      bool found = false;
+      for (size_t i = 0; i < args.size() && !found; ++i) {
+        const c10::AliasInfo* in = args[i].alias_info();
+        if (in && (in == alias || *in == *alias) && inputs[i].isTensor()) {
+          v = inputs[i];
+          found = true;
+        }
+      }
+      TORCH_CHECK(found, "The operator ", op.schema().operator_name(), " appears to have invalid "
+                  "alias information: no argument matches its return ", returns[r]);
+      continue;
+    }
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cpu())
+      v = c10::IValue(device_copy(v.toTensor(), *target));
+  }
+  return true;
+}
+
 // cpu_fallback sends outputs to the device of the first tensor argument. When that one is a
 // CPU tensor (a 0-dim scalar, e.g. torch.where(cpu_cond, x, y)) but device tensors take part,
 // the outputs belong on the device, as CUDA does: move fresh CPU outputs there.
-void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool direct) {
+  if (direct && direct_fallback(op, stack)) return;
   const size_t num_args = op.schema().arguments().size();
   const size_t begin = stack->size() - num_args;
   std::optional<c10::Device> first, device;
@@ -177,8 +288,40 @@ struct OpInfo {
   // For overlap_checked() operators: written arguments, and the others (true: partial only).
   std::vector<size_t> written;
   std::vector<std::pair<size_t, bool>> read;
+  // The schema has only what direct_fallback handles: no TensorList or Device arguments, no
+  // view (immutable alias) returns, only Tensor returns.
+  bool direct = false;
   std::atomic<int64_t> calls{0};
 };
+
+bool is_tensor_type(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  auto opt = type->cast<c10::OptionalType>();
+  return opt && opt->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+bool mentions(const c10::TypePtr& type, c10::TypeKind kind) {
+  if (type->kind() == kind) return true;
+  for (const auto& contained : type->containedTypes())
+    if (mentions(contained, kind)) return true;
+  return false;
+}
+
+// A Tensor or Tensor? argument, or one without tensors (lists of them, tuples) and devices.
+bool direct_arg(const c10::TypePtr& type) {
+  return is_tensor_type(type) || (!mentions(type, c10::TypeKind::TensorType) &&
+                                  !mentions(type, c10::TypeKind::DeviceObjType));
+}
+
+bool direct_schema(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& arg : schema.arguments())
+    if (!direct_arg(arg.real_type())) return false;
+  for (const c10::Argument& ret : schema.returns()) {
+    if (ret.real_type()->kind() != c10::TypeKind::TensorType) return false;
+    if (ret.alias_info() && !ret.alias_info()->isWrite()) return false;  // a view
+  }
+  return !schema.is_vararg() && !schema.is_varret();
+}
 
 void find_overlap_args(const c10::FunctionSchema& schema, OpInfo& info) {
   auto it = overlap_checked().find(std::string(schema.name()).substr(6));  // past "aten::"
@@ -228,6 +371,7 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
     for (size_t i = 0; i < schema.arguments().size(); ++i)
       if (is_generator_arg(schema.arguments()[i])) info->generators.push_back(i);
     find_overlap_args(schema, *info);
+    info->direct = direct_schema(schema);
     if (slot) {  // the old operator is gone: keep what it counted under its name
       std::lock_guard<std::mutex> count_lock(g_count_mutex);
       g_counts[slot->name] += slot->calls.load();
@@ -264,7 +408,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         written.emplace_back(v.toTensor(), cpu);
         v = c10::IValue(cpu);
       }
-      run_cpu_fallback(op, stack);
+      run_cpu_fallback(op, stack, info.direct);
       for (auto& [device_tensor, cpu] : written) device_tensor.copy_(cpu);
       return;
     }
@@ -286,11 +430,11 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     at::Generator cpu_gen = at::make_generator<at::CPUGeneratorImpl>();
     copy_rng_state(cpu_gen.get<at::CPUGeneratorImpl>(), state);
     value = c10::IValue(cpu_gen);
-    run_cpu_fallback(op, stack);
+    run_cpu_fallback(op, stack, info.direct);
     copy_rng_state(state, cpu_gen.get<at::CPUGeneratorImpl>());
     return;
   }
-  run_cpu_fallback(op, stack);
+  run_cpu_fallback(op, stack, info.direct);
 }
 
 // ---- kernels that compute on CPU copies ------------------------------------------------------

@@ -1,0 +1,124 @@
+"""The CPU fallback's direct path (csrc/device/fallback.cpp, direct_fallback): dense device
+tensors move with one runtime copy each instead of torch's cpu_fallback dispatches. Checked here
+against CPU eager where it could go wrong: stream ordering behind work still queued on the
+device, permuted and gapped (generic path) inputs, out= and in-place writes (resized, returned
+as the caller's tensor), CPU scalar operands, several outputs, a second device, and errors."""
+from __future__ import annotations
+
+import importlib.resources
+import os
+import struct
+
+import pytest
+import torch
+
+DEVICE = "acme"
+
+
+@pytest.fixture(scope="module")
+def sample_kernels(acme):
+    """tv_sleep_ms and tv_fill_f32 of the simulator's sample kernels, per device."""
+    path = os.fspath(importlib.resources.files("torchvendor") / "lib" /
+                     "libtorchvendor_sim_kernels.so")
+    out = {}
+    for d in range(min(2, acme.device_count())):
+        mod = acme.load_module(path, device=d)
+        out[d] = {n: acme.get_function(mod, n) for n in ("tv_sleep_ms", "tv_fill_f32")}
+    return out
+
+
+def busy_fill(acme, kernels, t: torch.Tensor, value: float, stream=None) -> None:
+    """Queue a 30 ms sleep, then a fill of `t` (contiguous float32) on `stream` (default: the
+    current one): `t` holds `value` only once the stream has run both."""
+    k = kernels[t.device.index]
+    acme.launch(k["tv_sleep_ms"], (1,), (1,), struct.pack("<q", 30), stream=stream)
+    acme.launch(k["tv_fill_f32"], (1,), (1,), struct.pack("<qQf4x", t.numel(), t.data_ptr(), value),
+                pointer_offsets=(8,), stream=stream)
+
+
+def test_reads_wait_for_queued_work(acme, sample_kernels):
+    x = torch.zeros(16, device=DEVICE)
+    busy_fill(acme, sample_kernels, x, 7.0)
+    y = x + 1                            # falls back: its host copy must wait for the fill
+    assert torch.equal(y.cpu(), torch.full((16,), 8.0))
+
+
+def test_in_place_write_lands_after_queued_work(acme, sample_kernels):
+    x = torch.zeros(16, device=DEVICE)
+    busy_fill(acme, sample_kernels, x, 2.0)
+    r = x.mul_(3)                        # reads after the fill, writes back before returning
+    assert r is x
+    assert torch.equal(x.cpu(), torch.full((16,), 6.0))
+
+
+def test_ordering_on_a_side_stream(acme, sample_kernels):
+    s = acme.Stream()
+    x = torch.zeros(16, device=DEVICE)
+    acme.synchronize()
+    with acme.stream(s):
+        busy_fill(acme, sample_kernels, x, 5.0)
+        y = torch.sub(x, 1)
+    s.synchronize()
+    assert torch.equal(y.cpu(), torch.full((16,), 4.0))
+
+
+def test_permuted_and_gapped_inputs(acme):
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 6), torch.randn(6, 4)
+    ad, bd = a.to(DEVICE), b.to(DEVICE)
+    # permuted (dense, direct path), the output keeps the CPU kernel's strides
+    got = torch.sub(ad.t(), bd)
+    assert torch.equal(got.cpu(), a.t() - b) and got.stride() == (a.t() - b).stride()
+    # gaps between elements (generic path)
+    got = torch.sub(ad[:, ::2], bd.t()[:, ::2])
+    assert torch.equal(got.cpu(), a[:, ::2] - b.t()[:, ::2])
+    # a view at a storage offset
+    assert torch.equal(torch.sub(ad[1:], ad[:-1]).cpu(), a[1:] - a[:-1])
+
+
+def test_out_argument(acme):
+    a, b = torch.arange(6.0), torch.ones(6)
+    out = torch.empty(6, device=DEVICE)
+    r = torch.sub(a.to(DEVICE), b.to(DEVICE), out=out)
+    assert r is out and torch.equal(out.cpu(), a - b)
+    small = torch.empty(2, device=DEVICE)  # resized by the CPU kernel, written back resized
+    with pytest.warns(UserWarning, match="resized"):
+        torch.sub(a.to(DEVICE), b.to(DEVICE), out=small)
+    assert small.shape == (6,) and torch.equal(small.cpu(), a - b)
+    # out= is not copied to the host (the CPU kernel overwrites it): an out= that is also an
+    # input must still be read as that input
+    x = a.to(DEVICE)
+    torch.sub(x, b.to(DEVICE), out=x)
+    assert torch.equal(x.cpu(), a - b)
+    strided = torch.zeros(6, 2, device=DEVICE)[:, 0]  # an out= view with gaps
+    torch.sub(a.to(DEVICE), b.to(DEVICE), out=strided)
+    assert torch.equal(strided.cpu(), a - b)
+
+
+def test_cpu_scalar_operand_and_several_outputs(acme):
+    x = torch.tensor([[1.0, 5.0], [4.0, 2.0]])
+    got = torch.sub(torch.tensor(10.0), x.to(DEVICE))  # first tensor on the CPU (0-dim)
+    assert got.device.type == DEVICE and torch.equal(got.cpu(), 10.0 - x)
+    values, indices = torch.max(x.to(DEVICE), dim=1)
+    assert values.device.type == DEVICE and indices.device.type == DEVICE
+    assert torch.equal(values.cpu(), torch.tensor([5.0, 4.0]))
+    assert torch.equal(indices.cpu(), torch.tensor([1, 0]))
+
+
+def test_second_device(acme):
+    if acme.device_count() < 2:
+        pytest.skip("one device")
+    a = torch.arange(4.0).to(f"{DEVICE}:1")
+    got = torch.sub(a, 1)
+    assert got.device == torch.device(DEVICE, 1) and acme.current_device() == 0
+    assert torch.equal(got.cpu(), torch.arange(4.0) - 1)
+
+
+def test_errors_are_the_cpu_kernels(acme):
+    with pytest.raises(RuntimeError, match="must match the size"):
+        torch.sub(torch.ones(3, device=DEVICE), torch.ones(4, device=DEVICE))
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'|Subtraction, the `-` operator"):
+        torch.sub(torch.ones(3, dtype=torch.bool, device=DEVICE),
+                  torch.ones(3, dtype=torch.bool, device=DEVICE))
+    # the device is still usable, and the failed calls were counted as fallbacks
+    assert torch.equal(torch.sub(torch.ones(2, device=DEVICE), 1).cpu(), torch.zeros(2))
