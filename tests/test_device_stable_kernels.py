@@ -29,6 +29,36 @@ BAD_SOURCES = {
         STABLE_TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { TV_IMPL(m, aten, "relu", &k); }
     """,
 }
+# Kernel API 1.1 (empty_strided, current_stream) probed from inside a kernel: aten::fmax on the
+# device checks the entries' errors, then returns a tensor made by empty_strided.
+PROBE_SOURCE = """
+    #include <torch/csrc/inductor/aoti_torch/c/shim.h>
+    #include <string>
+    #define EXPECT(cond, what) if (!(cond)) throw std::runtime_error(std::string("probe: ") + what)
+    Tensor k(Tensor a, Tensor b) {
+      const tv_kernel_api& api = tv::api();
+      EXPECT(api.abi_minor >= 1 && TV_KERNEL_API_HAS(&api, empty_strided) &&
+             TV_KERNEL_API_HAS(&api, current_stream), "no minor-1 entries");
+      const int32_t dev = a.get_device_index(), f32 = aoti_torch_dtype_float32();
+      const int64_t n = a.numel(), one = 1, minus = -1;
+      void* h = nullptr;
+      tv_stream s = nullptr, t = nullptr;
+      EXPECT(api.empty_strided(1, &n, &one, f32, 99, &h) == TV_ERROR_INVALID_DEVICE, "device 99");
+      EXPECT(std::string(api.last_error_message()).find("out of range") != std::string::npos,
+             std::string("message: ") + api.last_error_message());
+      EXPECT(api.empty_strided(1, &n, &one, -5, dev, &h) == TV_ERROR_INVALID_VALUE, "dtype -5");
+      EXPECT(api.empty_strided(1, &minus, &one, f32, dev, &h) == TV_ERROR_INVALID_VALUE, "size -1");
+      EXPECT(api.empty_strided(1, &n, &one, f32, dev, nullptr) == TV_ERROR_INVALID_VALUE, "NULL");
+      EXPECT(h == nullptr, "a failed call returned a tensor");
+      EXPECT(api.current_stream(99, &s) == TV_ERROR_INVALID_DEVICE, "stream of device 99");
+      EXPECT(api.current_stream(dev, &s) == TV_SUCCESS, "current_stream");
+      const auto id = torch::stable::accelerator::getCurrentStream(dev).id();
+      EXPECT(api.native_stream(dev, id, &t) == TV_SUCCESS && s == t, "not the current stream");
+      EXPECT(api.empty_strided(1, &n, &one, f32, dev, &h) == TV_SUCCESS, "empty_strided");
+      return Tensor(static_cast<AtenTensorHandle>(h));
+    }
+    STABLE_TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { TV_IMPL(m, aten, "fmax", &k); }
+"""
 BAD_HEADER = """
 #include <torchvendor/stable_kernels.h>
 #include <torch/csrc/stable/tensor.h>
@@ -63,12 +93,15 @@ def libs(tmp_path_factory) -> dict[str, str]:
     for name, body in BAD_SOURCES.items():
         (bad / f"{name}.cpp").write_text(BAD_HEADER + textwrap.dedent(body))
         cmake.append(f"torchvendor_add_kernel_library({name} TORCH_TARGET 2.11 SOURCES {name}.cpp)")
+    (bad / "probe.cpp").write_text(BAD_HEADER + textwrap.dedent(PROBE_SOURCE))
+    cmake.append("torchvendor_add_kernel_library(probe TORCH_TARGET 2.11 SOURCES probe.cpp)")
     # Marked as built for a torch newer than any installed one.
     (bad / "newer.cpp").write_text(BAD_HEADER.replace("TV_KERNELS_TORCH_TARGET", '"2.99"'))
     cmake.append("torchvendor_add_kernel_library(newer TORCH_TARGET 2.11 SOURCES newer.cpp)")
     (bad / "CMakeLists.txt").write_text("\n".join(cmake) + "\n")
     _configure_and_build(bad, root / "bad_build")
-    out = {name: str(root / "bad_build" / f"lib{name}.so") for name in [*BAD_SOURCES, "newer"]}
+    out = {name: str(root / "bad_build" / f"lib{name}.so")
+           for name in [*BAD_SOURCES, "newer", "probe"]}
     out["template"] = str(root / "build" / "libacme_kernels.so")
     # A second copy of the template: the same operators from another library.
     copy = root / "copy"
@@ -289,3 +322,40 @@ def test_guards_streams_out_inplace_and_views_with_the_template(libs) -> None:
     lines = out.strip().splitlines()
     assert lines[-5:] == ["guard acme:1 True", "stream+view True", "out True",
                           "inplace True acme:1", "view True"], out
+
+
+def test_kernel_api_minor_1_entries(libs) -> None:
+    out = run("""
+        load_kernel_library({probe!r})
+        a = torch.randn(5, device="acme:1")
+        s = torch.acme.Stream(device=1)
+        before = torch.acme.memory_allocated(1)
+        with torch.acme.stream(s):                   # current_stream must follow torch's
+            r = torch.fmax(a, a)
+        print("probe", r.device, r.shape, r.dtype, r.is_contiguous(),
+              torch.acme.memory_allocated(1) > before)
+        """, probe=libs["probe"])
+    assert out.strip().splitlines()[-1] == "probe acme:1 torch.Size([5]) torch.float32 True True", out
+
+
+def test_template_orders_after_queued_work(libs) -> None:
+    # A launch on a busy stream must queue behind its work (the simulator runs it in place only
+    # when the stream is idle), and a read waits for it.
+    out = run("""
+        import importlib.resources, os, struct
+        load_kernel_library({template!r})
+        path = os.fspath(importlib.resources.files("torchvendor") / "lib" / "libtorchvendor_sim_kernels.so")
+        mod = torch.acme.load_module(path, device=0)
+        sleep, fill = (torch.acme.get_function(mod, n) for n in ("tv_sleep_ms", "tv_fill_f32"))
+        x = torch.zeros(16, device="acme")
+        for stream in (None, torch.acme.Stream()):
+            with torch.acme.stream(stream or torch.acme.current_stream()):
+                torch.acme.launch(sleep, (1,), (1,), struct.pack("<q", 30))
+                torch.acme.launch(fill, (1,), (1,), struct.pack("<qQf4x", 16, x.data_ptr(), 3.0),
+                                  pointer_offsets=(8,))
+                y = (x * x + x).relu()               # three template kernels behind the fill
+                busy = not torch.acme.current_stream().query()
+            print("ordered", busy, torch.equal(y.cpu(), torch.full((16,), 12.0)))
+            x.zero_()
+        """, template=libs["template"])
+    assert out.strip().splitlines()[-2:] == ["ordered True True"] * 2, out

@@ -19,6 +19,7 @@
 
 #include <dlfcn.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <optional>
@@ -35,7 +36,6 @@ namespace torchvendor {
 namespace {
 
 std::mutex g_native_mutex;
-std::unordered_map<std::string, int64_t> g_native;
 std::atomic<bool> g_checked{false};
 
 // ---- the table handed to kernel libraries ---------------------------------------------------
@@ -66,18 +66,45 @@ std::string count_key(const char* op) {
 // text is kept and compared, since an unloaded library's address may be reused by another.
 struct Called {
   std::string text, key;
-  int64_t calls = 0;
+  std::atomic<int64_t> calls{0};
 };
-std::unordered_map<const char*, Called> g_called;  // under g_native_mutex
+std::unordered_map<const char*, Called*> g_called;  // under g_native_mutex
+// Every slot ever made, never freed (a thread's memo may still point at a replaced one);
+// native_counts() sums them by key.
+std::vector<std::unique_ptr<Called>> g_slots;  // under g_native_mutex
+// Bumped whenever a library is loaded or unloaded (load_kernel_library): an op string's address
+// can then name another operator, so the per-thread memos below start over.
+std::atomic<uint64_t> g_called_generation{0};
 
-void api_kernel_called(const char* op) {
-  std::lock_guard<std::mutex> lock(g_native_mutex);
-  Called& c = g_called[op];
-  if (c.text != op) {  // first call, or another library's string at a reused address
-    if (c.calls) g_native[c.key] += c.calls;
-    c = Called{op, count_key(op), 0};
+Called& called_slot(const char* op) {  // g_native_mutex held
+  Called*& c = g_called[op];
+  if (c == nullptr || c->text != op) {  // first call, or another library's string at a reused address
+    g_slots.push_back(std::make_unique<Called>());
+    c = g_slots.back().get();
+    c->text = op;
+    c->key = count_key(op);
   }
-  ++c.calls;
+  return *c;
+}
+
+// Counting is on every native call: a per-thread memo of the last few operators' counters
+// spares the lock and the hash lookup (a slot lives until its operator's string is reused).
+void api_kernel_called(const char* op) {
+  struct Memo {
+    const char* op = nullptr;
+    std::atomic<int64_t>* calls = nullptr;
+  };
+  constexpr size_t kMemo = 16;
+  thread_local std::array<Memo, kMemo> memo;
+  thread_local uint64_t generation = 0;
+  const uint64_t now = g_called_generation.load(std::memory_order_acquire);
+  if (generation != now) memo = {}, generation = now;
+  Memo& m = memo[(reinterpret_cast<uintptr_t>(op) >> 3) % kMemo];
+  if (m.op != op) {
+    std::lock_guard<std::mutex> lock(g_native_mutex);
+    m = Memo{op, &called_slot(op).calls};
+  }
+  m.calls->fetch_add(1, std::memory_order_relaxed);
 }
 
 int32_t api_checked_mode() { return g_checked.load(std::memory_order_relaxed) ? 1 : 0; }
@@ -407,16 +434,15 @@ std::string registration_problems(const std::string& path, const std::vector<std
 
 std::map<std::string, int64_t> native_counts() {
   std::lock_guard<std::mutex> lock(g_native_mutex);
-  std::map<std::string, int64_t> out(g_native.begin(), g_native.end());
-  for (const auto& [address, c] : g_called)
-    if (c.calls) out[c.key] += c.calls;
+  std::map<std::string, int64_t> out;
+  for (const auto& c : g_slots)
+    if (int64_t n = c->calls.load(std::memory_order_relaxed)) out[c->key] += n;
   return out;
 }
 
 void reset_native_counts() {
   std::lock_guard<std::mutex> lock(g_native_mutex);
-  g_native.clear();
-  for (auto& [address, c] : g_called) c.calls = 0;
+  for (auto& c : g_slots) c->calls = 0;
 }
 
 void set_checked_mode(bool on) { g_checked = on; }
@@ -428,6 +454,7 @@ std::vector<std::string> load_kernel_library(const std::string& path) {
   check_versions(path, read_marker(path));
   const auto before = privateuse1_kernels();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  g_called_generation.fetch_add(1, std::memory_order_release);  // see api_kernel_called
   if (handle == nullptr) {
     const char* err = dlerror();
     TORCH_CHECK(false, "torchvendor: cannot load the kernel library '", path, "': ",
@@ -451,6 +478,7 @@ std::vector<std::string> load_kernel_library(const std::string& path) {
   }
   if (!problems.empty()) {
     dlclose(handle);  // runs the library's static destructors, which deregister its kernels
+    g_called_generation.fetch_add(1, std::memory_order_release);
     // A library the loader cannot unload (GNU-unique symbols, another reference) keeps its
     // kernels: say so rather than claim a clean state.
     const bool clean = privateuse1_kernels() == before;

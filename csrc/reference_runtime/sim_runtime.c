@@ -125,15 +125,21 @@ static int dev_of(const void* p) {
   return -1;
 }
 
-/* The alias of device range [p, p+n), or NULL unless it lies inside one live allocation. */
-static char* alias_of(const void* p, size_t n, int* devp) {
+/* The alias of device range [p, p+n), or NULL unless it lies inside one live allocation
+ * (g.mu held). */
+static char* alias_of_locked(const void* p, size_t n, int* devp) {
   int i = *devp = dev_of(p);
   char* r = NULL;
   if (i < 0) return NULL;
   size_t o = (uintptr_t)p - (uintptr_t)g.dev[i].base;
-  pthread_mutex_lock(&g.mu);
   for (block* b = g.dev[i].blocks; b && b->off <= o && !r; b = b->next)
     if (b->used && o - b->off <= b->req && n <= b->req - (o - b->off)) r = g.dev[i].alias + o;
+  return r;
+}
+
+static char* alias_of(const void* p, size_t n, int* devp) {
+  pthread_mutex_lock(&g.mu);
+  char* r = alias_of_locked(p, n, devp);
   pthread_mutex_unlock(&g.mu);
   return r;
 }
@@ -646,19 +652,23 @@ static tv_status sim_launch(tv_function f, const tv_launch_config* cfg, const vo
   cmd* c = new_cmd(C_LAUNCH);
   if (!c || !(c->args = malloc(args_size ? args_size : 1))) return free(c), OOM_CMD;
   if (args_size) memcpy(c->args, args, args_size);
+  pthread_mutex_lock(&g.mu); /* once for all pointers: launches of small kernels are frequent */
   for (uint32_t i = 0; i < cfg->num_pointer_offsets; i++) {
     uint32_t off = cfg->pointer_offsets[i];
     void* p = NULL;
     char* alias = NULL;
     int dev;
     if (off <= args_size && args_size - off >= sizeof p) memcpy(&p, (char*)c->args + off, sizeof p);
-    else return release(c), fail(TV_ERROR_INVALID_VALUE, "%s: pointer offset %u is outside the "
-                                 "%zu-byte argument buffer", __func__, off, args_size);
-    if (p && !(alias = alias_of(p, 0, &dev)))
-      return release(c), fail(TV_ERROR_INVALID_VALUE, "%s: the pointer at offset %u (%p) is not "
-                              "device memory", __func__, off, p);
+    else return pthread_mutex_unlock(&g.mu), release(c),
+                fail(TV_ERROR_INVALID_VALUE, "%s: pointer offset %u is outside the %zu-byte "
+                     "argument buffer", __func__, off, args_size);
+    if (p && !(alias = alias_of_locked(p, 0, &dev)))
+      return pthread_mutex_unlock(&g.mu), release(c),
+             fail(TV_ERROR_INVALID_VALUE, "%s: the pointer at offset %u (%p) is not device "
+                  "memory", __func__, off, p);
     memcpy((char*)c->args + off, &alias, sizeof alias);
   }
+  pthread_mutex_unlock(&g.mu);
   c->fn = f; /* enqueue validates and references it under the lock */
   c->launch = (tv_sim_launch){.grid = {cfg->grid[0], cfg->grid[1], cfg->grid[2]},
                               .block = {cfg->block[0], cfg->block[1], cfg->block[2]},

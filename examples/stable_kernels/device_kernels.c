@@ -125,9 +125,30 @@ static int64_t offset_of(int64_t i, int32_t ndim, const int64_t* sizes, const in
   return off;
 }
 
+/* float32 operands and result, all dense alike: the common case without a per-element dtype
+ * switch. The same arithmetic as the general loop (in double, rounded once). */
+static int elementwise_f32(const tv_tpl_elementwise_args* k) {
+  if (!k->contiguous || k->dtype_a != TV_TPL_F32 || k->dtype_out != TV_TPL_F32 ||
+      (k->b != NULL && k->dtype_b != TV_TPL_F32))
+    return 0;
+  const float* a = (const float*)k->a;
+  const float* b = (const float*)k->b;
+  float* out = (float*)k->out;
+  for (int64_t i = 0; i < k->numel; ++i) {
+    const double x = a[i], y = b ? (double)b[i] : k->scalar_b;
+    switch (k->op) {
+      case TV_TPL_ADD: out[i] = (float)(x + k->alpha * y); break;
+      case TV_TPL_MUL: out[i] = (float)(x * y); break;
+      default: out[i] = (float)(x > 0 ? x : (isnan(x) ? x : 0.0)); break;
+    }
+  }
+  return 1;
+}
+
 TV_SIM_KERNEL(tv_tpl_elementwise) {
   if (launch->args_size < sizeof(tv_tpl_elementwise_args)) return 1;
   const tv_tpl_elementwise_args* k = (const tv_tpl_elementwise_args*)args;
+  if (elementwise_f32(k)) return 0;
   const int sa = item_size[k->dtype_a], sb = item_size[k->dtype_b], so = item_size[k->dtype_out];
   const int floating = is_float(k->dtype_out);
   const int contiguous = k->contiguous;
