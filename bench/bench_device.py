@@ -123,6 +123,71 @@ def _load_template():
     return ("stable-ABI kernel (examples/stable_kernels)", lib)
 
 
+# The floor kernels (bench/floor_kernels): each a prefix of what a device kernel does, registered
+# for an aten operator nobody else serves on the device, all called as torch.<op>(a, b) on two
+# 16-element float32 device tensors (see docs/bench_device.md, "Floors").
+FLOORS = [
+    ("unboxed C++ kernel returning its input", "hypot"),
+    ("stable-ABI kernel returning its input", "div"),
+    ("unboxed + at::empty_strided", "remainder"),
+    ("stable + torch::stable::empty", "maximum"),
+    ("stable + shim aoti_torch_empty_strided", "minimum"),
+    ("stable + kernel API empty_strided", "atan2"),
+    ("stable + shim alloc + getCurrentStream + launch", "fmax"),
+    ("stable + kernel API alloc + current_stream + launch", "fmin"),
+]
+
+
+def _load_floors(acme):
+    """Build bench/floor_kernels (the unboxed library too when torch's full headers compile) and
+    load it: (None, loaded unboxed?) or (why not, False)."""
+    import subprocess
+
+    from torchvendor.sdk import cmake_dir, load_kernel_library
+
+    src, build = ROOT / "bench" / "floor_kernels", ROOT / "build" / "bench" / "floor_kernels"
+    unboxed = True
+    try:
+        for flag in ("ON", "OFF"):
+            cfg = subprocess.run(["cmake", "-S", str(src), "-B", str(build),
+                                  f"-Dtorchvendor_DIR={cmake_dir()}", f"-DTV_FLOOR_UNBOXED={flag}"],
+                                 capture_output=True, text=True)
+            made = cfg.returncode == 0 and subprocess.run(
+                ["cmake", "--build", str(build)], capture_output=True, text=True).returncode == 0
+            if made:
+                break
+            unboxed = False
+        else:
+            return ("floor kernels did not build", False)
+        load_kernel_library(build / "libtv_floor_kernels.so")
+        if unboxed:
+            torch.ops.load_library(str(build / "libtv_floor_unboxed.so"))
+    except Exception as exc:  # no cmake or compiler: say so in the report
+        return (f"floor kernels unavailable ({type(exc).__name__}: {exc!s:.80})", False)
+    return (None, unboxed)
+
+
+def bench_floors(acme, quick: bool):
+    """Each floor kernel (FLOORS) interleaved with CPU eager add: rows like bench_overhead's."""
+    inner, repeats = (200, 7) if quick else (1000, 15)
+    why, unboxed = _load_floors(acme)
+    if why is not None:
+        return [("floors", why, None, None, None, None)]
+    a_c, b_c = torch.randn(16), torch.randn(16)
+    a_d, b_d = a_c.to(DEVICE), b_c.to(DEVICE)
+    for op in ("fmax", "fmin"):  # the launching floors compute a + b
+        torch.testing.assert_close(getattr(torch, op)(a_d, b_d).cpu(), a_c + b_c)
+    rows = []
+    for label, op in FLOORS:
+        if op in ("hypot", "remainder") and not unboxed:
+            continue
+        fn = getattr(torch, op)
+        (cpu, dev), (cpu_t, dev_t) = paired_us(lambda: torch.add(a_c, b_c), lambda: fn(a_d, b_d),
+                                               acme.synchronize, inner=inner, repeats=repeats)
+        rows.append((label, f"torch.{op}", dev, dev / cpu, dev_t, dev_t / cpu_t))
+    return rows
+
+
 SMALL_OPS = {
     "add": lambda a, b: torch.add(a, b),
     "mul": lambda a, b: torch.mul(a, b),
@@ -219,7 +284,54 @@ def _size(n):
     return f"{n // MB} MiB" if n >= MB else f"{n // KB} KiB"
 
 
-def render(machine, overhead, copies, wall, quick) -> str:
+def _reading_per_op(overhead, floors) -> list[str]:
+    """The per-op bullets of the reading: where the time of a stable-ABI kernel and of the
+    fallback goes, from the floor rows (CPU time)."""
+    ct = {op: c for _, op, _, _, c, _ in floors if c is not None}
+    cpu_add = statistics.median(c / r for _, _, _, _, c, r in floors if c is not None) if ct else None
+    tpl = {op.split(",")[0]: c for op, p, _, _, c, _ in overhead if "stable-ABI" in p and c}
+    out = []
+    if ct and "torch.div" in ct and "torch.fmin" in ct:
+        ident, floor = ct["torch.div"], ct["torch.fmin"]
+        unboxed = ct.get("torch.hypot")
+        out.append(
+            f"- Torch's floor for a stable-ABI kernel, measured (Floors, CPU time): a kernel that "
+            f"returns its input costs {ident:.2f} µs per call"
+            + (f" ({ident - unboxed:.2f} µs more than the same kernel unboxed on torch's C++ API, "
+               f"{unboxed:.2f} µs: the stable ABI's boxing)" if unboxed else "")
+            + f"; returning a new tensor instead (its storage, TensorImpl and Python object made "
+            f"and freed on every call, which returning the input skips) adds "
+            f"{ct['torch.maximum'] - ident:.2f} µs through torch::stable::empty (the operator "
+            f"looked up by name and dispatched on every call), {ct['torch.minimum'] - ident:.2f} "
+            f"µs through the C shim, {ct['torch.atan2'] - ident:.2f} µs through the kernel API's "
+            f"empty_strided"
+            + (f" (an unboxed kernel's at::empty_strided: {ct['torch.remainder'] - unboxed:.2f} µs)"
+               if unboxed and "torch.remainder" in ct else "")
+            + "; the "
+            f"current stream and a launch through the runtime add "
+            f"{floor - ct['torch.atan2']:.2f} µs. The least a stable-ABI kernel can do here "
+            f"(allocate, find the stream, launch: torch.fmin) is {floor:.2f} µs = "
+            f"{floor / cpu_add:.2f}x CPU eager add: the floor of this path, below the 1.5x target.")
+        if tpl:
+            out.append(
+                "- The template's kernels cost "
+                + ", ".join(f"{op} {c - floor:+.2f} µs" for op, c in tpl.items())
+                + " over that floor: reading the operands' dtypes, sizes and strides through the "
+                "shim (one C call each), broadcasting and type promotion, the device check, "
+                "counting the call, and a larger argument block; add also passes the SDK's bridge "
+                "from aten::add.Tensor (Scalar alpha) to the twin torchvendor::add.Tensor.")
+    out.append(
+        "- The fallback's direct path (dense device tensors) copies each device input to a CPU "
+        "tensor of the same strides with one runtime copy (none for an out= argument), runs the "
+        "CPU kernel (redispatched to the CPU key) and allocates and copies each output back, "
+        "without the dispatcher calls of torch's cpu_fallback (Tensor.cpu() and Tensor.to() per "
+        "tensor). add and mul pay more than relu before reaching it: torch serves add.Tensor on "
+        "the device with its structured wrapper (a TensorIterator over the device tensors, an "
+        "output allocated through the dispatcher, then add.out), so the fallback runs add.out.")
+    return out
+
+
+def render(machine, overhead, floors, copies, wall, quick) -> str:
     out = ["# Device layer benchmark", "",
            "Generated by `bench/bench_device.py`" + (" --quick" if quick else "") +
            f" in {wall:.0f} s (one process; device `{DEVICE}` on the reference simulated "
@@ -241,6 +353,18 @@ def render(machine, overhead, copies, wall, quick) -> str:
     for op, path, t, ratio, ct, cratio in overhead:
         out.append(f"| {op} | {path} | {fmt(t, '.1f')} | {fmt(ratio, '.1f')} | {fmt(ct, '.1f')} "
                    f"| {fmt(cratio, '.1f')} |")
+    if floors:
+        out += ["", "## Floors", "",
+                "What a 16-element op costs on the device when its kernel does only a prefix of "
+                "a real kernel's work (bench/floor_kernels, one kernel per aten operator nobody "
+                "else serves, called as `torch.<op>(a, b)`), each interleaved with CPU eager "
+                "`torch.add` like the rows above; ratios are to that CPU time. Read down the "
+                "stable rows: each adds one step of the template's kernel. See the reading below.",
+                "", "| floor kernel | called as | wall µs / call | × CPU add (wall) "
+                "| CPU-time µs / call | × CPU add (CPU time) |", "|---|---|---:|---:|---:|---:|"]
+        for label, op, t, ratio, ct, cratio in floors:
+            out.append(f"| {label} | {op} | {fmt(t, '.2f')} | {fmt(ratio, '.2f')} "
+                       f"| {fmt(ct, '.2f')} | {fmt(cratio, '.2f')} |")
     cols = [k for k in copies[0] if k != "size"]
     out += ["", "## Copy bandwidth (GB/s, 1 GB = 1e9 bytes)", "",
             "Median of repeated synchronous copies (`non_blocking=True` copies are followed by "
@@ -263,13 +387,7 @@ def render(machine, overhead, copies, wall, quick) -> str:
                        + ", ".join(f"{op} {r:.1f}x wall / {cr:.1f}x CPU time" for op, r, cr in got)
                        + f" CPU eager (target {target:g}x or less: "
                        + ("met" if worst <= target else "not met") + ").")
-    out.append("- The stable-ABI path pays the stable ABI's boxing (every argument converted to a "
-               "StableIValue, the output allocated through the dispatcher by operator name), the "
-               "SDK's per-call counting, and the launch (argument copy and pointer translation); "
-               "the simulator runs a launch on the calling thread when the stream is idle, so no "
-               "worker wakes up. The fallback path pays torch's cpu_fallback: a device-to-host "
-               "copy per input, the CPU kernel, a device allocation and a host-to-device copy per "
-               "output, each through the dispatcher.")
+    out += _reading_per_op(overhead, floors)
     out += [
             f"- At {_size(big['size'])}, H2D pinned reaches "
             f"{100 * big['H2D pinned'] / big['memcpy numpy']:.0f} % and D2H pinned "
@@ -309,11 +427,15 @@ def main(argv=None) -> int:
     for op, path, t, ratio, ct, cratio in overhead:
         print(f"{op:24s} {path:45s} {'-' if t is None else f'{t:9.1f} us  x{ratio:.1f}'}"
               f"{'' if ct is None else f'   cpu-time {ct:6.1f} us  x{cratio:.1f}'}", flush=True)
+    floors = bench_floors(acme, args.quick)
+    for label, op, t, ratio, ct, cratio in floors:
+        print(f"floor {label:52s} {op:16s}" + ("" if ct is None else
+              f"{t:6.2f} us x{ratio:.2f}   cpu-time {ct:6.2f} us x{cratio:.2f}"), flush=True)
     copies = bench_copies(acme, args.quick)
     for r in copies:
         print(_size(r["size"]), "  ".join(f"{k}={v:.2f}" for k, v in r.items() if k != "size"),
               flush=True)
-    text = render(machine, overhead, copies, time.perf_counter() - t0, args.quick)
+    text = render(machine, overhead, floors, copies, time.perf_counter() - t0, args.quick)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(f"wrote {args.out}")
