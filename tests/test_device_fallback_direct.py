@@ -122,3 +122,19 @@ def test_errors_are_the_cpu_kernels(acme):
                   torch.ones(3, dtype=torch.bool, device=DEVICE))
     # the device is still usable, and the failed calls were counted as fallbacks
     assert torch.equal(torch.sub(torch.ones(2, device=DEVICE), 1).cpu(), torch.zeros(2))
+
+
+def test_host_staging_blocks_are_reused_safely(acme):
+    # Small host copies reuse staging blocks: a reused block's old values must never show, an
+    # out= staged in a small block may grow past it, and large tensors take the CPU allocator.
+    torch.manual_seed(0)
+    for n in (1, 16, 1000, 1024, 1025, 5000):
+        a, b = torch.randn(n), torch.randn(n)
+        for _ in range(3):
+            assert torch.equal(torch.sub(a.to(DEVICE), b.to(DEVICE)).cpu(), a - b), n
+            assert torch.equal(torch.relu(a.to(DEVICE)).cpu(), torch.relu(a)), n
+    a, b = torch.randn(4000), torch.randn(4000)
+    out = torch.empty(4, device=DEVICE)      # staged in a small block, resized to 16 KB
+    with pytest.warns(UserWarning, match="resized"):
+        torch.sub(a.to(DEVICE), b.to(DEVICE), out=out)
+    assert out.shape == (4000,) and torch.equal(out.cpu(), a - b)
