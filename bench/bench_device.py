@@ -322,7 +322,8 @@ def _reading_per_op(overhead, floors) -> list[str]:
                 "from aten::add.Tensor (Scalar alpha) to the twin torchvendor::add.Tensor.")
     out.append(
         "- The fallback's direct path (dense device tensors) copies each device input to a CPU "
-        "tensor of the same strides with one runtime copy (none for an out= argument), runs the "
+        "tensor of the same strides with one runtime copy (none for an out= argument; tensors "
+        "up to 4 KiB in reused host staging blocks, not torch's CPU allocator), runs the "
         "CPU kernel (redispatched to the CPU key) and allocates and copies each output back, "
         "without the dispatcher calls of torch's cpu_fallback (Tensor.cpu() and Tensor.to() per "
         "tensor). add and mul pay more than relu before reaching it: torch serves add.Tensor on "

@@ -172,17 +172,27 @@ double host_scalar(const Tensor& t) {
 
 // ---- kernels ----------------------------------------------------------------------------------
 
-Tensor binary(const Tensor& a, const Tensor& b, int32_t op, double alpha) {
-  const bool a_dev = !a.is_cpu(), b_dev = !b.is_cpu();
-  STD_TORCH_CHECK(a_dev, "the first operand must be on the device");
-  const int32_t device = device_of(a, b, a_dev, b_dev);
+int64_t product(const int64_t* sizes, int64_t n) {
+  int64_t p = 1;
+  for (int64_t i = 0; i < n; ++i) p *= sizes[i];
+  return p;
+}
+
+// out = op(a, b) elementwise with broadcasting and type promotion; `b` is null for a unary op.
+// Every property of a tensor is one call into torch's C shim, so each is read once.
+Tensor elementwise(const Tensor& a, const Tensor* b, int32_t op, double alpha) {
+  const bool b_dev = b != nullptr && !b->is_cpu();
+  STD_TORCH_CHECK(!a.is_cpu(), "the first operand must be on the device");
+  const int32_t device = b ? device_of(a, *b, true, b_dev) : a.get_device_index();
   tv::DeviceGuard guard(device);
-  const ScalarType dtype = result_type(a, b);
-  const Layout la{a.sizes(), a.strides()}, lb{b.sizes(), b.strides()};
+  const ScalarType ta = a.scalar_type(), tb = b ? b->scalar_type() : ta;
+  const ScalarType dtype = ta == tb ? ta : result_type(a, *b);
+  const Layout la{a.sizes(), a.strides()};
+  const Layout lb = b ? Layout{b->sizes(), b->strides()} : la;
   int64_t shape[TV_TPL_MAX_DIMS];
   const int64_t ndim = broadcast(la, lb, shape);
   Tensor out = new_output({shape, static_cast<size_t>(ndim)}, dtype, device);
-  const int64_t numel = out.numel();
+  const int64_t numel = product(shape, ndim);
   if (numel == 0) return out;
   tv_tpl_elementwise_args args{};
   args.op = op;
@@ -191,22 +201,23 @@ Tensor binary(const Tensor& a, const Tensor& b, int32_t op, double alpha) {
   args.alpha = alpha;
   args.a = a.const_data_ptr();
   args.out = out.mutable_data_ptr();
-  args.dtype_a = code_of(a.scalar_type());
+  args.dtype_a = code_of(ta);
   args.dtype_out = code_of(dtype);
-  if (!b_dev) {
-    args.scalar_b = host_scalar(b);
-    args.dtype_b = args.dtype_a;
-  } else {
-    args.b = b.const_data_ptr();
-    args.dtype_b = code_of(b.scalar_type());
-  }
+  args.dtype_b = b_dev ? code_of(tb) : args.dtype_a;
+  if (b_dev) args.b = b->const_data_ptr();
+  else if (b) args.scalar_b = host_scalar(*b);
   std::copy(shape, shape + ndim, args.sizes);
   broadcast_strides(la, shape, ndim, args.stride_a);
   if (b_dev) broadcast_strides(lb, shape, ndim, args.stride_b);
-  args.contiguous = la.dim() == ndim && a.numel() == numel && a.is_contiguous() &&
-                    (!b_dev || (lb.dim() == ndim && b.numel() == numel && b.is_contiguous()));
+  args.contiguous = la.dim() == ndim && product(la.sizes.data(), ndim) == numel && a.is_contiguous() &&
+                    (!b_dev || (lb.dim() == ndim && product(lb.sizes.data(), ndim) == numel &&
+                                b->is_contiguous()));
   launch(device, functions(device).elementwise, args, std::array<size_t, 3>TV_TPL_ELEMENTWISE_POINTERS);
   return out;
+}
+
+Tensor binary(const Tensor& a, const Tensor& b, int32_t op, double alpha) {
+  return elementwise(a, &b, op, alpha);
 }
 
 Tensor add(Tensor self, Tensor other, double alpha) {
@@ -221,7 +232,7 @@ Tensor mul(Tensor self, Tensor other) {
 
 Tensor relu(Tensor self) {
   STD_TORCH_CHECK(self.scalar_type() != ScalarType::Bool, "\"clamp_min_scalar_cpu\" not implemented for 'Bool'");
-  return binary(self, self, TV_TPL_RELU, 1.0);  // the second operand is not read
+  return elementwise(self, nullptr, TV_TPL_RELU, 1.0);
 }
 
 Tensor mm(Tensor a, Tensor b) {
