@@ -339,26 +339,48 @@ def test_error_inputs_are_compared_with_the_cpu(acme):
         assert result.status == "pass", (op, result.reason)
 
 
+_DIST_CASES = ("ddp_compiled", "fsdp2", "dtensor", "functional_collectives")
+
+
+def test_distributed_cases_per_target_and_profile():
+    """Four cases on the CPU over gloo; on a torchvendor device each also on both collective paths;
+    only in the training and full profiles, and only with a backend (the default demo has none)."""
+    from torchvendor.sdk.conformance.distributed_cases import cases
+
+    on_cpu = [f"distributed/{n}_two_processes" for n in _DIST_CASES]
+    on_acme = on_cpu + [f"distributed/{n}_on_device_{p}" for p in ("native", "staged") for n in _DIST_CASES]
+    assert [c.id for c in cases(Target(device="cpu", backend="eager"), "training")] == on_cpu
+    assert [c.id for c in cases(Target(device="acme", backend="eager"), "full")] == on_acme
+    for profile in ("minimal", "device", "inference"):
+        assert cases(Target(device="acme", backend="eager"), profile) == [], profile
+    assert cases(Target(device="acme"), "full") == []
+    assert not [c for c in cases_for(Target(device="acme", backend="eager"), "minimal") if c.area == "distributed"]
+
+
 @pytest.mark.slow
-def test_ddp_of_a_compiled_model_over_two_processes(tmp_path):
+def test_distributed_area_over_two_processes_on_cpu(tmp_path):
+    """DDP of a compiled model, FSDP2, DTensor and functional collectives over gloo match one CPU process."""
     run = _cli("--backend", "torchvendor_cpu", "--device", "cpu", "--profile", "training", "--only", "distributed/*",
                "--report", str(tmp_path), "--no-progress")
     assert run.returncode == 0, run.stdout[-3000:]
     doc = json.loads((tmp_path / "report.json").read_text())
-    assert [(c["id"], c["status"]) for c in doc["cases"]] == [("distributed/ddp_compiled_two_processes", "pass")]
+    assert [(c["id"], c["status"]) for c in doc["cases"]] == [
+        (f"distributed/{n}_two_processes", "pass") for n in _DIST_CASES]
 
 
 @pytest.mark.slow
-def test_ddp_on_the_device_through_the_runner(tmp_path):
-    """The runner's workers may start processes (they are not daemons): the DDP cases run on acme."""
+def test_distributed_area_on_the_device_through_the_runner(tmp_path):
+    """The runner's workers may start processes (they are not daemons): every distributed case runs
+    on acme, on the simulator's native collectives and staged, and each path is the one counted."""
     run = _cli("--backend", "torchvendor_cpu", "--device", "acme", "--profile", "full", "--only", "distributed/*",
                "--report", str(tmp_path), "--no-progress")
     assert run.returncode == 0, run.stdout[-3000:]
     doc = json.loads((tmp_path / "report.json").read_text())
     statuses = {c["id"]: c["status"] for c in doc["cases"]}
-    assert statuses.get("distributed/ddp_compiled_on_device_staged") == "pass", statuses
-    assert statuses.get("distributed/ddp_compiled_on_device_native") == "pass", statuses
-    assert set(statuses.values()) == {"pass"}, statuses
+    for name in _DIST_CASES:
+        for path in ("native", "staged"):
+            assert statuses.get(f"distributed/{name}_on_device_{path}") == "pass", statuses
+    assert len(statuses) == 3 * len(_DIST_CASES) and set(statuses.values()) == {"pass"}, statuses
 
 
 def test_compiled_backward_of_an_op_with_complex_outputs():
