@@ -777,6 +777,20 @@ def gloo_reduce_scatter_into(gloo: _Any, output: torch.Tensor, input: torch.Tens
     return gloo._reduce_scatter_base(output, input, opts)
 
 
+def functional_collectives() -> _Any:
+    """``torch.distributed._functional_collectives``: the collectives DTensor and FSDP2 call (what
+    the conformance suite checks a device's process group against)."""
+    import torch.distributed._functional_collectives as fc
+
+    return fc
+
+
+def all_gather_into_tensor_out(input: torch.Tensor, world: int, group_name: str, out: torch.Tensor) -> torch.Tensor:
+    """``_c10d_functional.all_gather_into_tensor_out``: the ``out=`` functional all-gather (it
+    reaches ``ProcessGroup._allgather_base``)."""
+    return torch.ops._c10d_functional.all_gather_into_tensor_out(input, world, group_name, out=out)
+
+
 def ordered_set() -> type:
     """Inductor's ``OrderedSet`` (its scheduler hands and expects them)."""
     from torch.utils._ordered_set import OrderedSet

@@ -138,8 +138,10 @@ def _fc_input(rank: int) -> torch.Tensor:
 
 def _functional_body(target: Target, rank: int, dev: str) -> dict[str, torch.Tensor]:
     import torch.distributed as dist
-    import torch.distributed._functional_collectives as fc
 
+    from torchvendor.ir import compat
+
+    fc = compat.functional_collectives()
     # 2.13 renamed some functional collectives (all_gather_tensor -> all_gather_single, ...)
     warnings.filterwarnings("ignore", category=FutureWarning)
     def done(t: torch.Tensor) -> torch.Tensor:  # an AsyncCollectiveTensor's .cpu() on the CPU is itself, unwaited
@@ -149,7 +151,7 @@ def _functional_body(target: Target, rank: int, dev: str) -> dict[str, torch.Ten
     out = {f"all_reduce.{op}": done(fc.all_reduce(x, op, g)) for op in ("sum", "avg", "max")}
     out["all_gather_tensor"] = done(fc.all_gather_tensor(x, 0, g))
     buf = torch.empty(WORLD * 4, 2, device=dev)  # the out= form: ProcessGroup._allgather_base
-    torch.ops._c10d_functional.all_gather_into_tensor_out(x, WORLD, g.group_name, out=buf)
+    compat.all_gather_into_tensor_out(x, WORLD, g.group_name, buf)
     out["all_gather_into_tensor"] = done(buf)
     out["reduce_scatter_tensor"] = done(fc.reduce_scatter_tensor(x, "sum", 0, g))
     out["all_to_all_single"] = done(fc.all_to_all_single(x, None, None, g))
