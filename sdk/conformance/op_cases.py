@@ -58,6 +58,8 @@ def _to(x: Any, device: str, memo: dict | None = None) -> Any:
     rejects."""
     memo = {} if memo is None else memo
     if isinstance(x, torch.Tensor):
+        if x.device.type != "cpu":   # e.g. a meta tensor, there to check a device mismatch
+            return x
         if x.layout != torch.strided or x.is_conj() or x.is_neg() or x.untyped_storage().nbytes() == 0:
             return x.to(device)
         key = (x.untyped_storage().data_ptr(), x.dtype)
@@ -227,6 +229,9 @@ class _Call:
     eager: tuple[Any, list[Any], dict[str, Any]]
     compiled: tuple[Any, list[Any], dict[str, Any]]
     expected: Any = None
+    #: OpInfo's output_process_fn_grad: what of the output a gradient is taken of (e.g. linalg.eig's
+    #: eigenvectors made independent of their phase, without which the gradient is ill-defined)
+    process: Callable[[Any], Any] = staticmethod(lambda out: out)
 
 
 def _eager_calls(op: Any, batch: list[Any], device: str) -> tuple[list[_Call], list[str]]:
@@ -240,7 +245,7 @@ def _eager_calls(op: Any, batch: list[Any], device: str) -> tuple[list[_Call], l
             copies.append((inp, list(args), kwargs))
         if mover.foreign:
             continue
-        call = _Call(copies[0], copies[1])
+        call = _Call(copies[0], copies[1], process=sample.output_process_fn_grad)
         inp, args, kwargs = call.eager
         try:
             call.expected = op.op(inp, *args, **kwargs)
@@ -298,8 +303,8 @@ def _check_grads(calls: list[_Call], got: tuple[Any, ...]) -> None:
         if not outs or not wrt:
             return []
         return list(torch.autograd.grad([_real_sum(o) for o in outs], wrt, allow_unused=True))
-    mine = grads(_leaves(got), [c.compiled for c in calls])
-    ref = grads(_leaves(tuple(c.expected for c in calls)), [c.eager for c in calls])
+    mine = grads(_leaves(tuple(c.process(out) for c, out in zip(calls, got))), [c.compiled for c in calls])
+    ref = grads(_leaves(tuple(c.process(c.expected) for c in calls)), [c.eager for c in calls])
     assert len(mine) == len(ref), f"compiled gave {len(mine)} gradients, eager {len(ref)}"
     for k, (a, b) in enumerate(zip(mine, ref)):
         assert (a is None) == (b is None), f"gradient {k}: {'none' if a is None else 'one'} compiled, " \
