@@ -437,3 +437,15 @@ def test_nan_inf_variant_leaves_out_samples_the_cpu_cannot_reproduce():
 
     assert not _cpu_reproducible(types.SimpleNamespace(op=torch.rand_like), SampleInput(torch.ones(3)))
     assert _cpu_reproducible(types.SimpleNamespace(op=torch.neg), SampleInput(torch.tensor([float("nan"), 1.0])))
+
+
+def test_nan_inf_variant_compares_undefined_results_by_metadata(acme):
+    """chebyshev_polynomial_u of NaN is whatever the CPU kernel's register held (5.9e14 once):
+    its nan_inf case compares shapes and dtypes only, and says why."""
+    from torchvendor.sdk.conformance.op_cases import NAN_UNDEFINED_OPS, _run_variant
+    from torchvendor.sdk.conformance.opinfo import opinfo_ops
+
+    op = next(o for o in opinfo_ops(torch.float32) if o.full_name == "special.chebyshev_polynomial_u")
+    res = _run_variant(op, torch.float32, "acme", "nan_inf")
+    assert res.status == "pass" and res.meta_only == res.samples > 0
+    assert res.meta_only_reason == NAN_UNDEFINED_OPS["special.chebyshev_polynomial_u"]
