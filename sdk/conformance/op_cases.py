@@ -175,13 +175,21 @@ def _fallback_counter(device: str) -> tuple[Callable[[], None], Callable[[], dic
     return reset, lambda: {k: v for k, v in counts().items() if v}
 
 
-#: Ops whose CPU kernels leave the result of a NaN argument undefined (never assigned): in the
-#: nan_inf variant only their metadata is comparable. Measured with torch 2.13 and 2.11:
-#: chebyshev_polynomial_u(NaN, 5) gave 5.9e14, laguerre_polynomial_l(NaN, 5) 0, 4.6e-41 and 34.66
-#: on three calls; chebyshev_polynomial_t of NaN differed between the device and the CPU on 2.11.
-_POLY = "the CPU kernel leaves a NaN argument's result undefined (another value on each call)"
-NAN_UNDEFINED_OPS = {f"special.{n}": _POLY for n in (
-    "chebyshev_polynomial_t", "chebyshev_polynomial_u", "laguerre_polynomial_l")}
+#: Ops whose result is undefined once NaN/Inf are planted: in the nan_inf variant only their
+#: metadata is comparable. torch's CPU kernels of the orthogonal polynomials return a value never
+#: assigned for a NaN argument (torch 2.13: chebyshev_polynomial_u(NaN, 5) = 1.2e22, later 5.9e14,
+#: laguerre_polynomial_l 0, 4.6e-41 or 34.66, shifted_chebyshev_polynomial_t -7e14; on 2.11
+#: chebyshev_polynomial_t and _u and laguerre differed between the device and the CPU).
+#: max_unpool's values at duplicate indices are a max pool's, equal until one becomes NaN; which
+#: one lands then depends on the order of torch 2.11's parallel CPU writes.
+_POLY = "the CPU kernel returns an unassigned value for a NaN argument (another on each call)"
+_UNPOOL = "NaN makes the values at duplicate indices differ: the CPU's parallel write order decides"
+NAN_UNDEFINED_OPS = {
+    **{f"special.{kind}_polynomial_{n}": _POLY for kind, ns in (
+        ("chebyshev", "tuvw"), ("shifted_chebyshev", "tuvw"), ("hermite", ("h", "he")), ("laguerre", "l"),
+        ("legendre", "p")) for n in ns},
+    **{f"nn.functional.max_unpool{d}d": _UNPOOL for d in (1, 2, 3)},
+}
 
 
 def _cpu_reproducible(op: Any, sample: Any) -> bool:
