@@ -263,6 +263,8 @@ class ProgramRunner:
             result = call(env, sizes)
             if name is not None:
                 env[name] = result
+            if not outputs:   # zip would still iterate the result: a 0-d tensor (median) refuses
+                return
             for out, value, bind in zip(outputs, (result,) if len(outputs) == 1 else result, deferred):
                 if bind and isinstance(value, torch.Tensor):
                     env[out] = _in_layout(value, *plan.layouts[out])

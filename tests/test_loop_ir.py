@@ -417,3 +417,16 @@ def test_runner_writes_through_a_getitem_view():
     x = torch.zeros(3, 3)
     (out,) = ProgramRunner(program, {}, "cpu")(x)
     assert torch.equal(out, torch.eye(3)) and torch.equal(x, torch.zeros(3, 3))
+
+
+def test_runner_takes_an_extern_returning_a_0d_tensor():
+    """median() of a whole tensor is an extern returning a 0-d tensor: the runner binds it (it
+    iterated it as a tuple of outputs: 'iteration over a 0-d tensor', 13 conformance ops fell back)."""
+    from torchvendor.ir import capture
+    from torchvendor.sdk import ProgramRunner, loop_kernels
+
+    x = torch.tensor([3.0, 1.0, 2.0, 5.0])
+    program = capture(lambda t: torch.median(t), [x], level="loop").inference
+    assert not loop_kernels(program)   # an extern only
+    (out,) = ProgramRunner(program, {}, "cpu")(x)
+    assert out.item() == 2.0 and out.dim() == 0
