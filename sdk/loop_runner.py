@@ -224,19 +224,19 @@ class ProgramRunner:
     def _extern_results(self) -> set[str]:
         """Outputs of extern kernels that become the result itself instead of a copy into a
         preallocated buffer (a matmul's output is often a partition's biggest tensor): those
-        that nothing wrote before, that are no view and have none; a ``getitem``'s output also
-        only when nothing writes it later (it aliases an element of the extern's tuple). The
-        result is checked against the buffer's layout at run time (the kernels were compiled
-        for it)."""
+        that nothing wrote before, that are no view and have none. A ``getitem``'s output is
+        its source (Inductor's wrapper writes ``buf1 = buf0[0]``), also when an op writes it
+        later: a copy would lose that write's target (``linalg.eig``'s backward fills the
+        diagonal of a ``diagonal`` view with ``copy_``; into a copy, the division after it met
+        0/0). The result is checked against the buffer's layout at run time (the kernels were
+        compiled for it)."""
         program, seen, deferred = self.program, set(self.program.inputs), set()
         viewed = {b.view_of for b in program.buffers if b.view_of is not None}
-        for k, op in enumerate(program.ops):
+        for op in program.ops:
             if not isinstance(op, Kernel) and len(op.outputs) == 1:
                 name = op.outputs[0]
                 buf = program.buffer(name)
-                later = {n for o in program.ops[k + 1:] for n in o.writes()}
-                if name not in seen and name not in viewed and buf.view_of is None and buf.kind != "constant" \
-                        and (op.op != "getitem" or name not in later):
+                if name not in seen and name not in viewed and buf.view_of is None and buf.kind != "constant":
                     deferred.add(name)
             seen.update(op.writes())
         return deferred
@@ -263,6 +263,8 @@ class ProgramRunner:
             result = call(env, sizes)
             if name is not None:
                 env[name] = result
+            if not outputs:   # zip would still iterate the result: a 0-d tensor (median) refuses
+                return
             for out, value, bind in zip(outputs, (result,) if len(outputs) == 1 else result, deferred):
                 if bind and isinstance(value, torch.Tensor):
                     env[out] = _in_layout(value, *plan.layouts[out])

@@ -25,12 +25,8 @@ _CORPUS_TESTS = ("test_opinfo_representative", "test_opinfo_full_corpus")
 # Known device-layer gaps (reported to the lead; see the report of the device tests). Each
 # entry is a strict xfail, so the test turns red as soon as the gap is closed and the entry
 # must go. Key: OpInfo full name; value: the reason.
-_LAYER_NORM = ("native_layer_norm on PrivateUse1 takes the CompositeImplicit math path "
-               "(batch_norm based), which differs from the CPU kernel beyond float32 "
-               "tolerance (e.g. 1.2e-4 on a 1-element normalization)")
 _SPARSE = "sparse layouts on the device: no Sparse*PrivateUse1 kernels or fallback"
 KNOWN_DEVICE_BUGS: dict[str, str] = {
-    "nn.functional.layer_norm": _LAYER_NORM, "native_layer_norm": _LAYER_NORM,
     "sparse.sampled_addmm": _SPARSE, "sparse.mm.reduce": _SPARSE, "to_sparse": _SPARSE,
 }
 

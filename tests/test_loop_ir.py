@@ -387,3 +387,46 @@ def test_identity_prints_as_a_function_not_the_imaginary_unit():
     text = format_expr(5 * i1 + Identity(i1 - 5))
     assert "Identity(i1 - 5)" in text and "I)" not in text
     assert parse_expr(text).free_symbols == {parse_expr("i1")}
+
+
+def test_runner_writes_through_a_getitem_view():
+    """Inductor's wrapper binds a getitem's output to its source (``buf3 = buf2``): a later
+    ``copy_`` into it writes the base's diagonal (linalg.eig's backward on cuda; the runner copied
+    the view into a buffer of its own, and the division after it met 0/0 on the diagonal)."""
+    from torchvendor.ir.loop_ir import LoopProgram
+    from torchvendor.sdk import ProgramRunner
+
+    def ext(name, op, args, outputs=(), mutated=(), kwargs=None):
+        return {"type": "extern", "name": name, "op": op, "kernel": "multi_output" if op == "getitem" else f"torch.ops.{op}",
+                "args": args, "kwargs": kwargs or {}, "outputs": list(outputs), "mutated": list(mutated)}
+
+    def buf(name, size, stride, kind="intermediate"):
+        return {"name": name, "dtype": "float32", "size": size, "stride": stride, "offset": "0", "device": "cpu",
+                "kind": kind, "view_of": None}
+    program = LoopProgram.from_dict({
+        "schema_version": 1, "name": "fill_diagonal", "device": "cpu", "size_vars": [], "inputs": ["x"],
+        "scalar_inputs": {}, "outputs": [{"buffer": "buf1"}], "output_names": ["out"], "constants": {},
+        "buffers": [buf("x", ["3", "3"], ["3", "1"], "input"), buf("buf1", ["3", "3"], ["3", "1"]),
+                    buf("buf3", ["3"], ["4"]), buf("buf5", ["3"], ["1"])],
+        "ops": [ext("buf0", "aten.clone.default", [{"buffer": "x"}]), ext("buf1", "getitem", [{"buffer": "buf0"}], ["buf1"]),
+                ext("buf2", "aten.diagonal.default", [{"buffer": "buf1"}, 0, -2, -1]),
+                ext("buf3", "getitem", [{"buffer": "buf2"}], ["buf3"]),
+                ext("buf4", "aten.full.default", [[3], 1.0], kwargs={"dtype": {"torch": "torch.float32"}}),
+                ext("buf5", "getitem", [{"buffer": "buf4"}], ["buf5"]),
+                ext("buf6", "aten.copy_.default", [{"buffer": "buf3"}, {"buffer": "buf5"}], mutated=["buf3"])]})
+    x = torch.zeros(3, 3)
+    (out,) = ProgramRunner(program, {}, "cpu")(x)
+    assert torch.equal(out, torch.eye(3)) and torch.equal(x, torch.zeros(3, 3))
+
+
+def test_runner_takes_an_extern_returning_a_0d_tensor():
+    """median() of a whole tensor is an extern returning a 0-d tensor: the runner binds it (it
+    iterated it as a tuple of outputs: 'iteration over a 0-d tensor', 13 conformance ops fell back)."""
+    from torchvendor.ir import capture
+    from torchvendor.sdk import ProgramRunner, loop_kernels
+
+    x = torch.tensor([3.0, 1.0, 2.0, 5.0])
+    program = capture(lambda t: torch.median(t), [x], level="loop").inference
+    assert not loop_kernels(program)   # an extern only
+    (out,) = ProgramRunner(program, {}, "cpu")(x)
+    assert out.item() == 2.0 and out.dim() == 0

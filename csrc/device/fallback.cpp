@@ -552,7 +552,23 @@ at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t re
   return at::mse_loss(self.cpu(), target.cpu(), reduction).to(self.device());
 }
 
+// Operators with a device-generic decomposition (CompositeExplicitAutograd) beside their CPU
+// kernel: on a device without a kernel of its own torch runs the decomposition, whose numbers or
+// errors are not the CPU kernel's. The boxed fallback runs the CPU kernel instead (counted like any
+// fallback; a vendor kernel registered later replaces it).
+// - native_layer_norm: normalizes with batch norm's statistics; a single element's mean differed
+//   from the element by 1e-4, so its output (0 on the CPU) was not 0
+// - native_group_norm: the same decomposition, which refuses an empty input (torch 2.11)
+// - narrow_copy: raises IndexError for a dim out of range where the CPU raises RuntimeError
+// - linalg_lstsq: picks its LAPACK driver by device type, 'gels' (QR, full rank assumed) off the
+//   CPU against 'gelsy' on it, so rank-deficient samples and their gradients differed
+void register_cpu_kernel_fallbacks(torch::Library& m) {
+  for (const char* name : {"native_layer_norm", "native_group_norm", "narrow_copy", "linalg_lstsq"})
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
+}
+
 void register_cpu_compute_kernels(torch::Library& m) {
+  register_cpu_kernel_fallbacks(m);
   m.impl("mse_loss", TORCH_FN(mse_loss));
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
