@@ -351,7 +351,13 @@ def test_decomposed_ops_run_the_cpu_kernel_on_the_device(acme):
     x = torch.tensor([[3.0]])
     assert torch.nn.functional.layer_norm(x.to("acme"), (1,)).cpu().item() == 0.0
     empty = torch.randn(1, 0, 1)
-    assert torch.nn.functional.group_norm(empty.to("acme"), 1).shape == empty.shape
+    try:
+        expected = torch.nn.functional.group_norm(empty, 1).shape
+    except RuntimeError as e:  # 2.14 refuses zero channels in Python, before any kernel
+        with pytest.raises(RuntimeError, match=str(e)):
+            torch.nn.functional.group_norm(empty.to("acme"), 1)
+    else:
+        assert torch.nn.functional.group_norm(empty.to("acme"), 1).shape == expected
     a = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])   # rank 1: gels and gelsy differ
     b = torch.tensor([[1.0], [2.0], [3.0]])
     torch.testing.assert_close(torch.linalg.lstsq(a.to("acme"), b.to("acme")).solution.cpu(), torch.linalg.lstsq(a, b).solution)
