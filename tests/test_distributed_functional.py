@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from torchvendor.sdk.conformance.distributed_cases import LR, STEPS, _data, _model
+from torchvendor.sdk.conformance.distributed_cases import STEPS, _dtensor_inputs, _model, _reference_params, _train
 
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
@@ -123,11 +123,6 @@ def _dtensor(dev_type: str, out: dict[str, Any]) -> None:
     out["dt.partial_to_replicate"] = partial.redistribute(mesh, [Replicate()]).to_local().cpu()  # all_reduce
 
 
-def _dtensor_inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(2)
-    return torch.randn(8, 6, generator=g), torch.randn(6, 4, generator=g)
-
-
 def _fsdp2(rank: int, dev: torch.device, out: dict[str, Any]) -> None:
     """fully_shard per Linear and at the root; the conformance DDP case's model, data and loop."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -139,13 +134,7 @@ def _fsdp2(rank: int, dev: torch.device, out: dict[str, Any]) -> None:
         if isinstance(m, torch.nn.Linear):
             fully_shard(m, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    x, y = _data()
-    shard = slice(rank * len(x) // WORLD, (rank + 1) * len(x) // WORLD)
-    for _ in range(STEPS):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x[shard].to(dev)), y[shard].to(dev)).backward()
-        opt.step()
+    _train(model, model, dev, rank, WORLD)
     out["fsdp2.local_shapes"] = [tuple(p.to_local().shape) for p in model.parameters()]
     out["fsdp2"] = [p.full_tensor().cpu() for p in model.parameters()]
 
@@ -274,17 +263,11 @@ def test_dtensor_matmul_and_redistribute(results: list[dict[str, Any]]) -> None:
 
 
 def test_fsdp2_on_device_matches_single_process_cpu(results: list[dict[str, Any]]) -> None:
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    x, y = _data()
-    for _ in range(STEPS):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+    want = _reference_params()  # one process on the whole batch
     for r in results:
         assert r["fsdp2.local_shapes"][0] == (8, 8)  # Linear(8, 16).weight: half the rows per rank
-        for got, want in zip(r["fsdp2"], model.parameters()):
-            torch.testing.assert_close(got, want.detach(), rtol=1e-4, atol=1e-5)
+        for got, w in zip(r["fsdp2"], want):
+            torch.testing.assert_close(got, w, rtol=1e-4, atol=1e-5)
     path, counts = results[0]["path"], results[0]["fsdp2.counts"]
     # parameters all-gathered before each forward and backward, gradients reduce-scattered (averaged)
     assert counts[f"{path}:all_gather_single"] >= 2 * STEPS, counts
