@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import warnings
 import sys
 
 import pytest
@@ -111,3 +112,22 @@ def test_reduction_layouts_match_eager(name):
     compat.dynamo_reset()
     got = torch.compile(fn, backend="torchvendor_cpu", options={"strict": True})(x)
     torch.testing.assert_close(got, fn(x), equal_nan=True)
+
+
+def test_a_partition_threading_an_effect_token_runs_compiled():
+    # linalg.eig's backward checks its solve through with_effects; AOTAutograd passes None for
+    # the backward's token, which the compiled partition hands back as it got it
+    def f(a):
+        w, v = torch.linalg.eig(a)
+        return torch.view_as_real(w).sum() + v.abs().sum()
+
+    a = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
+    compat.dynamo_reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BackendFallbackWarning)
+        torch.compile(f, backend="torchvendor_cpu")(a).backward()
+    got, a.grad = a.grad, None
+    f(a).backward()
+    torch.testing.assert_close(got, a.grad)
+    backward = [g for g in last_report().graphs if any("with_effects" in op for p in g.partitions for op in p.ops)]
+    assert backward and all(p.status == "compiled" for g in backward for p in g.partitions)
