@@ -623,9 +623,11 @@ def _output_values(gm: fx.GraphModule) -> list[Any]:
 def _is_effect_token(node: Any) -> bool:
     """Whether ``node`` is the token that ``higher_order.with_effects`` threads through
     side-effecting ops (element 0 of its result)."""
-    with_effects = getattr(torch.ops.higher_order, "with_effects", None)
-    return (isinstance(node, fx.Node) and node.op == "call_function" and node.target is operator.getitem
-            and node.args[1] == 0 and isinstance(node.args[0], fx.Node) and node.args[0].target is with_effects)
+    if not (isinstance(node, fx.Node) and node.target is operator.getitem and node.args[1] == 0):
+        return False
+    producer = node.args[0]
+    return (isinstance(producer, fx.Node) and producer.op == "call_function"
+            and op_key(producer.target) == "higher_order.with_effects")
 
 
 def _meta(value: Any) -> tuple | None:
