@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+from . import _native
+
 __all__ = ["value_bytes", "refine_waves", "boundary_cost", "boundary_total", "eject_cheap"]
 
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
@@ -89,6 +91,8 @@ def boundary_total(uwave: Sequence[int], unit_of: Sequence[int] | None, succ: Se
     >>> boundary_total([0, 0, 1], None, [[1, 2], [], []], lambda i: 4)  # value 0 leaves wave 0 for wave 1
     8
     """
+    if _native.lib is not None:  # the same sum in C
+        return _native.lib.boundary_total(uwave, unit_of, succ, size_of)
     node_wave = uwave if unit_of is None else list(map(uwave.__getitem__, unit_of))
     total = 0
     for x, consumers in enumerate(succ):
@@ -181,9 +185,12 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     >>> refine_waves(w, 2, succ, preds, None, {}, preds, succ, lambda i: 1), w
     (1, [-1, 0, -1, 1, 1])
     """
-    st = _Placement(uwave, unit_of, preds, succ, size_of)
     if order is None:
         order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
+    if _native.lib is not None:  # the same sweeps in C
+        return _native.lib.refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of,
+                                        movable, sweeps, order)
+    st = _Placement(uwave, unit_of, preds, succ, size_of)
     # Only units at a wave boundary can gain; the marks are found once and kept a superset by
     # the moves (each re-marks its neighbours), and a sweep clears a unit it finds interior.
     st.marks = _boundary_marks(st, members)

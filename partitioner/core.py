@@ -58,6 +58,7 @@ from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Seque
 
 from ..ir.graph_view import GraphView
 
+from . import _native
 from .boundary import boundary_total, eject_cheap, refine_waves, value_bytes
 from .support import as_oracle, check, op_matches
 
@@ -297,6 +298,8 @@ def _waves(n: int, succ: Sequence[Sequence[int]], indeg0: Sequence[int],
     """Kahn's sort in waves (see the module docstring). Returns (wave of each unit or -1,
     #waves, the units in processing order: a topological order, short iff the unit graph has a
     cycle)."""
+    if _native.lib is not None:  # the same scan in C
+        return _native.lib.waves(n, succ, indeg0, sup)
     indeg = list(indeg0)
     ready = [u for u in range(n - 1, -1, -1) if not indeg[u]]
     assign = [-1] * n

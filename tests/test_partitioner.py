@@ -6,6 +6,7 @@ count lower bound is a DP over paths.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -245,6 +246,62 @@ def test_random_dag_boundary_aware_never_worse_than_plain_waves(case, min_size, 
     assert rep.boundary_bytes == boundary_bytes(g, smart, lambda v: size(v) if "shape" in v.meta else 0)
     again = partition(g, oracle_of(support), **kw)
     assert [p.nodes for p in again.partitions] == [p.nodes for p in smart.partitions]
+
+
+@contextlib.contextmanager
+def python_loops():
+    """Run the partitioner's Python reference loops instead of the C ones (partitioner/_native.py)."""
+    from torchvendor.partitioner import _native
+
+    lib, _native.lib = _native.lib, None
+    try:
+        yield
+    finally:
+        _native.lib = lib
+
+
+def test_the_c_loops_are_built_and_in_use():
+    from torchvendor.partitioner import _native
+
+    assert _native.lib is not None, "torchvendor._partition_native is missing: rebuild the package"
+    assert {"waves", "refine_waves", "boundary_total"} <= set(dir(_native.lib))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_dags(max_nodes=80), st.integers(1, 3), st.booleans(), st.data())
+def test_random_dag_c_loops_give_the_python_results(case, min_size, with_groups, data):
+    g, support, groups, _ = case
+    for n in g.nodes():  # sizes known, unknown and views, as in the boundary test above
+        if g.kind(n) != "output" and data.draw(st.integers(0, 5)):
+            n.meta.update(dtype="float32", shape=(data.draw(st.sampled_from([1, 4, 64, 1024])),))
+        if g.kind(n) == "op" and len(g.inputs(n)) == 1 and data.draw(st.integers(0, 3)) == 0:
+            n.op = "aten.view.default"
+    kw = dict(atomic_groups=groups if with_groups else (), min_size=min_size)
+    fast = partition(g, oracle_of(support), **kw)
+    with python_loops():
+        ref = partition(g, oracle_of(support), **kw)
+    assert [p.nodes for p in fast.partitions] == [p.nodes for p in ref.partitions]
+    assert fast.fallback == ref.fallback and fast.reasons == ref.reasons
+    assert {k: fast.stats.get(k) for k in ("waves", "boundary_moves", "boundary_start", "ejected")} == \
+        {k: ref.stats.get(k) for k in ("waves", "boundary_moves", "boundary_start", "ejected")}
+
+
+def test_the_c_loops_pass_on_errors_and_check_their_input():
+    from torchvendor.partitioner import boundary as bd
+
+    # x -> a -> s(unsupported) -> c ; x -> b -> c: pricing b's move asks for sizes
+    succ, preds = [[1, 3], [2], [4], [4], []], [[], [0], [1], [0], [2, 3]]
+
+    def broken(i):
+        raise RuntimeError(f"no size for {i}")
+
+    for runs in (contextlib.nullcontext, python_loops):
+        with runs(), pytest.raises(RuntimeError, match="no size for"):
+            bd.refine_waves([-1, 0, -1, 0, 1], 2, succ, preds, None, {}, preds, succ, broken)
+        with runs(), pytest.raises(RuntimeError, match="no size for"):
+            bd.boundary_total([-1, 0, -1, 0, 1], None, succ, broken)
+    with pytest.raises(ValueError, match="uwave and succ differ in length"):
+        bd.refine_waves([0, 1], 2, succ, preds, None, {}, preds, succ, lambda i: 1)
 
 
 def test_boundary_aware_pulls_a_weight_transpose_to_its_matmul():

@@ -1,0 +1,844 @@
+/* torchvendor._partition_native: the partitioner's whole-graph integer loops, in C.
+ *
+ * - waves: core.py's _waves (Kahn's sort in waves);
+ * - refine_waves: boundary.py's refine_waves, the boundary-bytes sweeps;
+ * - boundary_total: boundary.py's boundary_total.
+ *
+ * The Python functions are the specification, as heapq is for _heapq: this file mirrors
+ * _waves, boundary_total, and for the sweeps _boundary_marks, _summaries,
+ * _sweep_backward/_sweep_forward, _visit, _best_single, _best_group, _cone, _move_cone and _move
+ * function by function, with the same iteration orders and tie-breaks, so both give the same
+ * waves (tests/test_partitioner.py compares them on random DAGs). Sets of waves are stamp arrays
+ * indexed by wave + 1 (waves run from -1, the fallback, to n_waves); sizes come from the
+ * caller's size_of(node) on first use and moves ask movable(unit, old, new), both Python
+ * callables, as the Python version does. No torch: the partitioner stays torch-free.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdlib.h>
+#include <limits.h>
+#include <string.h>
+
+typedef long long i64;
+
+/* Adjacency as compressed rows: the neighbours of i are idx[off[i]] .. idx[off[i + 1] - 1]. */
+typedef struct {
+  Py_ssize_t *off;
+  long *idx;
+} Csr;
+
+/* A set of waves (or of nodes): membership by stamp, elements listed in insertion order. */
+typedef struct {
+  int *stamp;
+  int cur;
+  long *items;
+  Py_ssize_t n;
+} Set;
+
+typedef struct {
+  Py_ssize_t n_units, n_nodes;
+  long n_waves;
+  long *uwave, *nwave, *unit_of; /* unit_of NULL: every node is its own unit (nwave == uwave) */
+  Csr usucc, upreds, preds, succ, members; /* members: nodes of each multi-node unit (else empty) */
+  char *multi;                             /* unit holds several nodes (a key of `members`) */
+  i64 *sizes;                              /* -1: not looked up yet */
+  PyObject *size_of, *movable;
+  char *marks, *settled;
+  long *settled_lo, *settled_hi;
+  /* scratch */
+  Set zone, own, cand, gkeys, inside, seen, cone_set;
+  i64 *gain;
+  long *cone;
+  Py_ssize_t cone_cap;
+  long *outs;        /* _best_group: the outside reader waves of each member, concatenated */
+  Py_ssize_t *owns;  /* per member with outside readers: start in outs, count, m, neg; size */
+  i64 *own_size;
+  int failed;
+} St;
+
+#define DEG(c, i) ((c).off[(i) + 1] - (c).off[(i)])
+/* for each neighbour `var` of i in c (a plain loop: break and continue work) */
+#define FOR_EACH(c, i, var) \
+  for (long var, *var##_p = (c).idx + (c).off[i], *var##_e = (c).idx + (c).off[(i) + 1]; \
+       var##_p < var##_e && ((var = *var##_p), 1); ++var##_p)
+
+static int set_init(Set *s, Py_ssize_t n) {
+  s->stamp = calloc(n, sizeof(int));
+  s->items = malloc(sizeof(long) * (n ? n : 1));
+  s->cur = 1;
+  s->n = 0;
+  return s->stamp && s->items;
+}
+static void set_free(Set *s) {
+  free(s->stamp);
+  free(s->items);
+}
+/* sets live for one refine_waves call, far fewer clears than an int's range */
+static inline void set_clear(Set *s) {
+  s->n = 0;
+  s->cur++;
+}
+/* wave sets are indexed by wave + 1; node sets by node */
+static inline int set_has(const Set *s, long k) { return s->stamp[k] == s->cur; }
+static inline void set_add(Set *s, long k) {
+  if (s->stamp[k] != s->cur) {
+    s->stamp[k] = s->cur;
+    s->items[s->n++] = k;
+  }
+}
+static inline void set_discard(Set *s, long k) {
+  if (s->stamp[k] == s->cur) {
+    s->stamp[k] = 0;
+    for (Py_ssize_t i = 0; i < s->n; ++i)
+      if (s->items[i] == k) {
+        memmove(s->items + i, s->items + i + 1, sizeof(long) * (s->n - i - 1));
+        s->n--;
+        break;
+      }
+  }
+}
+
+/* ---- conversions ---------------------------------------------------------------------------- */
+
+/* n ints of a sequence into out, each in [lo, hi] (else a ValueError naming `what`) */
+static int to_longs(PyObject *seq, Py_ssize_t n, long *out, const char *what, long lo, long hi) {
+  PyObject *fast = PySequence_Fast(seq, what);
+  if (!fast) return -1;
+  if (PySequence_Fast_GET_SIZE(fast) != n) {
+    PyErr_Format(PyExc_ValueError, "%s has %zd entries, expected %zd", what, PySequence_Fast_GET_SIZE(fast), n);
+    Py_DECREF(fast);
+    return -1;
+  }
+  PyObject **items = PySequence_Fast_ITEMS(fast);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    out[i] = PyLong_AsLong(items[i]);
+    if (out[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return -1;
+    }
+    if (out[i] < lo || out[i] > hi) {
+      PyErr_Format(PyExc_ValueError, "%s holds %ld, outside %ld..%ld", what, out[i], lo, hi);
+      Py_DECREF(fast);
+      return -1;
+    }
+  }
+  Py_DECREF(fast);
+  return 0;
+}
+
+/* A list of n sequences of ints into compressed rows; each int names one of `targets` items. */
+static int to_csr(PyObject *lists, Py_ssize_t n, Csr *c, const char *what, Py_ssize_t targets) {
+  PyObject *fast = PySequence_Fast(lists, what);
+  if (!fast) return -1;
+  if (PySequence_Fast_GET_SIZE(fast) != n) {
+    PyErr_Format(PyExc_ValueError, "%s has %zd entries, expected %zd", what, PySequence_Fast_GET_SIZE(fast), n);
+    Py_DECREF(fast);
+    return -1;
+  }
+  PyObject **rows = PySequence_Fast_ITEMS(fast);
+  c->off = malloc(sizeof(Py_ssize_t) * (n + 1));
+  Py_ssize_t total = 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    Py_ssize_t k = PyObject_Length(rows[i]);
+    if (k < 0) {
+      Py_DECREF(fast);
+      return -1;
+    }
+    c->off[i] = total;
+    total += k;
+  }
+  c->off[n] = total;
+  c->idx = malloc(sizeof(long) * (total ? total : 1));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (to_longs(rows[i], c->off[i + 1] - c->off[i], c->idx + c->off[i], what, 0, (long)targets - 1) < 0) {
+      Py_DECREF(fast);
+      return -1;
+    }
+  }
+  Py_DECREF(fast);
+  return 0;
+}
+
+/* ---- the state's primitives (boundary.py's _Placement) ------------------------------------- */
+
+static inline long unit(const St *st, long node) { return st->unit_of ? st->unit_of[node] : node; }
+
+static i64 size(St *st, long x) {
+  i64 s = st->sizes[x];
+  if (s >= 0) return s;
+  if (st->failed) return 1; /* an exception is pending: call nothing more, the sweep unwinds */
+  PyObject *r = PyObject_CallFunction(st->size_of, "l", x);
+  if (!r) {
+    st->failed = 1;
+    return 1;
+  }
+  s = PyLong_AsLongLong(r);
+  Py_DECREF(r);
+  if (s == -1 && PyErr_Occurred()) {
+    st->failed = 1;
+    return 1;
+  }
+  st->sizes[x] = s;
+  return s;
+}
+
+static int ask_movable(St *st, long u, long old, long new_) {
+  if (st->movable == Py_None) return 1;
+  if (st->failed) return 0;
+  PyObject *r = PyObject_CallFunction(st->movable, "lll", u, old, new_);
+  if (!r) {
+    st->failed = 1;
+    return 0;
+  }
+  int ok = PyObject_IsTrue(r);
+  Py_DECREF(r);
+  if (ok < 0) {
+    st->failed = 1;
+    return 0;
+  }
+  return ok;
+}
+
+static void unsettle(St *st, long u) { st->settled[u] = 0; }
+
+/* _move: put `units` in wave new_; `group` (n_group nodes) the nodes they hold, or NULL. */
+static void move(St *st, const long *units, Py_ssize_t n_units, const long *group, Py_ssize_t n_group, long new_) {
+  for (Py_ssize_t i = 0; i < n_units; ++i) st->uwave[units[i]] = new_;
+  const long *nodes = group ? group : units;
+  Py_ssize_t n = group ? n_group : n_units;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    long m = nodes[i];
+    st->nwave[m] = new_;
+    FOR_EACH(st->preds, m, x) st->marks[unit(st, x)] = 1;
+    FOR_EACH(st->succ, m, x) st->marks[unit(st, x)] = 1;
+    unsettle(st, unit(st, m));
+    FOR_EACH(st->succ, m, x) unsettle(st, unit(st, x));
+    FOR_EACH(st->preds, m, p) {
+      unsettle(st, unit(st, p));
+      FOR_EACH(st->succ, p, x) unsettle(st, unit(st, x));
+    }
+  }
+}
+
+static int interior(const St *st, long u, long w0) {
+  FOR_EACH(st->preds, u, p) if (st->nwave[p] != w0) return 0;
+  FOR_EACH(st->succ, u, k) if (st->nwave[k] != w0) return 0;
+  return 1;
+}
+
+static inline void add_gain(St *st, long w, i64 v) {
+  if (!set_has(&st->gkeys, w + 1)) {
+    set_add(&st->gkeys, w + 1);
+    st->gain[w + 1] = 0;
+  }
+  st->gain[w + 1] += v;
+}
+static inline i64 gain_at(const St *st, long w) { return set_has(&st->gkeys, w + 1) ? st->gain[w + 1] : 0; }
+
+static int cmp_long(const void *a, const void *b) {
+  long x = *(const long *)a, y = *(const long *)b;
+  return (x > y) - (x < y);
+}
+
+/* candidates in [lo, hi] minus w0, sorted, into st->cand.items (as waves, not wave + 1) */
+static void sorted_candidates(St *st, long w0) {
+  set_discard(&st->cand, w0 + 1);
+  for (Py_ssize_t i = 0; i < st->cand.n; ++i) st->cand.items[i] -= 1;
+  qsort(st->cand.items, st->cand.n, sizeof(long), cmp_long);
+}
+
+static long best_single(St *st, long u, long w0, long lo, long hi, int backward) {
+  set_clear(&st->gkeys);
+  FOR_EACH(st->preds, u, p) {
+    long pw = st->nwave[p];
+    if (DEG(st->succ, p) == 1) { /* read by u alone: a move away from pw adds read and write */
+      if (lo <= pw && pw <= hi) {
+        i64 pen = size(st, p);
+        add_gain(st, pw, pen + pen);
+      }
+      continue;
+    }
+    set_clear(&st->zone);
+    FOR_EACH(st->succ, p, x) if (x != u) set_add(&st->zone, st->nwave[x] + 1);
+    set_discard(&st->zone, pw + 1);
+    if (!(lo <= pw && pw <= hi)) {
+      int any = 0;
+      for (Py_ssize_t i = 0; i < st->zone.n && !any; ++i) any = lo <= st->zone.items[i] - 1 && st->zone.items[i] - 1 <= hi;
+      if (!any) continue;
+    }
+    i64 pen = size(st, p);
+    if (st->zone.n == 0 && pw != -1) pen += pen; /* no other reader outside: a new one adds the write */
+    add_gain(st, pw, pen);
+    for (Py_ssize_t i = 0; i < st->zone.n; ++i) add_gain(st, st->zone.items[i] - 1, pen);
+  }
+  set_clear(&st->own);
+  FOR_EACH(st->succ, u, x) set_add(&st->own, st->nwave[x] + 1);
+  set_clear(&st->cand);
+  for (Py_ssize_t i = 0; i < st->gkeys.n; ++i) {
+    long w = st->gkeys.items[i] - 1;
+    if (lo <= w && w <= hi) set_add(&st->cand, w + 1);
+  }
+  for (Py_ssize_t i = 0; i < st->own.n; ++i) {
+    long w = st->own.items[i] - 1;
+    if (lo <= w && w <= hi) set_add(&st->cand, w + 1);
+  }
+  set_add(&st->cand, lo + 1);
+  set_add(&st->cand, hi + 1);
+  sorted_candidates(st, w0);
+  int neg = set_has(&st->own, 0);
+  i64 m = st->own.n - neg;
+  i64 s_u = st->own.n ? size(st, u) : 0;
+  i64 a = m - set_has(&st->own, w0 + 1);
+  long best = w0;
+  i64 best_cost = s_u * (a + (a > 0 || neg)) - gain_at(st, w0);
+  for (Py_ssize_t i = 0; i < st->cand.n; ++i) {
+    long w = st->cand.items[i];
+    a = m - set_has(&st->own, w + 1);
+    i64 cost = s_u * (a + (a > 0 || neg)) - gain_at(st, w);
+    if (cost < best_cost || (backward && cost == best_cost && w > best)) {
+      best = w;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+/* _outside_readers: the waves of x's readers outside the block (st->inside), into st->zone */
+static void outside_readers(St *st, long x) {
+  set_clear(&st->zone);
+  FOR_EACH(st->succ, x, y) if (!set_has(&st->inside, y)) set_add(&st->zone, st->nwave[y] + 1);
+}
+
+static long best_group(St *st, const long *group, Py_ssize_t k, long w0, long lo, long hi, int backward) {
+  set_clear(&st->inside);
+  for (Py_ssize_t i = 0; i < k; ++i) set_add(&st->inside, group[i]);
+  set_clear(&st->gkeys);
+  set_clear(&st->seen);
+  for (Py_ssize_t i = 0; i < k; ++i) {
+    FOR_EACH(st->preds, group[i], p) {
+      if (set_has(&st->seen, p)) continue;
+      set_add(&st->seen, p);
+      if (set_has(&st->inside, p)) continue;
+      long pw = st->nwave[p];
+      i64 pen = size(st, p);
+      outside_readers(st, p);
+      set_discard(&st->zone, pw + 1);
+      if (st->zone.n == 0 && pw != -1) pen += pen;
+      add_gain(st, pw, pen);
+      for (Py_ssize_t j = 0; j < st->zone.n; ++j) add_gain(st, st->zone.items[j] - 1, pen);
+    }
+  }
+  set_clear(&st->cand);
+  for (Py_ssize_t i = 0; i < st->gkeys.n; ++i) {
+    long w = st->gkeys.items[i] - 1;
+    if (lo <= w && w <= hi) set_add(&st->cand, w + 1);
+  }
+  /* owns: (waves read outside the block, #those >= 0, read by a fallback node?, size) */
+  Py_ssize_t n_owns = 0, n_outs = 0;
+  for (Py_ssize_t i = 0; i < k; ++i) {
+    outside_readers(st, group[i]);
+    for (Py_ssize_t j = 0; j < st->zone.n; ++j) {
+      long w = st->zone.items[j] - 1;
+      if (lo <= w && w <= hi) set_add(&st->cand, w + 1);
+    }
+    if (st->zone.n) {
+      int neg = set_has(&st->zone, 0);
+      Py_ssize_t *o = st->owns + 4 * n_owns;
+      o[0] = n_outs;
+      o[1] = st->zone.n;
+      o[2] = st->zone.n - neg;
+      o[3] = neg;
+      memcpy(st->outs + n_outs, st->zone.items, sizeof(long) * st->zone.n);
+      n_outs += st->zone.n;
+      st->own_size[n_owns++] = size(st, group[i]);
+    }
+  }
+  set_add(&st->cand, lo + 1);
+  set_add(&st->cand, hi + 1);
+  sorted_candidates(st, w0);
+  long best = w0;
+  i64 best_cost = 0;
+  for (Py_ssize_t c = -1; c < st->cand.n; ++c) {
+    long w = c < 0 ? w0 : st->cand.items[c];
+    i64 cost = -gain_at(st, w);
+    for (Py_ssize_t i = 0; i < n_owns; ++i) {
+      const Py_ssize_t *o = st->owns + 4 * i;
+      int in = 0;
+      for (Py_ssize_t j = 0; j < o[1] && !in; ++j) in = st->outs[o[0] + j] == w + 1;
+      i64 a = o[2] - in;
+      cost += st->own_size[i] * (a + (a > 0 || o[3]));
+    }
+    if (c < 0 || cost < best_cost || (backward && cost == best_cost && w > best)) {
+      best = w;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+/* _cone: u and its exclusive producers in its wave (inward = upreds), or consumers (usucc) */
+static Py_ssize_t build_cone(St *st, long u, long w0, const Csr *inward, const Csr *outward) {
+  const Py_ssize_t limit = 32;
+  Py_ssize_t n = 1, i = 0;
+  st->cone[0] = u;
+  set_clear(&st->cone_set);
+  set_add(&st->cone_set, u);
+  while (i < n && n < limit) {
+    long m = st->cone[i++];
+    FOR_EACH(*inward, m, p) {
+      if (set_has(&st->cone_set, p) || st->uwave[p] != w0 || st->multi[p] || (st->unit_of && st->unit_of[p] != p))
+        continue;
+      int excl = 1;
+      FOR_EACH(*outward, p, x) {
+        if (!set_has(&st->cone_set, x) && (st->uwave[x] >= 0 || DEG(*outward, x) > 0)) {
+          excl = 0;
+          break;
+        }
+      }
+      if (excl) {
+        if (n == st->cone_cap) {
+          st->cone_cap *= 2;
+          st->cone = realloc(st->cone, sizeof(long) * st->cone_cap);
+        }
+        st->cone[n++] = p;
+        set_add(&st->cone_set, p);
+      }
+    }
+  }
+  return n;
+}
+
+static int move_cone(St *st, long u, long w0, long lo, long hi, const Csr *inward, const Csr *outward) {
+  Py_ssize_t n = build_cone(st, u, w0, inward, outward);
+  if (n == 1) return 0;
+  int backward = hi > w0;
+  long best = best_group(st, st->cone, n, w0, lo, hi, backward);
+  if (st->failed || best == w0) return 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!ask_movable(st, st->cone[i], w0, best)) {
+      for (Py_ssize_t d = 0; d < i && !st->failed; ++d) ask_movable(st, st->cone[d], best, w0);
+      return 0;
+    }
+  }
+  move(st, st->cone, n, st->cone, n, best);
+  return 1;
+}
+
+static int visit(St *st, long u, long w0, long lo, long hi, int backward) {
+  int group = st->multi[u];
+  if (!group && interior(st, u, w0)) {
+    st->marks[u] = 0;
+    return 0;
+  }
+  long best;
+  if (st->settled[u] && st->settled_lo[u] <= lo && hi <= st->settled_hi[u]) {
+    best = w0; /* nothing it touches moved since it was found cheapest on a range holding this one */
+  } else if (group) {
+    best = best_group(st, st->members.idx + st->members.off[u], DEG(st->members, u), w0, lo, hi, backward);
+  } else {
+    best = best_single(st, u, w0, lo, hi, backward);
+  }
+  if (st->failed) return 0;
+  if (best != w0 && ask_movable(st, u, w0, best)) {
+    if (group)
+      move(st, &u, 1, st->members.idx + st->members.off[u], DEG(st->members, u), best);
+    else
+      move(st, &u, 1, NULL, 0, best);
+    st->settled[u] = 1, st->settled_lo[u] = lo, st->settled_hi[u] = hi;
+    return 1;
+  }
+  if (st->failed) return 0;
+  if (best == w0) st->settled[u] = 1, st->settled_lo[u] = lo, st->settled_hi[u] = hi;
+  if (group) return 0;
+  const Csr *inward, *outward;
+  if (backward && hi > w0) {
+    inward = &st->upreds, outward = &st->usucc, lo = w0;
+  } else if (!backward && lo < w0) {
+    inward = &st->usucc, outward = &st->upreds, hi = w0;
+  } else {
+    return 0;
+  }
+  FOR_EACH(*inward, u, p) { /* the cone's first step (most units have none) */
+    if (st->uwave[p] != w0 || st->multi[p] || (st->unit_of && st->unit_of[p] != p)) continue;
+    int excl = 1;
+    FOR_EACH(*outward, p, x) {
+      if (x != u && (st->uwave[x] >= 0 || DEG(*outward, x) > 0)) {
+        excl = 0;
+        break;
+      }
+    }
+    if (excl) return move_cone(st, u, w0, lo, hi, inward, outward);
+  }
+  return 0;
+}
+
+static void boundary_marks(St *st) {
+  memset(st->marks, 0, st->n_units);
+  for (Py_ssize_t k = 0; k < st->n_nodes; ++k) {
+    long wk = st->nwave[k];
+    FOR_EACH(st->preds, k, p) {
+      if (st->nwave[p] != wk) st->marks[unit(st, p)] = st->marks[unit(st, k)] = 1;
+    }
+  }
+  for (Py_ssize_t u = 0; u < st->n_units; ++u)
+    if (st->multi[u]) st->marks[u] = 1;
+}
+
+/* _summaries: A (forward) or B (backward) of every unsupported unit */
+static void summaries(const St *st, const long *order, long *out, int forward) {
+  Py_ssize_t n = st->n_units;
+  if (forward) {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      long u = order[i];
+      if (st->uwave[u] >= 0) continue;
+      long a = -1;
+      FOR_EACH(st->upreds, u, p) {
+        long v = st->uwave[p] >= 0 ? st->uwave[p] : out[p];
+        if (v > a) a = v;
+      }
+      out[u] = a;
+    }
+  } else {
+    for (Py_ssize_t i = n - 1; i >= 0; --i) {
+      long u = order[i];
+      if (st->uwave[u] >= 0) continue;
+      long b = st->n_waves;
+      FOR_EACH(st->usucc, u, s) {
+        long v = st->uwave[s] >= 0 ? st->uwave[s] : out[s];
+        if (v < b) b = v;
+      }
+      out[u] = b;
+    }
+  }
+}
+
+static long sweep_backward(St *st, const long *order, long *a_of, long *b_of) {
+  long moves = 0, n_waves = st->n_waves;
+  summaries(st, order, a_of, 1);
+  for (Py_ssize_t i = 0; i < st->n_units; ++i) b_of[i] = n_waves;
+  for (Py_ssize_t i = st->n_units - 1; i >= 0 && !st->failed; --i) {
+    long u = order[i], w0 = st->uwave[u];
+    if (w0 < 0) {
+      long b = n_waves;
+      FOR_EACH(st->usucc, u, s) {
+        long v = st->uwave[s];
+        if (v < 0) v = b_of[s];
+        if (v < b) b = v;
+      }
+      b_of[u] = b;
+      continue;
+    }
+    if (!st->marks[u]) continue;
+    long hi = n_waves - 1;
+    FOR_EACH(st->usucc, u, s) {
+      long v = st->uwave[s];
+      if (v < 0) v = b_of[s] - 1;
+      if (v < hi) hi = v;
+    }
+    long lo = 0;
+    FOR_EACH(st->upreds, u, p) {
+      long v = st->uwave[p];
+      if (v < 0) v = a_of[p] + 1;
+      if (v > lo) {
+        lo = v;
+        if (lo >= hi) break;
+      }
+    }
+    if (lo < hi) moves += visit(st, u, w0, lo, hi, 1);
+  }
+  return moves;
+}
+
+static long sweep_forward(St *st, const long *order, long *a_of, long *b_of) {
+  long moves = 0, n_waves = st->n_waves;
+  summaries(st, order, b_of, 0);
+  for (Py_ssize_t i = 0; i < st->n_units; ++i) a_of[i] = -1;
+  for (Py_ssize_t i = 0; i < st->n_units && !st->failed; ++i) {
+    long u = order[i], w0 = st->uwave[u];
+    if (w0 < 0) {
+      long a = -1;
+      FOR_EACH(st->upreds, u, p) {
+        long v = st->uwave[p];
+        if (v < 0) v = a_of[p];
+        if (v > a) a = v;
+      }
+      a_of[u] = a;
+      continue;
+    }
+    if (!st->marks[u]) continue;
+    long lo = 0;
+    FOR_EACH(st->upreds, u, p) {
+      long v = st->uwave[p];
+      if (v < 0) v = a_of[p] + 1;
+      if (v > lo) lo = v;
+    }
+    long hi = n_waves - 1;
+    FOR_EACH(st->usucc, u, s) {
+      long v = st->uwave[s];
+      if (v < 0) v = b_of[s] - 1;
+      if (v < hi) {
+        hi = v;
+        if (hi <= lo) break;
+      }
+    }
+    if (lo < hi) moves += visit(st, u, w0, lo, hi, 0);
+  }
+  return moves;
+}
+
+static void st_free(St *st) {
+  if (st->nwave != st->uwave) free(st->nwave);
+  free(st->uwave);
+  free(st->unit_of);
+  Csr *all[] = {&st->usucc, &st->upreds, &st->preds, &st->succ, &st->members};
+  for (int i = 0; i < 5; ++i) free(all[i]->off), free(all[i]->idx);
+  free(st->multi), free(st->sizes), free(st->marks), free(st->settled), free(st->settled_lo), free(st->settled_hi);
+  Set *sets[] = {&st->zone, &st->own, &st->cand, &st->gkeys, &st->inside, &st->seen, &st->cone_set};
+  for (int i = 0; i < 7; ++i) set_free(sets[i]);
+  free(st->gain), free(st->cone), free(st->outs), free(st->owns), free(st->own_size);
+}
+
+/* members: {root unit: [nodes]} into rows per unit (empty for single-node units) */
+static int members_csr(St *st, PyObject *members) {
+  Py_ssize_t n = st->n_units, total = 0, pos = 0;
+  PyObject *key, *value;
+  Py_ssize_t *count = calloc(n + 1, sizeof(Py_ssize_t));
+  st->multi = calloc(n ? n : 1, 1);
+  while (PyDict_Next(members, &pos, &key, &value)) {
+    long root = PyLong_AsLong(key);
+    Py_ssize_t k = PyObject_Length(value);
+    if ((root == -1 && PyErr_Occurred()) || k < 0) return free(count), -1;
+    if (root < 0 || root >= n) {
+      free(count);
+      PyErr_Format(PyExc_ValueError, "members names unit %ld, not in 0..%zd", root, n - 1);
+      return -1;
+    }
+    count[root] = k;
+    st->multi[root] = 1;
+    total += k;
+  }
+  st->members.off = malloc(sizeof(Py_ssize_t) * (n + 1));
+  st->members.idx = malloc(sizeof(long) * (total ? total : 1));
+  Py_ssize_t acc = 0;
+  for (Py_ssize_t u = 0; u < n; ++u) st->members.off[u] = acc, acc += count[u];
+  st->members.off[n] = acc;
+  free(count);
+  pos = 0;
+  while (PyDict_Next(members, &pos, &key, &value)) {
+    long root = PyLong_AsLong(key);
+    if (to_longs(value, DEG(st->members, root), st->members.idx + st->members.off[root], "members", 0,
+                 (long)st->n_nodes - 1) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static PyObject *refine_waves(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *uwave_obj, *usucc, *upreds, *unit_of, *members, *preds, *succ, *size_of, *movable, *order_obj;
+  long n_waves, sweeps;
+  if (!PyArg_ParseTuple(args, "O!lOOOO!OOOOlO:refine_waves", &PyList_Type, &uwave_obj, &n_waves, &usucc, &upreds,
+                        &unit_of, &PyDict_Type, &members, &preds, &succ, &size_of, &movable, &sweeps, &order_obj))
+    return NULL;
+  St st;
+  memset(&st, 0, sizeof st);
+  st.n_units = PyList_GET_SIZE(uwave_obj);
+  st.n_nodes = PyObject_Length(succ);
+  st.n_waves = n_waves;
+  st.size_of = size_of, st.movable = movable;
+  Py_ssize_t nu = st.n_units ? st.n_units : 1, nn = st.n_nodes > 0 ? st.n_nodes : 1;
+  long *order = malloc(sizeof(long) * nu), *a_of = malloc(sizeof(long) * nu), *b_of = malloc(sizeof(long) * nu);
+  PyObject *result = NULL;
+  st.uwave = malloc(sizeof(long) * nu);
+  if (st.n_nodes < 0 || to_longs(uwave_obj, st.n_units, st.uwave, "uwave", -1, n_waves - 1) < 0 ||
+      to_longs(order_obj, st.n_units, order, "order", 0, (long)st.n_units - 1) < 0)
+    goto done;
+  if (unit_of == Py_None) {
+    if (st.n_nodes != st.n_units) {
+      PyErr_SetString(PyExc_ValueError, "without unit_of, every node is a unit: uwave and succ differ in length");
+      goto done;
+    }
+    st.nwave = st.uwave;
+  } else {
+    st.unit_of = malloc(sizeof(long) * nn);
+    st.nwave = malloc(sizeof(long) * nn);
+    if (to_longs(unit_of, st.n_nodes, st.unit_of, "unit_of", 0, (long)st.n_units - 1) < 0) goto done;
+    for (Py_ssize_t i = 0; i < st.n_nodes; ++i) st.nwave[i] = st.uwave[st.unit_of[i]];
+  }
+  if (to_csr(usucc, st.n_units, &st.usucc, "usucc", st.n_units) < 0 ||
+      to_csr(upreds, st.n_units, &st.upreds, "upreds", st.n_units) < 0 ||
+      to_csr(preds, st.n_nodes, &st.preds, "preds", st.n_nodes) < 0 ||
+      to_csr(succ, st.n_nodes, &st.succ, "succ", st.n_nodes) < 0 ||
+      members_csr(&st, members) < 0)
+    goto done;
+  Py_ssize_t waves = n_waves + 2;
+  st.sizes = malloc(sizeof(i64) * nn);
+  for (Py_ssize_t i = 0; i < st.n_nodes; ++i) st.sizes[i] = -1;
+  st.marks = malloc(nu), st.settled = calloc(nu, 1);
+  st.settled_lo = malloc(sizeof(long) * nu), st.settled_hi = malloc(sizeof(long) * nu);
+  st.gain = malloc(sizeof(i64) * waves);
+  st.cone_cap = 64, st.cone = malloc(sizeof(long) * st.cone_cap);
+  Py_ssize_t max_outs = 0; /* reader waves of a block: at most the readers of its nodes */
+  for (Py_ssize_t i = 0; i < st.n_nodes; ++i) max_outs += DEG(st.succ, i) < waves ? DEG(st.succ, i) : waves;
+  st.outs = malloc(sizeof(long) * (max_outs + 1));
+  st.owns = malloc(sizeof(Py_ssize_t) * 4 * (st.n_nodes + 1));
+  st.own_size = malloc(sizeof(i64) * (st.n_nodes + 1));
+  if (!set_init(&st.zone, waves) || !set_init(&st.own, waves) || !set_init(&st.cand, waves) ||
+      !set_init(&st.gkeys, waves) || !set_init(&st.inside, nn) || !set_init(&st.seen, nn) ||
+      !set_init(&st.cone_set, nu)) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  boundary_marks(&st);
+  long moves = 0;
+  for (long sweep = 0; sweep < sweeps && !st.failed; ++sweep)
+    moves += sweep % 2 == 0 ? sweep_backward(&st, order, a_of, b_of) : sweep_forward(&st, order, a_of, b_of);
+  if (st.failed) goto done;
+  for (Py_ssize_t u = 0; u < st.n_units; ++u) {
+    PyObject *w = PyLong_FromLong(st.uwave[u]);
+    if (!w) goto done;
+    PyList_SetItem(uwave_obj, u, w); /* steals w */
+  }
+  result = PyLong_FromLong(moves);
+done:
+  free(order), free(a_of), free(b_of);
+  st_free(&st);
+  return result;
+}
+
+/* ---- waves and totals ----------------------------------------------------------------------- */
+
+static PyObject *list_of(const long *v, Py_ssize_t n) {
+  PyObject *out = PyList_New(n);
+  if (!out) return NULL;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *x = PyLong_FromLong(v[i]);
+    if (!x) return Py_DECREF(out), NULL;
+    PyList_SET_ITEM(out, i, x);
+  }
+  return out;
+}
+
+static PyObject *waves(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_ssize_t n;
+  PyObject *succ_obj, *indeg_obj, *sup_obj;
+  if (!PyArg_ParseTuple(args, "nOOO:waves", &n, &succ_obj, &indeg_obj, &sup_obj)) return NULL;
+  Py_ssize_t nn = n > 0 ? n : 1;
+  Csr succ = {0};
+  long *indeg = malloc(sizeof(long) * nn), *sup = malloc(sizeof(long) * nn), *assign = malloc(sizeof(long) * nn);
+  long *border = malloc(sizeof(long) * nn), *ready = malloc(sizeof(long) * nn), *deferred = malloc(sizeof(long) * nn);
+  long *order = malloc(sizeof(long) * nn);
+  PyObject *result = NULL;
+  if (to_csr(succ_obj, n, &succ, "succ", n) < 0 || to_longs(indeg_obj, n, indeg, "indeg", LONG_MIN, LONG_MAX) < 0 ||
+      to_longs(sup_obj, n, sup, "sup", LONG_MIN, LONG_MAX) < 0)
+    goto done;
+  Py_ssize_t n_ready = 0, n_deferred = 0, n_order = 0;
+  for (Py_ssize_t u = n - 1; u >= 0; --u)
+    if (!indeg[u]) ready[n_ready++] = u;
+  for (Py_ssize_t u = 0; u < n; ++u) assign[u] = border[u] = -1;
+  long wave = 0, group = 0;
+  for (;;) {
+    while (n_ready) {
+      long u = ready[--n_ready];
+      if (sup[u]) {
+        order[n_order++] = u;
+        assign[u] = wave;
+        group++;
+        FOR_EACH(succ, u, s) {
+          border[s] = wave;
+          if (!--indeg[s]) ready[n_ready++] = s;
+        }
+      } else if (border[u] == wave) {
+        deferred[n_deferred++] = u;
+      } else {
+        order[n_order++] = u;
+        FOR_EACH(succ, u, s) if (!--indeg[s]) ready[n_ready++] = s;
+      }
+    }
+    if (!n_deferred) break;
+    if (group) wave++, group = 0;
+    for (Py_ssize_t i = n_deferred - 1; i >= 0; --i) ready[n_ready++] = deferred[i];
+    n_deferred = 0;
+  }
+  PyObject *a = list_of(assign, n), *o = list_of(order, n_order);
+  if (a && o) result = Py_BuildValue("(NlN)", a, wave + (group ? 1 : 0), o);
+  else Py_XDECREF(a), Py_XDECREF(o);
+done:
+  free(succ.off), free(succ.idx);
+  free(indeg), free(sup), free(assign), free(border), free(ready), free(deferred), free(order);
+  return result;
+}
+
+static PyObject *boundary_total(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *uwave_obj, *unit_of_obj, *succ_obj, *size_of;
+  if (!PyArg_ParseTuple(args, "OOOO:boundary_total", &uwave_obj, &unit_of_obj, &succ_obj, &size_of)) return NULL;
+  Py_ssize_t n_units = PyObject_Length(uwave_obj), n = PyObject_Length(succ_obj);
+  if (n_units < 0 || n < 0) return NULL;
+  Py_ssize_t nn = n > 0 ? n : 1;
+  long *uwave = malloc(sizeof(long) * (n_units ? n_units : 1)), *nwave = malloc(sizeof(long) * nn);
+  long *unit_of = NULL;
+  Csr succ = {0};
+  Set seen = {0};
+  int ok = 0;
+  PyObject *result = NULL;
+  if (to_longs(uwave_obj, n_units, uwave, "uwave", -1, LONG_MAX - 2) < 0 || to_csr(succ_obj, n, &succ, "succ", n) < 0)
+    goto done;
+  if (unit_of_obj == Py_None) {
+    if (n_units != n) {
+      PyErr_SetString(PyExc_ValueError, "without unit_of, every node is a unit: uwave and succ differ in length");
+      goto done;
+    }
+    memcpy(nwave, uwave, sizeof(long) * n);
+  } else {
+    unit_of = malloc(sizeof(long) * nn);
+    if (to_longs(unit_of_obj, n, unit_of, "unit_of", 0, (long)n_units - 1) < 0) goto done;
+    for (Py_ssize_t i = 0; i < n; ++i) nwave[i] = uwave[unit_of[i]];
+  }
+  long max_wave = -1;
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (nwave[i] > max_wave) max_wave = nwave[i];
+  if (!(ok = set_init(&seen, max_wave + 2))) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  i64 total = 0;
+  for (Py_ssize_t x = 0; x < n; ++x) {
+    long px = nwave[x];
+    int crosses = 0;
+    FOR_EACH(succ, x, k) if (nwave[k] != px) { crosses = 1; break; }
+    if (!crosses) continue;
+    PyObject *r = PyObject_CallFunction(size_of, "n", x);
+    if (!r) goto done;
+    i64 size = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (size == -1 && PyErr_Occurred()) goto done;
+    set_clear(&seen); /* the other partitions reading x (wave + 1; 0: outside every partition) */
+    FOR_EACH(succ, x, k) if (nwave[k] != px) set_add(&seen, nwave[k] + 1);
+    i64 reads = seen.n - set_has(&seen, 0);
+    total += size * (reads + (px != -1));
+  }
+  result = PyLong_FromLongLong(total);
+done:
+  free(uwave), free(nwave), free(unit_of), free(succ.off), free(succ.idx);
+  if (ok) set_free(&seen);
+  return result;
+}
+
+static PyMethodDef methods[] = {
+    {"waves", waves, METH_VARARGS,
+     "waves(n, succ, indeg, sup) -> (wave of each unit or -1, #waves, processing order): core._waves."},
+    {"boundary_total", boundary_total, METH_VARARGS,
+     "boundary_total(uwave, unit_of, succ, size_of) -> bytes: boundary.boundary_total."},
+    {"refine_waves", refine_waves, METH_VARARGS,
+     "refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, movable, sweeps, order)"
+     " -> moves: torchvendor.partitioner.boundary.refine_waves's sweeps; uwave is updated in place."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_partition_native",
+    "The partitioner's whole-graph integer loops in C (torch-free); partitioner/ holds the Python reference.",
+    -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__partition_native(void) { return PyModule_Create(&module); }
