@@ -97,16 +97,20 @@ def _has_node(value: Any) -> bool:
     return bool(found)
 
 
-def _tensor_meta(node: fx.Node) -> dict[str, Any]:
+def _tensor_of(node: fx.Node) -> Any:
+    """The example tensor (or ``TensorMetadata``) describing the node's value, else ``None``."""
     val = node.meta.get("val", node.meta.get("example_value"))
     if isinstance(val, (list, tuple)):
         val = val[0] if val and isinstance(val[0], torch.Tensor) else None
     if isinstance(val, torch.Tensor):
-        return {"dtype": str(val.dtype).removeprefix("torch."), "shape": tuple(val.shape)}
+        return val
     tm = node.meta.get("tensor_meta")
-    if tm is not None and hasattr(tm, "dtype"):
-        return {"dtype": str(tm.dtype).removeprefix("torch."), "shape": tuple(tm.shape)}
-    return {}
+    return tm if tm is not None and hasattr(tm, "dtype") else None
+
+
+def _tensor_meta(node: fx.Node) -> dict[str, Any]:
+    t = _tensor_of(node)
+    return {} if t is None else {"dtype": str(t.dtype).removeprefix("torch."), "shape": tuple(t.shape)}
 
 
 class FxView:
@@ -185,6 +189,30 @@ class FxView:
 
     def name(self, node: fx.Node) -> str:
         return node.name
+
+    def nbytes(self, node: fx.Node) -> int | None:
+        """Bytes of the node's tensor value (elements times element size), ``None`` if unknown
+        (no tensor metadata, a symbolic size): read from the example tensor without building
+        :meth:`meta`'s dict, for the partitioner's boundary pricing.
+
+        >>> gm = torch.fx.symbolic_trace(lambda x: x + 1)
+        >>> add = next(n for n in gm.graph.nodes if n.op == "call_function")
+        >>> add.meta["val"] = torch.empty(2, 3, dtype=torch.float16)
+        >>> FxView(gm.graph).nbytes(add), FxView(gm.graph).nbytes(next(iter(gm.graph.nodes)))
+        (12, None)
+        """
+        t = _tensor_of(node)
+        if t is None:
+            return None
+        total = t.dtype.itemsize
+        for d in t.shape:
+            if type(d) is not int:
+                try:
+                    d = int(d)  # a concrete SymInt; a symbolic one raises
+                except Exception:  # noqa: BLE001
+                    return None
+            total *= d
+        return total
 
     def nodes_with_ops(self, keys: Collection[str]) -> list[fx.Node] | None:
         """The nodes whose operator key is in ``keys``, in graph order, read from FX's own index

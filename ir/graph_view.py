@@ -58,6 +58,11 @@ class GraphView(Protocol[N]):
     def name(self, node: N) -> str:
         """A name unique in the graph, for reports and error messages."""
 
+    # Optional fast paths an adapter may add (the algorithms look them up with getattr):
+    # ``nbytes(node) -> int | None``, the bytes of a node's value (else read from ``meta``);
+    # ``nodes_with_ops(keys)``, the nodes of given operator keys from an index (else a walk);
+    # ``kind_follows_op = True``, a node's kind follows from its key (asked once per key).
+
 
 @runtime_checkable
 class MutableGraphView(GraphView[N], Protocol):

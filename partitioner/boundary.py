@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import _native
 
-__all__ = ["value_bytes", "refine_waves", "boundary_cost", "boundary_total", "eject_cheap"]
+__all__ = ["value_bytes", "size_reader", "refine_waves", "boundary_cost", "boundary_total", "eject_cheap"]
 
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
              "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1,
@@ -66,6 +66,22 @@ def value_bytes(meta: Mapping[str, Any]) -> int | None:
                 return None
         total *= d
     return total
+
+
+def size_reader(view: Any) -> Callable[[Any], int | None]:
+    """``node -> bytes or None`` for a GraphView: its ``nbytes`` fast path, else
+    :func:`value_bytes` of its ``meta``.
+
+    >>> from torchvendor.ir.graph_view import DictGraph
+    >>> g = DictGraph(); x = g.add_input("x", dtype="float32", shape=(8,))
+    >>> size_reader(g)(x)
+    32
+    """
+    nbytes = getattr(view, "nbytes", None)
+    if nbytes is not None:
+        return nbytes
+    meta = view.meta
+    return lambda node: value_bytes(meta(node))
 
 
 def boundary_cost(size: int, producer: int, consumer_parts: Any) -> int:

@@ -52,14 +52,13 @@ import gc
 import time
 from collections import Counter
 from itertools import compress
-from operator import le
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from ..ir.graph_view import GraphView
 
 from . import _native
-from .boundary import boundary_total, eject_cheap, refine_waves, value_bytes
+from .boundary import boundary_total, eject_cheap, refine_waves, size_reader
 from .support import as_oracle, check, op_matches
 
 __all__ = ["PartitionOptions", "Partition", "PartitionResult", "PartitionError",
@@ -499,15 +498,9 @@ def _index_graph(view: GraphView, ordering_edges: Iterable[tuple[Any, Any]], det
     ops = list(map(view_op, nodes))
     kinds = _kinds(view, nodes, ops)
     preds = _data_preds(view, nodes, get_index)
-    succ: list[list[int]] = [[] for _ in range(n_nodes)]
-    for i, pl in enumerate(preds):
-        for p in pl:
-            succ[p].append(i)
-    # readers are listed in order, so the first of each node must come after it
-    first = [ss[0] if ss else n_nodes for ss in succ]
-    if any(map(le, first, range(n_nodes))):
-        p = next(p for p, f in enumerate(first) if f <= p)
-        raise PartitionError(f"view.nodes() is not in topological order: {view.name(nodes[first[p]])} "
+    succ, p = _readers(preds)
+    if p >= 0:
+        raise PartitionError(f"view.nodes() is not in topological order: {view.name(nodes[succ[p][0]])} "
                              f"comes before its input {view.name(nodes[p])}")
     edges = list(ordering_edges)
     op_set = set(ops)
@@ -541,21 +534,39 @@ def _kinds(view: GraphView, nodes: list[Any], ops: list[str]) -> list[str]:
 
 
 def _data_preds(view: GraphView, nodes: list[Any], get_index: Any) -> list[list[int]]:
-    """Positions of each node's data inputs, deduplicated in order of first use (most nodes
-    have one or two distinct inputs, so the dedup is tested before it is paid for)."""
+    """Positions of each node's data inputs (duplicates kept; :func:`_readers` drops them)."""
     view_inputs = view.inputs
     try:
-        preds = [[*map(get_index, view_inputs(n))] for n in nodes]
+        return [[*map(get_index, view_inputs(n))] for n in nodes]
     except KeyError as exc:
         raise PartitionError(f"a node consumes {exc.args[0]!r}, which view.nodes() does not list") from None
-    for i, pl in enumerate(preds):
+
+
+def _readers(preds: list[list[int]]) -> tuple[list[list[int]], int]:
+    """Deduplicate each node's inputs in place (order of first use) and list each node's
+    readers in order. Returns (readers, the first node read at or before its own position, which
+    breaks the topological order, else -1).
+
+    >>> preds = [[], [0, 0], [1, 0, 1]]
+    >>> _readers(preds), preds
+    (([[1, 2], [2], []], -1), [[], [0], [1, 0]])
+    """
+    if _native.lib is not None:  # the same loops in C
+        return _native.lib.readers(preds)
+    n = len(preds)
+    for i, pl in enumerate(preds):  # most nodes have one or two distinct inputs: test before paying
         k = len(pl)
         if k == 2:
             if pl[0] == pl[1]:
                 del pl[1]
         elif k > 2 and len(set(pl)) != k:
             preds[i] = list(dict.fromkeys(pl))
-    return preds
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for i, pl in enumerate(preds):
+        for p in pl:
+            succ[p].append(i)
+    first = [ss[0] if ss else n for ss in succ]  # readers are in order: the first must come after
+    return succ, next((p for p, f in enumerate(first) if f <= p), -1)
 
 
 def _support(view: GraphView, rule: Any, g: _Index, opts: PartitionOptions) -> tuple[list[str | None], int, int]:
@@ -716,13 +727,13 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
     cheap = [i for i, op in enumerate(g.ops) if is_cheap[op]] if any(is_cheap.values()) else []
     if n_waves < 2 and not cheap:
         return None
-    nodes, meta = g.nodes, view.meta
+    nodes, nbytes = g.nodes, size_reader(view)
     sizes = g.sizes  # node -> bytes or None (unknown: counts 1 here), kept for the report
 
     def size_of(i: int) -> int:
         s = sizes.get(i, -1)
         if s == -1:
-            s = sizes[i] = value_bytes(meta(nodes[i]))
+            s = sizes[i] = nbytes(nodes[i])
         return s or 1
 
     upreds = units.upreds
@@ -830,18 +841,7 @@ def _assemble(view: GraphView, g: _Index, groups: dict[tuple[int, int], list[int
     for pid, key in enumerate(keys):
         for i in groups[key]:
             part_of[i] = pid
-    # one pass over the data edges: a crossing edge makes its source an input of the reading
-    # partition (order of first use) and an output of its own
-    inputs: list[dict[int, None]] = [{} for _ in keys]
-    is_out = [False] * n_nodes
-    for i, (pi, ps) in enumerate(zip(part_of, preds)):
-        for j in ps:
-            pj = part_of[j]
-            if pj != pi:
-                if pi >= 0:
-                    inputs[pi][j] = None
-                if pj >= 0:
-                    is_out[j] = True
+    inputs, is_out = _crossings(part_of, preds, len(keys))
     result_parts: list[Partition] = []
     for pid, key in enumerate(keys):
         members = groups[key]
@@ -928,11 +928,7 @@ def _split_groups(node_wave: Sequence[int], all_preds: Sequence[Sequence[int]], 
     topological order; the key is (wave, component's first node)."""
     groups: dict[tuple[int, int], list[int]] = {}
     if merge_independent:
-        buckets: list[list[int]] = [[] for _ in range(max(node_wave, default=-1) + 1)]
-        for i, w in enumerate(node_wave):
-            if w >= 0:
-                buckets[w].append(i)
-        return {(w, b[0]): b for w, b in enumerate(buckets) if b}
+        return {(w, b[0]): b for w, b in enumerate(_buckets(node_wave)) if b}
     uf = _UnionFind(len(node_wave))
     first_of_unit: dict[int, int] = {}
     for i, w in enumerate(node_wave):
@@ -946,6 +942,44 @@ def _split_groups(node_wave: Sequence[int], all_preds: Sequence[Sequence[int]], 
         if w >= 0:
             groups.setdefault((w, uf.find(i)), []).append(i)
     return {(w, members[0]): members for (w, _), members in groups.items()}
+
+
+def _buckets(node_wave: Sequence[int]) -> list[list[int]]:
+    """The nodes of each wave, in order (``-1``: in none).
+
+    >>> _buckets([1, -1, 0, 1])
+    [[2], [0, 3]]
+    """
+    if _native.lib is not None:  # the same loop in C
+        return _native.lib.buckets(node_wave)
+    buckets: list[list[int]] = [[] for _ in range(max(node_wave, default=-1) + 1)]
+    for i, w in enumerate(node_wave):
+        if w >= 0:
+            buckets[w].append(i)
+    return buckets
+
+
+def _crossings(part_of: Sequence[int], preds: Sequence[Sequence[int]], n_parts: int) -> tuple[list[list[int]], list[bool]]:
+    """One pass over the data edges: a crossing edge makes its source an input of the reading
+    partition (order of first use) and an output of its own. Returns (inputs of each partition,
+    whether each node is an output).
+
+    >>> _crossings([0, 0, 1, -1], [[], [0], [1, 0], [2]], 2)
+    ([[], [1, 0]], [True, True, True, False])
+    """
+    if _native.lib is not None:  # the same pass in C
+        return _native.lib.crossings(part_of, preds, n_parts)
+    inputs: list[dict[int, None]] = [{} for _ in range(n_parts)]
+    is_out = [False] * len(part_of)
+    for i, (pi, ps) in enumerate(zip(part_of, preds)):
+        for j in ps:
+            pj = part_of[j]
+            if pj != pi:
+                if pi >= 0:
+                    inputs[pi][j] = None
+                if pj >= 0:
+                    is_out[j] = True
+    return [list(d) for d in inputs], is_out
 
 
 def _summarise(ops: Sequence[str], reasons: Sequence[str | None], is_op: Sequence[bool]) -> dict[str, dict[str, Any]]:

@@ -118,9 +118,9 @@ class PartitionReport:
 
 def _boundary(result: Any) -> tuple[int, int, int]:
     """(distinct crossing values, bytes, crossings of unknown size) of a partition result."""
-    from .boundary import value_bytes
+    from .boundary import size_reader
 
-    meta = result.view.meta
+    size_of = size_reader(result.view)
     known = getattr(result, "value_sizes", None) or {}
     sizes: dict[Any, int | None] = {}
     nbytes = unsized = 0
@@ -128,7 +128,7 @@ def _boundary(result: Any) -> tuple[int, int, int]:
         for v in (*p.inputs, *p.outputs):
             if v not in sizes:
                 b = known.get(v, -1)
-                sizes[v] = value_bytes(meta(v)) if b == -1 else b
+                sizes[v] = size_of(v) if b == -1 else b
             b = sizes[v]
             if b is None:
                 unsized += 1

@@ -1,5 +1,6 @@
 /* torchvendor._partition_native: the partitioner's whole-graph integer loops, in C.
  *
+ * - readers, buckets, crossings: core.py's _readers, _buckets, _crossings (index and assembly);
  * - waves: core.py's _waves (Kahn's sort in waves);
  * - refine_waves: boundary.py's refine_waves, the boundary-bytes sweeps;
  * - boundary_total: boundary.py's boundary_total.
@@ -826,7 +827,172 @@ done:
   return result;
 }
 
+/* ---- index and assembly ---------------------------------------------------------------------- */
+
+/* core._readers: dedup each node's inputs in place, readers in order, first topological break */
+static PyObject *readers(PyObject *self, PyObject *preds) {
+  (void)self;
+  if (!PyList_Check(preds)) return PyErr_Format(PyExc_TypeError, "readers() takes a list of lists");
+  Py_ssize_t n = PyList_GET_SIZE(preds);
+  Csr in = {0};
+  Py_ssize_t *deg = NULL, *fill = NULL;
+  Set seen = {0};
+  PyObject *succ = NULL, *result = NULL;
+  if (to_csr(preds, n, &in, "preds", n) < 0 || !set_init(&seen, n ? n : 1)) goto done;
+  deg = calloc(n + 1, sizeof(Py_ssize_t));
+  fill = calloc(n + 1, sizeof(Py_ssize_t));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    Py_ssize_t k = DEG(in, i);
+    long *row = in.idx + in.off[i];
+    Py_ssize_t kept = k;
+    if (k >= 2) { /* keep the first use of each input; rewrite the list only if one repeats */
+      set_clear(&seen);
+      kept = 0;
+      for (Py_ssize_t j = 0; j < k; ++j)
+        if (!set_has(&seen, row[j])) set_add(&seen, row[j]), row[kept++] = row[j];
+      if (kept != k) {
+        PyObject *dedup = list_of(row, kept);
+        if (!dedup) goto done;
+        PyList_SetItem(preds, i, dedup); /* steals dedup */
+      }
+    }
+    for (Py_ssize_t j = 0; j < kept; ++j) deg[row[j]]++;
+    fill[i] = kept; /* rows keep their slots; the first `kept` entries are the inputs */
+  }
+  if (!(succ = PyList_New(n))) goto done;
+  for (Py_ssize_t p = 0; p < n; ++p) {
+    PyObject *row = PyList_New(deg[p]);
+    if (!row) goto done;
+    PyList_SET_ITEM(succ, p, row);
+    deg[p] = 0; /* now: entries written */
+  }
+  long bad = -1;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    long *row = in.idx + in.off[i];
+    for (Py_ssize_t j = 0; j < fill[i]; ++j) {
+      long p = row[j];
+      PyObject *x = PyLong_FromSsize_t(i);
+      if (!x) goto done;
+      PyList_SET_ITEM(PyList_GET_ITEM(succ, p), deg[p]++, x);
+    }
+  }
+  for (Py_ssize_t p = 0; p < n && bad < 0; ++p) /* readers are in order: the first must come after */
+    if (PyList_GET_SIZE(PyList_GET_ITEM(succ, p)) &&
+        PyLong_AsSsize_t(PyList_GET_ITEM(PyList_GET_ITEM(succ, p), 0)) <= p)
+      bad = p;
+  result = Py_BuildValue("(Ol)", succ, bad);
+done:
+  Py_XDECREF(succ);
+  free(in.off), free(in.idx), free(deg), free(fill);
+  set_free(&seen);
+  return result;
+}
+
+/* core._buckets: the nodes of each wave, in order */
+static PyObject *buckets(PyObject *self, PyObject *node_wave) {
+  (void)self;
+  Py_ssize_t n = PyObject_Length(node_wave);
+  if (n < 0) return NULL;
+  long *w = malloc(sizeof(long) * (n ? n : 1));
+  PyObject *out = NULL;
+  if (to_longs(node_wave, n, w, "node_wave", LONG_MIN, LONG_MAX - 1) < 0) goto done;
+  long top = -1;
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (w[i] > top) top = w[i];
+  Py_ssize_t *count = calloc(top + 2, sizeof(Py_ssize_t));
+  if (!count) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (w[i] >= 0) count[w[i]]++;
+  if (!(out = PyList_New(top + 1))) goto counted;
+  for (long b = 0; b <= top; ++b) {
+    PyObject *row = PyList_New(count[b]);
+    if (!row) {
+      Py_CLEAR(out);
+      goto counted;
+    }
+    PyList_SET_ITEM(out, b, row);
+    count[b] = 0;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (w[i] < 0) continue;
+    PyObject *x = PyLong_FromSsize_t(i);
+    if (!x) {
+      Py_CLEAR(out);
+      break;
+    }
+    PyList_SET_ITEM(PyList_GET_ITEM(out, w[i]), count[w[i]]++, x);
+  }
+counted:
+  free(count);
+done:
+  free(w);
+  return out;
+}
+
+/* core._crossings: inputs of each partition (order of first use) and the output flags */
+static PyObject *crossings(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *part_obj, *preds_obj;
+  Py_ssize_t n_parts;
+  if (!PyArg_ParseTuple(args, "OOn:crossings", &part_obj, &preds_obj, &n_parts)) return NULL;
+  Py_ssize_t n = PyObject_Length(part_obj);
+  if (n < 0) return NULL;
+  Py_ssize_t nn = n ? n : 1;
+  long *part = malloc(sizeof(long) * nn), *pairs = NULL, *mark = calloc(nn, sizeof(long));
+  char *is_out = calloc(nn, 1);
+  Py_ssize_t *count = calloc(n_parts + 1, sizeof(Py_ssize_t)), n_pairs = 0;
+  Csr in = {0};
+  PyObject *inputs = NULL, *outs = NULL, *result = NULL;
+  if (to_longs(part_obj, n, part, "part_of", -1, (long)n_parts - 1) < 0 || to_csr(preds_obj, n, &in, "preds", n) < 0)
+    goto done;
+  pairs = malloc(sizeof(long) * 2 * (in.off[n] + 1)); /* (reading partition, input) per crossing edge */
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    long pi = part[i];
+    FOR_EACH(in, i, j) {
+      long pj = part[j];
+      if (pj == pi) continue;
+      if (pi >= 0) pairs[2 * n_pairs] = pi, pairs[2 * n_pairs + 1] = j, n_pairs++, count[pi]++;
+      if (pj >= 0) is_out[j] = 1;
+    }
+  }
+  if (!(inputs = PyList_New(n_parts))) goto done;
+  Py_ssize_t *at = calloc(n_parts + 1, sizeof(Py_ssize_t)); /* bucket the pairs by partition, keeping order */
+  long *by_part = malloc(sizeof(long) * (n_pairs + 1));
+  for (Py_ssize_t p = 0, acc = 0; p < n_parts; ++p) at[p] = acc, acc += count[p];
+  for (Py_ssize_t k = 0; k < n_pairs; ++k) by_part[at[pairs[2 * k]]++] = pairs[2 * k + 1];
+  for (Py_ssize_t p = 0, start = 0; p < n_parts; start += count[p], ++p) {
+    Py_ssize_t kept = 0; /* the first use of each input: mark[j] = p + 1 once added to p */
+    for (Py_ssize_t k = start; k < start + count[p]; ++k)
+      if (mark[by_part[k]] != p + 1) mark[by_part[k]] = p + 1, by_part[start + kept++] = by_part[k];
+    PyObject *row = list_of(by_part + start, kept);
+    if (!row) break;
+    PyList_SET_ITEM(inputs, p, row);
+  }
+  free(at), free(by_part);
+  if (PyErr_Occurred()) goto done;
+  if (!(outs = PyList_New(n))) goto done;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *b = is_out[i] ? Py_True : Py_False;
+    Py_INCREF(b);
+    PyList_SET_ITEM(outs, i, b);
+  }
+  result = PyTuple_Pack(2, inputs, outs);
+done:
+  Py_XDECREF(inputs), Py_XDECREF(outs);
+  free(part), free(pairs), free(mark), free(is_out), free(count), free(in.off), free(in.idx);
+  return result;
+}
+
 static PyMethodDef methods[] = {
+    {"readers", readers, METH_O,
+     "readers(preds) -> (readers of each node, first topological break or -1); dedups preds in place: "
+     "core._readers."},
+    {"buckets", buckets, METH_O, "buckets(node_wave) -> the nodes of each wave: core._buckets."},
+    {"crossings", crossings, METH_VARARGS,
+     "crossings(part_of, preds, n_parts) -> (inputs of each partition, output flags): core._crossings."},
     {"waves", waves, METH_VARARGS,
      "waves(n, succ, indeg, sup) -> (wave of each unit or -1, #waves, processing order): core._waves."},
     {"boundary_total", boundary_total, METH_VARARGS,
