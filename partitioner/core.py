@@ -576,7 +576,7 @@ def _support(view: GraphView, rule: Any, g: _Index, opts: PartitionOptions) -> t
     forced = opts.fallback_ops
     op_cache: dict[str, str | None] = {}
     oracle_calls = 0
-    for op in dict.fromkeys(o for o, k in zip(ops, is_op) if k):  # distinct op keys, first-seen order
+    for op in dict.fromkeys(compress(ops, is_op)):  # distinct op keys, first-seen order
         if forced and op_matches(op, forced):
             op_cache[op] = FORCED_REASON
         elif rule.op_only:
@@ -766,6 +766,9 @@ def _sizes_ok(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_
     """Every wave holds ``min_size`` compute nodes, or an exempt op."""
     ops, non_compute, exempt = g.ops, opts.non_compute_ops, opts.min_size_exempt_ops
     node_wave = unit_wave if units.unit_of is None else list(map(unit_wave.__getitem__, units.unit_of))
+    if not exempt and non_compute.isdisjoint(g.op_set):  # every node computes: count at C speed
+        per_wave = Counter(node_wave)
+        return all(per_wave[w] >= min_size for w in range(n_waves))
     count = [0] * n_waves
     kept = [False] * n_waves
     for i, w in enumerate(node_wave):
@@ -783,7 +786,7 @@ _TWO_STARTS_MAX_NODES = 5000
 def _latest_waves(units: _Units, upreds: Sequence[Sequence[int]], n_waves: int) -> list[int] | None:
     """The waves run on the reversed unit graph, numbered back: every unit as late as it can
     be (``None`` if the count differs, which the symmetric optimality rules out)."""
-    rev_indeg = [len(s) for s in units.usucc]
+    rev_indeg = list(map(len, units.usucc))
     rev, k, order = _waves(units.n_units, upreds, rev_indeg, units.sup)
     if k != n_waves or len(order) != units.n_units:
         return None
@@ -836,23 +839,19 @@ def _assemble(view: GraphView, g: _Index, groups: dict[tuple[int, int], list[int
     all_compute = non_compute.isdisjoint(g.op_set)
     node_at = nodes.__getitem__
     n_nodes = len(nodes)
-    keys = sorted(groups)
-    part_of = [-1] * n_nodes
-    for pid, key in enumerate(keys):
-        for i in groups[key]:
-            part_of[i] = pid
-    inputs, is_out = _crossings(part_of, preds, len(keys))
+    parts = [groups[key] for key in sorted(groups)]
+    part_of, inputs, is_out = _crossings(parts, preds, n_nodes)
     result_parts: list[Partition] = []
-    for pid, key in enumerate(keys):
-        members = groups[key]
+    assignment: dict[Any, int] = {}
+    for pid, members in enumerate(parts):
         size = len(members) if all_compute else sum(1 for i in members if ops[i] not in non_compute)
         member_nodes = list(map(node_at, members))
         outs = list(compress(member_nodes, map(is_out.__getitem__, members)))
         result_parts.append(Partition(pid, member_nodes, list(map(node_at, inputs[pid])), outs, size))
-    fallback_idx = [i for i, (k, p) in enumerate(zip(is_op, part_of)) if k and p < 0]
+        assignment.update(dict.fromkeys(member_nodes, pid))
+    fallback_idx = [i for i, p in enumerate(part_of) if p < 0 and is_op[i]]
     fallback = list(map(node_at, fallback_idx))
     reason_map = {nodes[i]: reasons[i] or "" for i in fallback_idx}
-    assignment = {n: p for n, p in zip(nodes, part_of) if p >= 0}
     return PartitionResult(view, result_parts, fallback, reason_map, assignment, opts,
                            [(a, b) for a, b in g.edges], stats, dict(zip(nodes, ops)), (nodes, preds),
                            {nodes[i]: b for i, b in g.sizes.items()})
@@ -959,18 +958,23 @@ def _buckets(node_wave: Sequence[int]) -> list[list[int]]:
     return buckets
 
 
-def _crossings(part_of: Sequence[int], preds: Sequence[Sequence[int]], n_parts: int) -> tuple[list[list[int]], list[bool]]:
-    """One pass over the data edges: a crossing edge makes its source an input of the reading
-    partition (order of first use) and an output of its own. Returns (inputs of each partition,
-    whether each node is an output).
+def _crossings(parts: Sequence[Sequence[int]], preds: Sequence[Sequence[int]],
+               n_nodes: int) -> tuple[list[int], list[list[int]], list[bool]]:
+    """The partition of each node (``-1``: none), then one pass over the data edges: a crossing
+    edge makes its source an input of the reading partition (order of first use) and an output
+    of its own. Returns (partition of each node, inputs of each partition, output flags).
 
-    >>> _crossings([0, 0, 1, -1], [[], [0], [1, 0], [2]], 2)
-    ([[], [1, 0]], [True, True, True, False])
+    >>> _crossings([[0, 1], [2]], [[], [0], [1, 0], [2]], 4)
+    ([0, 0, 1, -1], [[], [1, 0]], [True, True, True, False])
     """
-    if _native.lib is not None:  # the same pass in C
-        return _native.lib.crossings(part_of, preds, n_parts)
-    inputs: list[dict[int, None]] = [{} for _ in range(n_parts)]
-    is_out = [False] * len(part_of)
+    if _native.lib is not None:  # the same passes in C
+        return _native.lib.crossings(parts, preds, n_nodes)
+    part_of = [-1] * n_nodes
+    for pid, members in enumerate(parts):
+        for i in members:
+            part_of[i] = pid
+    inputs: list[dict[int, None]] = [{} for _ in parts]
+    is_out = [False] * n_nodes
     for i, (pi, ps) in enumerate(zip(part_of, preds)):
         for j in ps:
             pj = part_of[j]
@@ -979,7 +983,7 @@ def _crossings(part_of: Sequence[int], preds: Sequence[Sequence[int]], n_parts: 
                     inputs[pi][j] = None
                 if pj >= 0:
                     is_out[j] = True
-    return [list(d) for d in inputs], is_out
+    return part_of, [list(d) for d in inputs], is_out
 
 
 def _summarise(ops: Sequence[str], reasons: Sequence[str | None], is_op: Sequence[bool]) -> dict[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 __all__ = ["PartitionReport"]
@@ -65,7 +65,8 @@ class PartitionReport:
             entry["reasons"][why] = entry["reasons"].get(why, 0) + 1
         crossed, nbytes, unsized = _boundary(result)
         num_partitioned = sum(len(p.nodes) for p in result.partitions)
-        opts = {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in asdict(result.options).items()}
+        opts = {f.name: (sorted(v) if isinstance(v := getattr(result.options, f.name), frozenset) else v)
+                for f in fields(result.options)}
         stats = dict(result.stats)
         return cls(num_nodes=stats.get("nodes", 0), num_op_nodes=num_partitioned + len(result.fallback),
                    num_partitions=len(result.partitions), num_partitioned=num_partitioned,

@@ -932,22 +932,24 @@ done:
   return out;
 }
 
-/* core._crossings: inputs of each partition (order of first use) and the output flags */
+/* core._crossings: the partition of each node, the inputs of each partition (order of first
+ * use) and the output flags */
 static PyObject *crossings(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *part_obj, *preds_obj;
-  Py_ssize_t n_parts;
-  if (!PyArg_ParseTuple(args, "OOn:crossings", &part_obj, &preds_obj, &n_parts)) return NULL;
-  Py_ssize_t n = PyObject_Length(part_obj);
-  if (n < 0) return NULL;
+  PyObject *parts_obj, *preds_obj;
+  Py_ssize_t n;
+  if (!PyArg_ParseTuple(args, "OOn:crossings", &parts_obj, &preds_obj, &n)) return NULL;
+  Py_ssize_t n_parts = PyObject_Length(parts_obj);
+  if (n_parts < 0 || n < 0) return NULL;
   Py_ssize_t nn = n ? n : 1;
   long *part = malloc(sizeof(long) * nn), *pairs = NULL, *mark = calloc(nn, sizeof(long));
   char *is_out = calloc(nn, 1);
   Py_ssize_t *count = calloc(n_parts + 1, sizeof(Py_ssize_t)), n_pairs = 0;
-  Csr in = {0};
-  PyObject *inputs = NULL, *outs = NULL, *result = NULL;
-  if (to_longs(part_obj, n, part, "part_of", -1, (long)n_parts - 1) < 0 || to_csr(preds_obj, n, &in, "preds", n) < 0)
-    goto done;
+  Csr members = {0}, in = {0};
+  PyObject *part_list = NULL, *inputs = NULL, *outs = NULL, *result = NULL;
+  if (to_csr(parts_obj, n_parts, &members, "parts", n) < 0 || to_csr(preds_obj, n, &in, "preds", n) < 0) goto done;
+  for (Py_ssize_t i = 0; i < n; ++i) part[i] = -1;
+  for (Py_ssize_t p = 0; p < n_parts; ++p) FOR_EACH(members, p, i) part[i] = p;
   pairs = malloc(sizeof(long) * 2 * (in.off[n] + 1)); /* (reading partition, input) per crossing edge */
   for (Py_ssize_t i = 0; i < n; ++i) {
     long pi = part[i];
@@ -973,16 +975,17 @@ static PyObject *crossings(PyObject *self, PyObject *args) {
   }
   free(at), free(by_part);
   if (PyErr_Occurred()) goto done;
-  if (!(outs = PyList_New(n))) goto done;
+  if (!(outs = PyList_New(n)) || !(part_list = list_of(part, n))) goto done;
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject *b = is_out[i] ? Py_True : Py_False;
     Py_INCREF(b);
     PyList_SET_ITEM(outs, i, b);
   }
-  result = PyTuple_Pack(2, inputs, outs);
+  result = PyTuple_Pack(3, part_list, inputs, outs);
 done:
-  Py_XDECREF(inputs), Py_XDECREF(outs);
-  free(part), free(pairs), free(mark), free(is_out), free(count), free(in.off), free(in.idx);
+  Py_XDECREF(part_list), Py_XDECREF(inputs), Py_XDECREF(outs);
+  free(part), free(pairs), free(mark), free(is_out), free(count);
+  free(members.off), free(members.idx), free(in.off), free(in.idx);
   return result;
 }
 
@@ -992,7 +995,8 @@ static PyMethodDef methods[] = {
      "core._readers."},
     {"buckets", buckets, METH_O, "buckets(node_wave) -> the nodes of each wave: core._buckets."},
     {"crossings", crossings, METH_VARARGS,
-     "crossings(part_of, preds, n_parts) -> (inputs of each partition, output flags): core._crossings."},
+     "crossings(parts, preds, n_nodes) -> (partition of each node, inputs of each partition, output flags): "
+     "core._crossings."},
     {"waves", waves, METH_VARARGS,
      "waves(n, succ, indeg, sup) -> (wave of each unit or -1, #waves, processing order): core._waves."},
     {"boundary_total", boundary_total, METH_VARARGS,
