@@ -100,15 +100,18 @@ def boundary_cost(size: int, producer: int, consumer_parts: Any) -> int:
 
 
 def boundary_total(uwave: Sequence[int], unit_of: Sequence[int] | None, succ: Sequence[Sequence[int]],
-                   size_of: Callable[[int], int]) -> int:
+                   size_of: Callable[[int], int], sizes: list[int] | None = None) -> int:
     """Total boundary bytes of a wave assignment (``uwave`` per unit, ``-1``: fallback); node
-    ``i`` reads its value's consumers from ``succ[i]``.
+    ``i`` reads its value's consumers from ``succ[i]``. ``sizes``: a cache of ``size_of`` per
+    node (``-1``: not looked up yet) shared with other calls, filled as sizes are looked up.
 
     >>> boundary_total([0, 0, 1], None, [[1, 2], [], []], lambda i: 4)  # value 0 leaves wave 0 for wave 1
     8
     """
     if _native.lib is not None:  # the same sum in C
-        return _native.lib.boundary_total(uwave, unit_of, succ, size_of)
+        return _native.lib.boundary_total(uwave, unit_of, succ, size_of, sizes)
+    if sizes is not None:
+        size_of = _cached(size_of, sizes)
     node_wave = uwave if unit_of is None else list(map(uwave.__getitem__, unit_of))
     total = 0
     for x, consumers in enumerate(succ):
@@ -122,18 +125,27 @@ def boundary_total(uwave: Sequence[int], unit_of: Sequence[int] | None, succ: Se
     return total
 
 
+def _cached(size_of: Callable[[int], int], sizes: list[int]) -> Callable[[int], int]:
+    def cached(x: int) -> int:
+        s = sizes[x]
+        if s < 0:
+            s = sizes[x] = size_of(x)
+        return s
+    return cached
+
+
 class _Placement:
     """Mutable state of :func:`refine_waves`: unit waves, the wave of every node (kept in step,
     so a value's placement is one list read), lazily built per-value consumer-wave counts, and
     lazily computed value sizes (lists indexed by node: cheaper than dicts in the hot loops)."""
 
-    def __init__(self, uwave, unit_of, preds, succ, size_of) -> None:
+    def __init__(self, uwave, unit_of, preds, succ, size_of, sizes=None) -> None:
         self.uwave, self.unit_of, self.preds, self.succ = uwave, unit_of, preds, succ
         #: wave of each node: ``uwave`` itself when every node is its own unit
         self.nwave = uwave if unit_of is None else list(map(uwave.__getitem__, unit_of))
         self.size_of = size_of
         n = len(succ)
-        self.sizes: list[int] = [-1] * n
+        self.sizes: list[int] = [-1] * n if sizes is None else sizes
         self.counts: list[dict[int, int] | None] = [None] * n
         #: per unit, whether a sweep must look at it (see :func:`_boundary_marks`)
         self.marks: list[bool] | None = None
@@ -187,13 +199,14 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
                  unit_of: Sequence[int] | None, members: Mapping[int, Sequence[int]],
                  preds: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], size_of: Callable[[int], int],
                  movable: Callable[[int, int, int], bool] | None = None, sweeps: int = 2,
-                 order: Sequence[int] | None = None) -> int:
+                 order: Sequence[int] | None = None, sizes: list[int] | None = None) -> int:
     """Move supported units (``uwave[u] >= 0``) between waves, in place, to lower the boundary
     bytes; returns the number of moves. ``usucc``/``upreds``: the unit graph (ordering edges
     included); ``preds``/``succ``: node data edges (the values); ``size_of(node)``: bytes of a
     node's value; ``movable(unit, old, new)``: whether the unit may move (called once per
     chosen move; it may keep its own books, e.g. for ``min_size``). ``order``: a topological
     order of the units to sweep in (default: the ids when every node is a unit, else Kahn's).
+    ``sizes``: a cache of ``size_of`` per node shared between calls (see :func:`boundary_total`).
 
     >>> # x -> a -> s(unsupported) -> c ; x -> b -> c : b joins c's wave (b's value stays inside)
     >>> succ = [[1, 3], [2], [4], [4], []]; preds = [[], [0], [1], [0], [2, 3]]
@@ -205,8 +218,8 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
         order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
     if _native.lib is not None:  # the same sweeps in C
         return _native.lib.refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of,
-                                        movable, sweeps, order)
-    st = _Placement(uwave, unit_of, preds, succ, size_of)
+                                        movable, sweeps, order, sizes)
+    st = _Placement(uwave, unit_of, preds, succ, size_of, sizes)
     # Only units at a wave boundary can gain; the marks are found once and kept a superset by
     # the moves (each re-marks its neighbours), and a sweep clears a unit it finds interior.
     st.marks = _boundary_marks(st, members)
@@ -221,7 +234,7 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
 def eject_cheap(uwave: list[int], unit_of: Sequence[int] | None, members: Mapping[int, Sequence[int]],
                 cheap: Sequence[int],
                 preds: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], size_of: Callable[[int], int],
-                movable: Callable[[int, int, int], bool] | None = None) -> list[int]:
+                movable: Callable[[int, int, int], bool] | None = None, sizes: list[int] | None = None) -> list[int]:
     """Take cheap single-node units (views) out of their partition where that lowers the
     boundary bytes, as CBP's ``remove_bookend_non_compute_ops`` does: a transpose of a weight
     that is also a graph output then runs on the host, and the partition reads the weight's
@@ -230,14 +243,15 @@ def eject_cheap(uwave: list[int], unit_of: Sequence[int] | None, members: Mappin
     Returns the ejected nodes; ``uwave`` is updated (``-1``).
 
     Safe for convexity iff every supported producer's wave is below every supported
-    consumer's wave (then each path through the node still climbs strictly).
+    consumer's wave (then each path through the node still climbs strictly). ``sizes``: as in
+    :func:`boundary_total`.
 
     >>> # w (input) -> t (view, also a graph output) -> mm: t's value need not leave the device
     >>> succ = [[1], [2, 3], [3], []]; preds = [[], [0], [1], [1, 2]]
     >>> eject_cheap([-1, 0, 0, -1], None, {}, [1], preds, succ, lambda i: 4)
     [1]
     """
-    st = _Placement(uwave, unit_of, preds, succ, size_of)
+    st = _Placement(uwave, unit_of, preds, succ, size_of, sizes)
     wave = st.wave
     out = []
     for v in cheap:

@@ -51,7 +51,7 @@ import contextlib
 import gc
 import time
 from collections import Counter
-from itertools import compress
+from itertools import chain, compress
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Sequence, TypeVar
 
@@ -497,8 +497,7 @@ def _index_graph(view: GraphView, ordering_edges: Iterable[tuple[Any, Any]], det
     get_index, view_inputs, view_op = index.__getitem__, view.inputs, view.op
     ops = list(map(view_op, nodes))
     kinds = _kinds(view, nodes, ops)
-    preds = _data_preds(view, nodes, get_index)
-    succ, p = _readers(preds)
+    preds, succ, p = _data_edges(view, nodes, index)
     if p >= 0:
         raise PartitionError(f"view.nodes() is not in topological order: {view.name(nodes[succ[p][0]])} "
                              f"comes before its input {view.name(nodes[p])}")
@@ -533,40 +532,45 @@ def _kinds(view: GraphView, nodes: list[Any], ops: list[str]) -> list[str]:
     return list(map(kind_of.__getitem__, ops))
 
 
-def _data_preds(view: GraphView, nodes: list[Any], get_index: Any) -> list[list[int]]:
-    """Positions of each node's data inputs (duplicates kept; :func:`_readers` drops them)."""
-    view_inputs = view.inputs
+def _data_edges(view: GraphView, nodes: list[Any], index: dict[Any, int]) -> tuple[list[list[int]], list[list[int]], int]:
+    """Each node's distinct data inputs (positions, order of first use) and readers (in order),
+    and the first node read at or before its own position (which breaks the topological order),
+    else -1. The view is asked once per node; the positions are looked up in one flat pass."""
+    ins = list(map(view.inputs, nodes))
     try:
-        return [[*map(get_index, view_inputs(n))] for n in nodes]
+        flat = list(map(index.__getitem__, chain.from_iterable(ins)))
     except KeyError as exc:
         raise PartitionError(f"a node consumes {exc.args[0]!r}, which view.nodes() does not list") from None
+    return _edges(list(map(len, ins)), flat)
 
 
-def _readers(preds: list[list[int]]) -> tuple[list[list[int]], int]:
-    """Deduplicate each node's inputs in place (order of first use) and list each node's
-    readers in order. Returns (readers, the first node read at or before its own position, which
-    breaks the topological order, else -1).
+def _edges(lens: list[int], flat: list[int]) -> tuple[list[list[int]], list[list[int]], int]:
+    """:func:`_data_edges` from the inputs' counts and their positions end to end.
 
-    >>> preds = [[], [0, 0], [1, 0, 1]]
-    >>> _readers(preds), preds
-    (([[1, 2], [2], []], -1), [[], [0], [1, 0]])
+    >>> _edges([0, 2, 3], [0, 0, 1, 0, 1])
+    ([[], [0], [1, 0]], [[1, 2], [2], []], -1)
     """
     if _native.lib is not None:  # the same loops in C
-        return _native.lib.readers(preds)
-    n = len(preds)
-    for i, pl in enumerate(preds):  # most nodes have one or two distinct inputs: test before paying
-        k = len(pl)
+        return _native.lib.edges(lens, flat)
+    n = len(lens)
+    preds: list[list[int]] = []
+    at = 0
+    for k in lens:
+        pl = flat[at:at + k]
+        at += k
+        # most nodes have one or two distinct inputs: test for repeats before paying for a dedup
         if k == 2:
             if pl[0] == pl[1]:
                 del pl[1]
         elif k > 2 and len(set(pl)) != k:
-            preds[i] = list(dict.fromkeys(pl))
+            pl = list(dict.fromkeys(pl))
+        preds.append(pl)
     succ: list[list[int]] = [[] for _ in range(n)]
     for i, pl in enumerate(preds):
         for p in pl:
             succ[p].append(i)
     first = [ss[0] if ss else n for ss in succ]  # readers are in order: the first must come after
-    return succ, next((p for p, f in enumerate(first) if f <= p), -1)
+    return preds, succ, next((p for p, f in enumerate(first) if f <= p), -1)
 
 
 def _support(view: GraphView, rule: Any, g: _Index, opts: PartitionOptions) -> tuple[list[str | None], int, int]:
@@ -744,12 +748,15 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
         if latest is not None and (min_size <= 1 or _sizes_ok(g, units, latest, n_waves, min_size, opts)):
             starts.append(latest)
     best = None
+    shared = [-1] * len(nodes)  # size_of per node, looked up once for every start
     for start in starts:  # earliest waves, then latest waves (small graphs): keep the cheaper
         movable = _wave_books(g, units, start, n_waves, min_size, opts)
         moves = refine_waves(start, n_waves, units.usucc, upreds, unit_of, units.members, g.preds, g.data_succ,
-                             size_of, movable, order=None if unit_of is None else units.order) if n_waves > 1 else 0
-        ejected = eject_cheap(start, unit_of, units.members, cheap, g.preds, g.data_succ, size_of, movable) if cheap else []
-        cost = boundary_total(start, unit_of, g.data_succ, size_of) if len(starts) > 1 else 0
+                             size_of, movable, order=None if unit_of is None else units.order,
+                             sizes=shared) if n_waves > 1 else 0
+        ejected = (eject_cheap(start, unit_of, units.members, cheap, g.preds, g.data_succ, size_of, movable, shared)
+                   if cheap else [])
+        cost = boundary_total(start, unit_of, g.data_succ, size_of, shared) if len(starts) > 1 else 0
         if best is None or cost < best[0]:
             best = (cost, start, moves, ejected)
     _, unit_wave, stats["boundary_moves"], ejected = best

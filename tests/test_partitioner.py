@@ -286,6 +286,22 @@ def test_random_dag_c_loops_give_the_python_results(case, min_size, with_groups,
         {k: ref.stats.get(k) for k in ("waves", "boundary_moves", "boundary_start", "ejected")}
 
 
+def test_size_caches_are_shared_between_calls():
+    from torchvendor.partitioner import boundary as bd
+
+    succ, preds = [[1, 3], [2], [4], [4], []], [[], [0], [1], [0], [2, 3]]
+    for runs in (contextlib.nullcontext, python_loops):
+        asked, sizes = [], [-1] * 5
+        size_of = lambda i: asked.append(i) or 4  # noqa: E731
+        with runs():
+            w = [-1, 0, -1, 0, 1]
+            bd.refine_waves(w, 2, succ, preds, None, {}, preds, succ, size_of, sizes=sizes)
+            first = list(asked)
+            total = bd.boundary_total(w, None, succ, size_of, sizes)
+        assert first and all(sizes[i] == 4 for i in first) and sorted(set(asked)) == sorted(asked)
+        assert total == bd.boundary_total(w, None, succ, lambda i: 4)
+
+
 def test_the_c_loops_pass_on_errors_and_check_their_input():
     from torchvendor.partitioner import boundary as bd
 

@@ -1,6 +1,6 @@
 /* torchvendor._partition_native: the partitioner's whole-graph integer loops, in C.
  *
- * - readers, buckets, crossings: core.py's _readers, _buckets, _crossings (index and assembly);
+ * - edges, buckets, crossings: core.py's _edges, _buckets, _crossings (index and assembly);
  * - waves: core.py's _waves (Kahn's sort in waves);
  * - refine_waves: boundary.py's refine_waves, the boundary-bytes sweeps;
  * - boundary_total: boundary.py's boundary_total.
@@ -43,6 +43,8 @@ typedef struct {
   Csr usucc, upreds, preds, succ, members; /* members: nodes of each multi-node unit (else empty) */
   char *multi;                             /* unit holds several nodes (a key of `members`) */
   i64 *sizes;                              /* -1: not looked up yet */
+  long *fresh;                             /* nodes whose size this call looked up, for the cache */
+  Py_ssize_t n_fresh;
   PyObject *size_of, *movable;
   char *marks, *settled;
   long *settled_lo, *settled_hi;
@@ -103,28 +105,27 @@ static inline void set_discard(Set *s, long k) {
 
 /* n ints of a sequence into out, each in [lo, hi] (else a ValueError naming `what`) */
 static int to_longs(PyObject *seq, Py_ssize_t n, long *out, const char *what, long lo, long hi) {
-  PyObject *fast = PySequence_Fast(seq, what);
+  PyObject *fast = PySequence_Fast(seq, what); /* a list or tuple is itself: no copy */
   if (!fast) return -1;
-  if (PySequence_Fast_GET_SIZE(fast) != n) {
-    PyErr_Format(PyExc_ValueError, "%s has %zd entries, expected %zd", what, PySequence_Fast_GET_SIZE(fast), n);
-    Py_DECREF(fast);
-    return -1;
-  }
+  Py_ssize_t got = PySequence_Fast_GET_SIZE(fast);
   PyObject **items = PySequence_Fast_ITEMS(fast);
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    out[i] = PyLong_AsLong(items[i]);
-    if (out[i] == -1 && PyErr_Occurred()) {
-      Py_DECREF(fast);
-      return -1;
+  int rc = 0;
+  if (got != n) {
+    PyErr_Format(PyExc_ValueError, "%s has %zd entries, expected %zd", what, got, n);
+    rc = -1;
+  }
+  for (Py_ssize_t i = 0; i < n && !rc; ++i) {
+    long v = PyLong_AsLong(items[i]);
+    if (v == -1 && PyErr_Occurred()) {
+      rc = -1;
+    } else if (v < lo || v > hi) {
+      PyErr_Format(PyExc_ValueError, "%s holds %ld, outside %ld..%ld", what, v, lo, hi);
+      rc = -1;
     }
-    if (out[i] < lo || out[i] > hi) {
-      PyErr_Format(PyExc_ValueError, "%s holds %ld, outside %ld..%ld", what, out[i], lo, hi);
-      Py_DECREF(fast);
-      return -1;
-    }
+    out[i] = v;
   }
   Py_DECREF(fast);
-  return 0;
+  return rc;
 }
 
 /* A list of n sequences of ints into compressed rows; each int names one of `targets` items. */
@@ -140,7 +141,8 @@ static int to_csr(PyObject *lists, Py_ssize_t n, Csr *c, const char *what, Py_ss
   c->off = malloc(sizeof(Py_ssize_t) * (n + 1));
   Py_ssize_t total = 0;
   for (Py_ssize_t i = 0; i < n; ++i) {
-    Py_ssize_t k = PyObject_Length(rows[i]);
+    PyObject *row = rows[i]; /* rows are lists almost always: read them in place */
+    Py_ssize_t k = PyList_CheckExact(row) ? PyList_GET_SIZE(row) : PyObject_Length(row);
     if (k < 0) {
       Py_DECREF(fast);
       return -1;
@@ -150,19 +152,64 @@ static int to_csr(PyObject *lists, Py_ssize_t n, Csr *c, const char *what, Py_ss
   }
   c->off[n] = total;
   c->idx = malloc(sizeof(long) * (total ? total : 1));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    if (to_longs(rows[i], c->off[i + 1] - c->off[i], c->idx + c->off[i], what, 0, (long)targets - 1) < 0) {
-      Py_DECREF(fast);
-      return -1;
+  int rc = 0;
+  for (Py_ssize_t i = 0; i < n && !rc; ++i) {
+    PyObject *row = rows[i];
+    long *out = c->idx + c->off[i];
+    Py_ssize_t k = c->off[i + 1] - c->off[i];
+    if (!PyList_CheckExact(row)) {
+      rc = to_longs(row, k, out, what, 0, (long)targets - 1);
+      continue;
+    }
+    if (PyList_GET_SIZE(row) != k) { /* changed under us (a size_of callback cannot, but be safe) */
+      PyErr_Format(PyExc_ValueError, "%s changed while read", what);
+      rc = -1;
+    }
+    for (Py_ssize_t j = 0; j < k && !rc; ++j) {
+      long v = PyLong_AsLong(PyList_GET_ITEM(row, j));
+      if (v == -1 && PyErr_Occurred()) {
+        rc = -1;
+      } else if (v < 0 || v >= targets) {
+        PyErr_Format(PyExc_ValueError, "%s holds %ld, outside 0..%zd", what, v, targets - 1);
+        rc = -1;
+      }
+      out[j] = v;
     }
   }
   Py_DECREF(fast);
-  return 0;
+  return rc;
 }
 
 /* ---- the state's primitives (boundary.py's _Placement) ------------------------------------- */
 
 static inline long unit(const St *st, long node) { return st->unit_of ? st->unit_of[node] : node; }
+
+/* the caller's size cache (a list, -1: not looked up yet; or None) into sizes */
+static int read_cache(PyObject *cache, Py_ssize_t n, i64 *sizes) {
+  if (cache == Py_None) {
+    for (Py_ssize_t i = 0; i < n; ++i) sizes[i] = -1;
+    return 0;
+  }
+  if (!PyList_Check(cache) || PyList_GET_SIZE(cache) != n) {
+    PyErr_Format(PyExc_ValueError, "sizes must be a list of %zd ints (-1: not looked up yet)", n);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    sizes[i] = PyLong_AsLongLong(PyList_GET_ITEM(cache, i));
+    if (sizes[i] == -1 && PyErr_Occurred()) return -1;
+  }
+  return 0;
+}
+
+/* the sizes this call looked up back into the caller's cache */
+static int write_cache(PyObject *cache, const i64 *sizes, const long *fresh, Py_ssize_t n_fresh) {
+  if (cache == Py_None) return 0;
+  for (Py_ssize_t i = 0; i < n_fresh; ++i) {
+    PyObject *v = PyLong_FromLongLong(sizes[fresh[i]]);
+    if (!v || PyList_SetItem(cache, fresh[i], v) < 0) return -1;
+  }
+  return 0;
+}
 
 static i64 size(St *st, long x) {
   i64 s = st->sizes[x];
@@ -180,6 +227,7 @@ static i64 size(St *st, long x) {
     return 1;
   }
   st->sizes[x] = s;
+  st->fresh[st->n_fresh++] = x;
   return s;
 }
 
@@ -593,7 +641,7 @@ static void st_free(St *st) {
   free(st->unit_of);
   Csr *all[] = {&st->usucc, &st->upreds, &st->preds, &st->succ, &st->members};
   for (int i = 0; i < 5; ++i) free(all[i]->off), free(all[i]->idx);
-  free(st->multi), free(st->sizes), free(st->marks), free(st->settled), free(st->settled_lo), free(st->settled_hi);
+  free(st->multi), free(st->sizes), free(st->fresh), free(st->marks), free(st->settled), free(st->settled_lo), free(st->settled_hi);
   Set *sets[] = {&st->zone, &st->own, &st->cand, &st->gkeys, &st->inside, &st->seen, &st->cone_set};
   for (int i = 0; i < 7; ++i) set_free(sets[i]);
   free(st->gain), free(st->cone), free(st->outs), free(st->owns), free(st->own_size);
@@ -637,9 +685,11 @@ static int members_csr(St *st, PyObject *members) {
 static PyObject *refine_waves(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *uwave_obj, *usucc, *upreds, *unit_of, *members, *preds, *succ, *size_of, *movable, *order_obj;
+  PyObject *cache = Py_None;
   long n_waves, sweeps;
-  if (!PyArg_ParseTuple(args, "O!lOOOO!OOOOlO:refine_waves", &PyList_Type, &uwave_obj, &n_waves, &usucc, &upreds,
-                        &unit_of, &PyDict_Type, &members, &preds, &succ, &size_of, &movable, &sweeps, &order_obj))
+  if (!PyArg_ParseTuple(args, "O!lOOOO!OOOOlO|O:refine_waves", &PyList_Type, &uwave_obj, &n_waves, &usucc, &upreds,
+                        &unit_of, &PyDict_Type, &members, &preds, &succ, &size_of, &movable, &sweeps, &order_obj,
+                        &cache))
     return NULL;
   St st;
   memset(&st, 0, sizeof st);
@@ -674,7 +724,8 @@ static PyObject *refine_waves(PyObject *self, PyObject *args) {
     goto done;
   Py_ssize_t waves = n_waves + 2;
   st.sizes = malloc(sizeof(i64) * nn);
-  for (Py_ssize_t i = 0; i < st.n_nodes; ++i) st.sizes[i] = -1;
+  st.fresh = malloc(sizeof(long) * nn);
+  if (read_cache(cache, st.n_nodes, st.sizes) < 0) goto done;
   st.marks = malloc(nu), st.settled = calloc(nu, 1);
   st.settled_lo = malloc(sizeof(long) * nu), st.settled_hi = malloc(sizeof(long) * nu);
   st.gain = malloc(sizeof(i64) * waves);
@@ -694,7 +745,7 @@ static PyObject *refine_waves(PyObject *self, PyObject *args) {
   long moves = 0;
   for (long sweep = 0; sweep < sweeps && !st.failed; ++sweep)
     moves += sweep % 2 == 0 ? sweep_backward(&st, order, a_of, b_of) : sweep_forward(&st, order, a_of, b_of);
-  if (st.failed) goto done;
+  if (st.failed || write_cache(cache, st.sizes, st.fresh, st.n_fresh) < 0) goto done;
   for (Py_ssize_t u = 0; u < st.n_units; ++u) {
     PyObject *w = PyLong_FromLong(st.uwave[u]);
     if (!w) goto done;
@@ -773,18 +824,22 @@ done:
 
 static PyObject *boundary_total(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *uwave_obj, *unit_of_obj, *succ_obj, *size_of;
-  if (!PyArg_ParseTuple(args, "OOOO:boundary_total", &uwave_obj, &unit_of_obj, &succ_obj, &size_of)) return NULL;
+  PyObject *uwave_obj, *unit_of_obj, *succ_obj, *size_of, *cache = Py_None;
+  if (!PyArg_ParseTuple(args, "OOOO|O:boundary_total", &uwave_obj, &unit_of_obj, &succ_obj, &size_of, &cache))
+    return NULL;
   Py_ssize_t n_units = PyObject_Length(uwave_obj), n = PyObject_Length(succ_obj);
   if (n_units < 0 || n < 0) return NULL;
   Py_ssize_t nn = n > 0 ? n : 1;
   long *uwave = malloc(sizeof(long) * (n_units ? n_units : 1)), *nwave = malloc(sizeof(long) * nn);
-  long *unit_of = NULL;
+  long *unit_of = NULL, *fresh = malloc(sizeof(long) * nn);
+  i64 *sizes = malloc(sizeof(i64) * nn);
+  Py_ssize_t n_fresh = 0;
   Csr succ = {0};
   Set seen = {0};
   int ok = 0;
   PyObject *result = NULL;
-  if (to_longs(uwave_obj, n_units, uwave, "uwave", -1, LONG_MAX - 2) < 0 || to_csr(succ_obj, n, &succ, "succ", n) < 0)
+  if (to_longs(uwave_obj, n_units, uwave, "uwave", -1, LONG_MAX - 2) < 0 || to_csr(succ_obj, n, &succ, "succ", n) < 0 ||
+      read_cache(cache, n, sizes) < 0)
     goto done;
   if (unit_of_obj == Py_None) {
     if (n_units != n) {
@@ -810,54 +865,65 @@ static PyObject *boundary_total(PyObject *self, PyObject *args) {
     int crosses = 0;
     FOR_EACH(succ, x, k) if (nwave[k] != px) { crosses = 1; break; }
     if (!crosses) continue;
-    PyObject *r = PyObject_CallFunction(size_of, "n", x);
-    if (!r) goto done;
-    i64 size = PyLong_AsLongLong(r);
-    Py_DECREF(r);
-    if (size == -1 && PyErr_Occurred()) goto done;
+    i64 size = sizes[x];
+    if (size < 0) {
+      PyObject *r = PyObject_CallFunction(size_of, "n", x);
+      if (!r) goto done;
+      size = PyLong_AsLongLong(r);
+      Py_DECREF(r);
+      if (size == -1 && PyErr_Occurred()) goto done;
+      sizes[x] = size, fresh[n_fresh++] = x;
+    }
     set_clear(&seen); /* the other partitions reading x (wave + 1; 0: outside every partition) */
     FOR_EACH(succ, x, k) if (nwave[k] != px) set_add(&seen, nwave[k] + 1);
     i64 reads = seen.n - set_has(&seen, 0);
     total += size * (reads + (px != -1));
   }
-  result = PyLong_FromLongLong(total);
+  if (write_cache(cache, sizes, fresh, n_fresh) == 0) result = PyLong_FromLongLong(total);
 done:
-  free(uwave), free(nwave), free(unit_of), free(succ.off), free(succ.idx);
+  free(uwave), free(nwave), free(unit_of), free(fresh), free(sizes), free(succ.off), free(succ.idx);
   if (ok) set_free(&seen);
   return result;
 }
 
 /* ---- index and assembly ---------------------------------------------------------------------- */
 
-/* core._readers: dedup each node's inputs in place, readers in order, first topological break */
-static PyObject *readers(PyObject *self, PyObject *preds) {
+/* core._edges: per-node distinct inputs (order of first use) from their counts and positions
+ * end to end, readers in order, and the first node read at or before its own position */
+static PyObject *edges(PyObject *self, PyObject *args) {
   (void)self;
-  if (!PyList_Check(preds)) return PyErr_Format(PyExc_TypeError, "readers() takes a list of lists");
-  Py_ssize_t n = PyList_GET_SIZE(preds);
-  Csr in = {0};
-  Py_ssize_t *deg = NULL, *fill = NULL;
+  PyObject *lens_obj, *flat_obj;
+  if (!PyArg_ParseTuple(args, "OO:edges", &lens_obj, &flat_obj)) return NULL;
+  Py_ssize_t n = PyObject_Length(lens_obj), total = PyObject_Length(flat_obj);
+  if (n < 0 || total < 0) return NULL;
+  long *lens = malloc(sizeof(long) * (n ? n : 1)), *flat = malloc(sizeof(long) * (total ? total : 1));
+  Py_ssize_t *deg = calloc(n + 1, sizeof(Py_ssize_t)), *kept = malloc(sizeof(Py_ssize_t) * (n + 1));
+  long *first = malloc(sizeof(long) * (n ? n : 1));
   Set seen = {0};
-  PyObject *succ = NULL, *result = NULL;
-  if (to_csr(preds, n, &in, "preds", n) < 0 || !set_init(&seen, n ? n : 1)) goto done;
-  deg = calloc(n + 1, sizeof(Py_ssize_t));
-  fill = calloc(n + 1, sizeof(Py_ssize_t));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    Py_ssize_t k = DEG(in, i);
-    long *row = in.idx + in.off[i];
-    Py_ssize_t kept = k;
-    if (k >= 2) { /* keep the first use of each input; rewrite the list only if one repeats */
+  PyObject *preds = NULL, *succ = NULL, *result = NULL;
+  if (to_longs(lens_obj, n, lens, "lens", 0, LONG_MAX) < 0 || to_longs(flat_obj, total, flat, "flat", 0, (long)n - 1) < 0)
+    goto done;
+  Py_ssize_t sum = 0;
+  for (Py_ssize_t i = 0; i < n; ++i) sum += lens[i];
+  if (sum != total) {
+    PyErr_Format(PyExc_ValueError, "lens add up to %zd, flat has %zd positions", sum, total);
+    goto done;
+  }
+  if (!set_init(&seen, n ? n : 1) || !(preds = PyList_New(n))) goto done;
+  for (Py_ssize_t i = 0, at = 0; i < n; at += lens[i], ++i) {
+    long *row = flat + at;
+    Py_ssize_t k = lens[i], m = k;
+    if (k >= 2) { /* keep the first use of each input */
       set_clear(&seen);
-      kept = 0;
+      m = 0;
       for (Py_ssize_t j = 0; j < k; ++j)
-        if (!set_has(&seen, row[j])) set_add(&seen, row[j]), row[kept++] = row[j];
-      if (kept != k) {
-        PyObject *dedup = list_of(row, kept);
-        if (!dedup) goto done;
-        PyList_SetItem(preds, i, dedup); /* steals dedup */
-      }
+        if (!set_has(&seen, row[j])) set_add(&seen, row[j]), row[m++] = row[j];
     }
-    for (Py_ssize_t j = 0; j < kept; ++j) deg[row[j]]++;
-    fill[i] = kept; /* rows keep their slots; the first `kept` entries are the inputs */
+    kept[i] = m;
+    PyObject *pl = list_of(row, m);
+    if (!pl) goto done;
+    PyList_SET_ITEM(preds, i, pl);
+    for (Py_ssize_t j = 0; j < m; ++j) deg[row[j]]++;
   }
   if (!(succ = PyList_New(n))) goto done;
   for (Py_ssize_t p = 0; p < n; ++p) {
@@ -865,25 +931,24 @@ static PyObject *readers(PyObject *self, PyObject *preds) {
     if (!row) goto done;
     PyList_SET_ITEM(succ, p, row);
     deg[p] = 0; /* now: entries written */
+    first[p] = n;
   }
-  long bad = -1;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    long *row = in.idx + in.off[i];
-    for (Py_ssize_t j = 0; j < fill[i]; ++j) {
-      long p = row[j];
+  for (Py_ssize_t i = 0, at = 0; i < n; at += lens[i], ++i) {
+    for (Py_ssize_t j = 0; j < kept[i]; ++j) {
+      long p = flat[at + j];
       PyObject *x = PyLong_FromSsize_t(i);
       if (!x) goto done;
+      if (!deg[p]) first[p] = i;
       PyList_SET_ITEM(PyList_GET_ITEM(succ, p), deg[p]++, x);
     }
   }
+  long bad = -1;
   for (Py_ssize_t p = 0; p < n && bad < 0; ++p) /* readers are in order: the first must come after */
-    if (PyList_GET_SIZE(PyList_GET_ITEM(succ, p)) &&
-        PyLong_AsSsize_t(PyList_GET_ITEM(PyList_GET_ITEM(succ, p), 0)) <= p)
-      bad = p;
-  result = Py_BuildValue("(Ol)", succ, bad);
+    if (first[p] <= p) bad = p;
+  result = Py_BuildValue("(OOl)", preds, succ, bad);
 done:
-  Py_XDECREF(succ);
-  free(in.off), free(in.idx), free(deg), free(fill);
+  Py_XDECREF(preds), Py_XDECREF(succ);
+  free(lens), free(flat), free(deg), free(kept), free(first);
   set_free(&seen);
   return result;
 }
@@ -990,9 +1055,9 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"readers", readers, METH_O,
-     "readers(preds) -> (readers of each node, first topological break or -1); dedups preds in place: "
-     "core._readers."},
+    {"edges", edges, METH_VARARGS,
+     "edges(lens, flat) -> (distinct inputs of each node, readers of each node, first topological break or -1): "
+     "core._edges."},
     {"buckets", buckets, METH_O, "buckets(node_wave) -> the nodes of each wave: core._buckets."},
     {"crossings", crossings, METH_VARARGS,
      "crossings(parts, preds, n_nodes) -> (partition of each node, inputs of each partition, output flags): "
@@ -1000,9 +1065,10 @@ static PyMethodDef methods[] = {
     {"waves", waves, METH_VARARGS,
      "waves(n, succ, indeg, sup) -> (wave of each unit or -1, #waves, processing order): core._waves."},
     {"boundary_total", boundary_total, METH_VARARGS,
-     "boundary_total(uwave, unit_of, succ, size_of) -> bytes: boundary.boundary_total."},
+     "boundary_total(uwave, unit_of, succ, size_of, sizes=None) -> bytes: boundary.boundary_total."},
     {"refine_waves", refine_waves, METH_VARARGS,
-     "refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, movable, sweeps, order)"
+     "refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, movable, sweeps, order, "
+     "sizes=None)"
      " -> moves: torchvendor.partitioner.boundary.refine_waves's sweeps; uwave is updated in place."},
     {NULL, NULL, 0, NULL}};
 
