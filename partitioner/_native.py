@@ -1,6 +1,6 @@
 """The C versions of the partitioner's whole-graph integer loops, or ``None``.
 
-``lib`` is :mod:`torchvendor._partition_native` (``csrc/partitioner/partition_native.c``, built
+``lib`` is :mod:`torchvendor.partitioner._partition_native` (``csrc/partitioner/partition_native.c``, built
 with the package, torch-free): :func:`~torchvendor.partitioner.core._waves`,
 :func:`~torchvendor.partitioner.boundary.refine_waves` and
 :func:`~torchvendor.partitioner.boundary.boundary_total` hand their work to it. The Python
@@ -14,6 +14,6 @@ from typing import Any
 
 lib: Any
 try:
-    from .. import _partition_native as lib
+    from . import _partition_native as lib
 except ImportError:
     lib = None

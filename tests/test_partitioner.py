@@ -263,7 +263,7 @@ def python_loops():
 def test_the_c_loops_are_built_and_in_use():
     from torchvendor.partitioner import _native
 
-    assert _native.lib is not None, "torchvendor._partition_native is missing: rebuild the package"
+    assert _native.lib is not None, "torchvendor.partitioner._partition_native is missing: rebuild the package"
     assert {"waves", "refine_waves", "boundary_total"} <= set(dir(_native.lib))
 
 

@@ -1,4 +1,4 @@
-/* torchvendor._partition_native: the partitioner's whole-graph integer loops, in C.
+/* torchvendor.partitioner._partition_native: the partitioner's whole-graph integer loops, in C.
  *
  * - edges, buckets, crossings: core.py's _edges, _buckets, _crossings (index and assembly);
  * - waves: core.py's _waves (Kahn's sort in waves);
@@ -1073,7 +1073,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_partition_native",
+    PyModuleDef_HEAD_INIT, "torchvendor.partitioner._partition_native",
     "The partitioner's whole-graph integer loops in C (torch-free); partitioner/ holds the Python reference.",
     -1, methods, NULL, NULL, NULL, NULL};
 
