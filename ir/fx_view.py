@@ -99,12 +99,14 @@ def _has_node(value: Any) -> bool:
 
 def _tensor_of(node: fx.Node) -> Any:
     """The example tensor (or ``TensorMetadata``) describing the node's value, else ``None``."""
-    val = node.meta.get("val", node.meta.get("example_value"))
-    if isinstance(val, (list, tuple)):
-        val = val[0] if val and isinstance(val[0], torch.Tensor) else None
-    if isinstance(val, torch.Tensor):
-        return val
-    tm = node.meta.get("tensor_meta")
+    meta = node.meta
+    val = meta.get("val", meta.get("example_value"))
+    if val is not None:  # (isinstance against torch.Tensor runs its metaclass hook: skip it for None)
+        if isinstance(val, (list, tuple)):
+            val = val[0] if val and isinstance(val[0], torch.Tensor) else None
+        if isinstance(val, torch.Tensor):
+            return val
+    tm = meta.get("tensor_meta")
     return tm if tm is not None and hasattr(tm, "dtype") else None
 
 

@@ -32,11 +32,13 @@ partition: the sum over partitions of their inputs' and outputs' bytes.
 """
 from __future__ import annotations
 
+from collections import Counter
+from itertools import compress
 from typing import Any, Callable, Mapping, Sequence
 
 from . import _native
 
-__all__ = ["value_bytes", "size_reader", "refine_waves", "boundary_cost", "boundary_total", "eject_cheap"]
+__all__ = ["value_bytes", "size_reader", "refine_waves", "wave_books", "boundary_cost", "boundary_total", "eject_cheap"]
 
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
              "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1,
@@ -199,7 +201,8 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
                  unit_of: Sequence[int] | None, members: Mapping[int, Sequence[int]],
                  preds: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], size_of: Callable[[int], int],
                  movable: Callable[[int, int, int], bool] | None = None, sweeps: int = 2,
-                 order: Sequence[int] | None = None, sizes: list[int] | None = None) -> int:
+                 order: Sequence[int] | None = None, sizes: list[int] | None = None,
+                 books: tuple[int, Sequence[bool] | None, Sequence[bool] | None] | None = None) -> int:
     """Move supported units (``uwave[u] >= 0``) between waves, in place, to lower the boundary
     bytes; returns the number of moves. ``usucc``/``upreds``: the unit graph (ordering edges
     included); ``preds``/``succ``: node data edges (the values); ``size_of(node)``: bytes of a
@@ -207,6 +210,8 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     chosen move; it may keep its own books, e.g. for ``min_size``). ``order``: a topological
     order of the units to sweep in (default: the ids when every node is a unit, else Kahn's).
     ``sizes``: a cache of ``size_of`` per node shared between calls (see :func:`boundary_total`).
+    ``books``: instead of ``movable``, the arguments of :func:`wave_books` after the waves
+    (``(min_size, compute, exempt)``), which the C sweeps then keep themselves.
 
     >>> # x -> a -> s(unsupported) -> c ; x -> b -> c : b joins c's wave (b's value stays inside)
     >>> succ = [[1, 3], [2], [4], [4], []]; preds = [[], [0], [1], [0], [2, 3]]
@@ -216,9 +221,13 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     """
     if order is None:
         order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
+    if books is not None and movable is not None:
+        raise ValueError("refine_waves takes movable or books, not both")
     if _native.lib is not None:  # the same sweeps in C
         return _native.lib.refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of,
-                                        movable, sweeps, order, sizes)
+                                        movable, sweeps, order, sizes, books)
+    if books is not None:
+        movable = wave_books(uwave, n_waves, unit_of, members, *books)
     st = _Placement(uwave, unit_of, preds, succ, size_of, sizes)
     # Only units at a wave boundary can gain; the marks are found once and kept a superset by
     # the moves (each re-marks its neighbours), and a sweep clears a unit it finds interior.
@@ -229,6 +238,47 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
         backward = sweep % 2 == 0
         moves += _sweep(st, order, n_waves, usucc, upreds, members, backward, movable)
     return moves
+
+
+def wave_books(uwave: Sequence[int], n_waves: int, unit_of: Sequence[int] | None, members: Mapping[int, Sequence[int]],
+               min_size: int, compute: Sequence[bool] | None = None,
+               exempt: Sequence[bool] | None = None) -> Callable[[int, int, int], bool]:
+    """``movable(unit, old, new)`` for :func:`refine_waves` and :func:`eject_cheap`, keeping
+    per-wave books from the assignment ``uwave``: a unit may leave its wave only if the wave
+    keeps a node and, when ``min_size > 1``, ``min_size`` compute nodes (``compute``: whether
+    each node counts, ``None``: all do), and never if it holds an exempt node (``exempt`` per
+    unit, ``None``: none). Each accepted move is booked.
+
+    >>> movable = wave_books([0, 0, 1], 2, None, {}, min_size=2)
+    >>> movable(2, 1, 0), movable(0, 0, 1), movable(1, 0, 1)  # wave 1 would be empty; wave 0 too small
+    (False, False, False)
+    """
+    node_wave = uwave if unit_of is None else list(map(uwave.__getitem__, unit_of))
+    n_nodes = [0] * (n_waves + 1)  # slot -1: fallback
+    for w, c in Counter(node_wave).items():
+        n_nodes[w] = c
+    n_compute = n_nodes
+    if min_size > 1 and compute is not None:
+        n_compute = [0] * (n_waves + 1)
+        for w, c in Counter(compress(node_wave, compute)).items():
+            n_compute[w] = c
+
+    def movable(u: int, old: int, new: int) -> bool:
+        group = members.get(u, (u,))
+        k = len(group)
+        c = k if compute is None else sum(1 for i in group if compute[i])
+        if min_size > 1 and (n_compute[old] - c < min_size or (exempt is not None and exempt[u])):
+            return False
+        if n_nodes[old] - k < 1:
+            return False
+        n_nodes[old] -= k
+        n_nodes[new] += k
+        if n_compute is not n_nodes:
+            n_compute[old] -= c
+            n_compute[new] += c
+        return True
+
+    return movable
 
 
 def eject_cheap(uwave: list[int], unit_of: Sequence[int] | None, members: Mapping[int, Sequence[int]],

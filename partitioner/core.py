@@ -58,7 +58,7 @@ from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Seque
 from ..ir.graph_view import GraphView
 
 from . import _native
-from .boundary import boundary_total, eject_cheap, refine_waves, size_reader
+from .boundary import boundary_total, eject_cheap, refine_waves, size_reader, wave_books
 from .support import as_oracle, check, op_matches
 
 __all__ = ["PartitionOptions", "Partition", "PartitionResult", "PartitionError",
@@ -749,12 +749,13 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
             starts.append(latest)
     best = None
     shared = [-1] * len(nodes)  # size_of per node, looked up once for every start
+    books = _books(g, units, min_size, opts)
     for start in starts:  # earliest waves, then latest waves (small graphs): keep the cheaper
-        movable = _wave_books(g, units, start, n_waves, min_size, opts)
         moves = refine_waves(start, n_waves, units.usucc, upreds, unit_of, units.members, g.preds, g.data_succ,
-                             size_of, movable, order=None if unit_of is None else units.order,
-                             sizes=shared) if n_waves > 1 else 0
-        ejected = (eject_cheap(start, unit_of, units.members, cheap, g.preds, g.data_succ, size_of, movable, shared)
+                             size_of, order=None if unit_of is None else units.order, sizes=shared,
+                             books=books) if n_waves > 1 else 0
+        ejected = (eject_cheap(start, unit_of, units.members, cheap, g.preds, g.data_succ, size_of,
+                               wave_books(start, n_waves, unit_of, units.members, *books), shared)
                    if cheap else [])
         cost = boundary_total(start, unit_of, g.data_succ, size_of, shared) if len(starts) > 1 else 0
         if best is None or cost < best[0]:
@@ -800,42 +801,20 @@ def _latest_waves(units: _Units, upreds: Sequence[Sequence[int]], n_waves: int) 
     return [n_waves - 1 - w if w >= 0 else -1 for w in rev]
 
 
-def _wave_books(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_size: int,
-                opts: PartitionOptions) -> Any:
-    """``movable(u, old, new)`` for :func:`refine_waves`: a unit may leave a wave only if the
-    wave keeps a node and, under ``min_size``, enough compute nodes (no unit holding a
-    ``min_size_exempt_ops`` node moves then)."""
-    ops, non_compute, exempt, members = g.ops, opts.non_compute_ops, opts.min_size_exempt_ops, units.members
-    unit_of = units.unit_of
-    node_wave = unit_wave if unit_of is None else list(map(unit_wave.__getitem__, unit_of))
-    n_nodes = [0] * (n_waves + 1)  # slot -1: fallback
-    for w, c in Counter(node_wave).items():
-        n_nodes[w] = c
-    n_compute = n_nodes
-    if min_size > 1 and not non_compute.isdisjoint(g.op_set):  # else every node computes
-        n_compute = [0] * (n_waves + 1)
-        for w, c in Counter(w for w, op in zip(node_wave, ops) if op not in non_compute).items():
-            n_compute[w] = c
-
-    all_compute = non_compute.isdisjoint(g.op_set)
-
-    def movable(u: int, old: int, new: int) -> bool:
-        group = members.get(u, (u,))
-        k = len(group)
-        c = k if all_compute else sum(1 for i in group if ops[i] not in non_compute)
-        if min_size > 1 and (n_compute[old] - c < min_size or
-                             (exempt and any(op_matches(ops[i], exempt) for i in group))):
-            return False
-        if n_nodes[old] - k < 1:
-            return False
-        n_nodes[old] -= k
-        n_nodes[new] += k
-        if n_compute is not n_nodes:
-            n_compute[old] -= c
-            n_compute[new] += c
-        return True
-
-    return movable
+def _books(g: _Index, units: _Units, min_size: int, opts: PartitionOptions) -> tuple[int, list[bool] | None,
+                                                                                   list[bool] | None]:
+    """The :func:`~torchvendor.partitioner.boundary.wave_books` rule of this graph: ``min_size``,
+    whether each node counts towards it (``None``: all do), and whether each unit holds a
+    ``min_size_exempt_ops`` node (``None``: none does, or ``min_size <= 1``)."""
+    ops, non_compute, exempt = g.ops, opts.non_compute_ops, opts.min_size_exempt_ops
+    compute = None if non_compute.isdisjoint(g.op_set) else [op not in non_compute for op in ops]
+    exempt_units = None
+    if min_size > 1 and exempt:
+        exempt_units = [False] * units.n_units
+        for i, op in enumerate(ops):
+            if op_matches(op, exempt):
+                exempt_units[i if units.unit_of is None else units.unit_of[i]] = True
+    return min_size, compute, exempt_units
 
 
 def _assemble(view: GraphView, g: _Index, groups: dict[tuple[int, int], list[int]],

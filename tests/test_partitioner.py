@@ -276,7 +276,9 @@ def test_random_dag_c_loops_give_the_python_results(case, min_size, with_groups,
             n.meta.update(dtype="float32", shape=(data.draw(st.sampled_from([1, 4, 64, 1024])),))
         if g.kind(n) == "op" and len(g.inputs(n)) == 1 and data.draw(st.integers(0, 3)) == 0:
             n.op = "aten.view.default"
-    kw = dict(atomic_groups=groups if with_groups else (), min_size=min_size)
+    kw = dict(atomic_groups=groups if with_groups else (), min_size=min_size,  # books: counted and exempt ops
+              non_compute_ops=data.draw(st.sampled_from([(), ("relu",), ("aten.view.default", "mul")])),
+              min_size_exempt_ops=data.draw(st.sampled_from([(), ("exp",)])))
     fast = partition(g, oracle_of(support), **kw)
     with python_loops():
         ref = partition(g, oracle_of(support), **kw)

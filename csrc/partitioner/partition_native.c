@@ -46,6 +46,11 @@ typedef struct {
   long *fresh;                             /* nodes whose size this call looked up, for the cache */
   Py_ssize_t n_fresh;
   PyObject *size_of, *movable;
+  /* wave books (boundary.wave_books), kept here when the caller passes books instead of movable */
+  int books;
+  long min_size;
+  char *compute, *exempt; /* per node / per unit; NULL: every node computes / no unit is exempt */
+  i64 *wave_nodes, *wave_compute; /* per wave + 1; the same array when every node computes */
   char *marks, *settled;
   long *settled_lo, *settled_hi;
   /* scratch */
@@ -231,7 +236,57 @@ static i64 size(St *st, long x) {
   return s;
 }
 
+/* boundary.wave_books's movable */
+static int book_move(St *st, long u, long old, long new_) {
+  const long *group = &u;
+  Py_ssize_t k = 1;
+  if (st->multi[u]) group = st->members.idx + st->members.off[u], k = DEG(st->members, u);
+  i64 c = k;
+  if (st->compute) {
+    c = 0;
+    for (Py_ssize_t i = 0; i < k; ++i) c += st->compute[group[i]];
+  }
+  if (st->min_size > 1 && (st->wave_compute[old + 1] - c < st->min_size || (st->exempt && st->exempt[u]))) return 0;
+  if (st->wave_nodes[old + 1] - k < 1) return 0;
+  st->wave_nodes[old + 1] -= k, st->wave_nodes[new_ + 1] += k;
+  if (st->wave_compute != st->wave_nodes) st->wave_compute[old + 1] -= c, st->wave_compute[new_ + 1] += c;
+  return 1;
+}
+
+/* (min_size, compute per node or None, exempt per unit or None) into the state's books */
+static int read_books(St *st, PyObject *books) {
+  PyObject *compute, *exempt;
+  if (!PyArg_ParseTuple(books, "lOO;books must be (min_size, compute or None, exempt or None)", &st->min_size, &compute,
+                        &exempt))
+    return -1;
+  Py_ssize_t nn = st->n_nodes > 0 ? st->n_nodes : 1, waves = st->n_waves + 2;
+  long *tmp = malloc(sizeof(long) * (nn > st->n_units ? nn : st->n_units) + 1);
+  int rc = 0;
+  if (compute != Py_None) {
+    st->compute = malloc(nn);
+    if ((rc = to_longs(compute, st->n_nodes, tmp, "compute", LONG_MIN, LONG_MAX)) == 0)
+      for (Py_ssize_t i = 0; i < st->n_nodes; ++i) st->compute[i] = tmp[i] != 0;
+  }
+  if (!rc && exempt != Py_None) {
+    st->exempt = malloc(st->n_units ? st->n_units : 1);
+    if ((rc = to_longs(exempt, st->n_units, tmp, "exempt", LONG_MIN, LONG_MAX)) == 0)
+      for (Py_ssize_t u = 0; u < st->n_units; ++u) st->exempt[u] = tmp[u] != 0;
+  }
+  free(tmp);
+  if (rc) return -1;
+  st->wave_nodes = calloc(waves, sizeof(i64));
+  for (Py_ssize_t i = 0; i < st->n_nodes; ++i) st->wave_nodes[st->nwave[i] + 1]++;
+  st->wave_compute = st->wave_nodes;
+  if (st->min_size > 1 && st->compute) {
+    st->wave_compute = calloc(waves, sizeof(i64));
+    for (Py_ssize_t i = 0; i < st->n_nodes; ++i) st->wave_compute[st->nwave[i] + 1] += st->compute[i];
+  }
+  st->books = 1;
+  return 0;
+}
+
 static int ask_movable(St *st, long u, long old, long new_) {
+  if (st->books) return book_move(st, u, old, new_);
   if (st->movable == Py_None) return 1;
   if (st->failed) return 0;
   PyObject *r = PyObject_CallFunction(st->movable, "lll", u, old, new_);
@@ -641,6 +696,8 @@ static void st_free(St *st) {
   free(st->unit_of);
   Csr *all[] = {&st->usucc, &st->upreds, &st->preds, &st->succ, &st->members};
   for (int i = 0; i < 5; ++i) free(all[i]->off), free(all[i]->idx);
+  if (st->wave_compute != st->wave_nodes) free(st->wave_compute);
+  free(st->wave_nodes), free(st->compute), free(st->exempt);
   free(st->multi), free(st->sizes), free(st->fresh), free(st->marks), free(st->settled), free(st->settled_lo), free(st->settled_hi);
   Set *sets[] = {&st->zone, &st->own, &st->cand, &st->gkeys, &st->inside, &st->seen, &st->cone_set};
   for (int i = 0; i < 7; ++i) set_free(sets[i]);
@@ -685,11 +742,11 @@ static int members_csr(St *st, PyObject *members) {
 static PyObject *refine_waves(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *uwave_obj, *usucc, *upreds, *unit_of, *members, *preds, *succ, *size_of, *movable, *order_obj;
-  PyObject *cache = Py_None;
+  PyObject *cache = Py_None, *books = Py_None;
   long n_waves, sweeps;
-  if (!PyArg_ParseTuple(args, "O!lOOOO!OOOOlO|O:refine_waves", &PyList_Type, &uwave_obj, &n_waves, &usucc, &upreds,
+  if (!PyArg_ParseTuple(args, "O!lOOOO!OOOOlO|OO:refine_waves", &PyList_Type, &uwave_obj, &n_waves, &usucc, &upreds,
                         &unit_of, &PyDict_Type, &members, &preds, &succ, &size_of, &movable, &sweeps, &order_obj,
-                        &cache))
+                        &cache, &books))
     return NULL;
   St st;
   memset(&st, 0, sizeof st);
@@ -725,7 +782,7 @@ static PyObject *refine_waves(PyObject *self, PyObject *args) {
   Py_ssize_t waves = n_waves + 2;
   st.sizes = malloc(sizeof(i64) * nn);
   st.fresh = malloc(sizeof(long) * nn);
-  if (read_cache(cache, st.n_nodes, st.sizes) < 0) goto done;
+  if (read_cache(cache, st.n_nodes, st.sizes) < 0 || (books != Py_None && read_books(&st, books) < 0)) goto done;
   st.marks = malloc(nu), st.settled = calloc(nu, 1);
   st.settled_lo = malloc(sizeof(long) * nu), st.settled_hi = malloc(sizeof(long) * nu);
   st.gain = malloc(sizeof(i64) * waves);
@@ -1068,7 +1125,7 @@ static PyMethodDef methods[] = {
      "boundary_total(uwave, unit_of, succ, size_of, sizes=None) -> bytes: boundary.boundary_total."},
     {"refine_waves", refine_waves, METH_VARARGS,
      "refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, movable, sweeps, order, "
-     "sizes=None)"
+     "sizes=None, books=None)"
      " -> moves: torchvendor.partitioner.boundary.refine_waves's sweeps; uwave is updated in place."},
     {NULL, NULL, 0, NULL}};
 
