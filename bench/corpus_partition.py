@@ -120,10 +120,10 @@ def write(rows: list[dict], path: Path, load0: float, load1: float, repeat: int)
     worst = max(rows, key=ratio)
     lines = [BEGIN, "", "## Real-graph corpus: quality vs CapabilityBasedPartitioner", "",
              f"Written by `bench/corpus_partition.py` on {platform.machine()}, {os.cpu_count()} CPU(s), Python "
-             f"{platform.python_version()}, torch {torch.__version__}. The 2 cores are shared with about 8 other "
-             f"agents running tests and benches: load average {load0:.1f} at the start, {load1:.1f} at the end; "
-             f"times are the min of {repeat} runs (CBP: min of {max(1, repeat // 2)}), so they are noisy but the "
-             "byte and partition counts are exact and deterministic.", "",
+             f"{platform.python_version()}, torch {torch.__version__}; load average {load0:.1f} at the start, "
+             f"{load1:.1f} at the end (the machine may be shared with other jobs). Times are the min of {repeat} "
+             f"runs (CBP: min of {max(1, repeat // 2)}), so they are noisy; the byte and partition counts are "
+             "exact and deterministic.", "",
              "Graphs: `bench/corpus.py` builds tiny `transformers` models with random weights from configs (never "
              "downloaded) and captures them with `torchvendor.ir.capture(..., level=\"aten\")`: inference, and "
              "AOTAutograd's training forward and backward. Profiles: **gemm+pointwise** (matmuls, elementwise "
