@@ -532,7 +532,8 @@ def _kinds(view: GraphView, nodes: list[Any], ops: list[str]) -> list[str]:
     return list(map(kind_of.__getitem__, ops))
 
 
-def _data_edges(view: GraphView, nodes: list[Any], index: dict[Any, int]) -> tuple[list[list[int]], list[list[int]], int]:
+def _data_edges(view: GraphView, nodes: list[Any],
+                index: dict[Any, int]) -> tuple[list[list[int]], list[list[int]], int]:
     """Each node's distinct data inputs (positions, order of first use) and readers (in order),
     and the first node read at or before its own position (which breaks the topological order),
     else -1. The view is asked once per node; the positions are looked up in one flat pass."""
