@@ -270,3 +270,27 @@ def test_never_more_partitions_than_cbp(seed, n, window, p_unsup):
     unsupported = {node.name for node in gm.graph.nodes if node.op == "call_function" and rng.random() < p_unsup}
     ours = partition_fx(gm, lambda node: node.name not in unsupported)
     assert len(ours.partitions) <= cbp_partition_count(gm, unsupported)
+
+
+def test_fx_nbytes_agrees_with_the_metadata_it_summarises():
+    # FxView.nbytes (the partitioner's fast size path) and value_bytes(meta) must price alike:
+    # static, tuple-valued (native_layer_norm), integer, bool and symbolic values, and no metadata
+    from torchvendor.ir import capture
+    from torchvendor.partitioner.boundary import value_bytes
+
+    def f(x, idx):
+        y = torch.nn.functional.layer_norm(x, x.shape[-1:]) * 2
+        return y[idx].sum(-1) > 0, y.t()
+
+    inputs = (torch.randn(6, 8), torch.tensor([0, 2, 5]))
+    checked = 0
+    for dynamic in (False, True):
+        gm = capture(f, inputs, level="aten", dynamic=dynamic).graphs()["inference"] if dynamic else \
+            make_fx(f)(*inputs)
+        view = FxView(gm.graph)
+        for node in gm.graph.nodes:
+            assert view.nbytes(node) == value_bytes(view.meta(node)), node.format_node()
+            checked += view.nbytes(node) is not None
+    assert checked > 10
+    bare = fx.symbolic_trace(lambda x: x + 1)
+    assert all(FxView(bare.graph).nbytes(n) is None for n in bare.graph.nodes)
