@@ -5,14 +5,15 @@
  * - refine_waves: boundary.py's refine_waves, the boundary-bytes sweeps;
  * - boundary_total: boundary.py's boundary_total.
  *
- * The Python functions are the specification, as heapq is for _heapq: this file mirrors
- * _waves, boundary_total, and for the sweeps _boundary_marks, _summaries,
- * _sweep_backward/_sweep_forward, _visit, _best_single, _best_group, _cone, _move_cone and _move
- * function by function, with the same iteration orders and tie-breaks, so both give the same
- * waves (tests/test_partitioner.py compares them on random DAGs). Sets of waves are stamp arrays
- * indexed by wave + 1 (waves run from -1, the fallback, to n_waves); sizes come from the
- * caller's size_of(node) on first use and moves ask movable(unit, old, new), both Python
- * callables, as the Python version does. No torch: the partitioner stays torch-free.
+ * The Python functions are the specification, as heapq is for _heapq: this file mirrors them,
+ * and for the sweeps _boundary_marks, _summaries, _sweep_backward/_sweep_forward, _visit,
+ * _best_single, _best_group, _cone, _move_cone, _move and wave_books, function by function, with
+ * the same iteration orders and tie-breaks, so both give the same waves (tests/test_partitioner.py
+ * compares them on random DAGs). Sets of waves are stamp arrays indexed by wave + 1 (waves run
+ * from -1, the fallback, to n_waves). Sizes come from the caller's size_of(node) on first use
+ * (through its cache list when given); moves are booked here (books=) or asked of the caller's
+ * movable(unit, old, new). Every index is range-checked on the way in. No torch: the
+ * partitioner stays torch-free.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
