@@ -1,8 +1,8 @@
 """The C versions of the partitioner's whole-graph integer loops, or ``None``.
 
 ``lib`` is :mod:`torchvendor.partitioner._partition_native` (``csrc/partitioner/partition_native.c``, built
-with the package, torch-free): :func:`~torchvendor.partitioner.core._waves`,
-:func:`~torchvendor.partitioner.boundary.refine_waves` and
+with the package, torch-free): ``core._edges``, ``_waves``, ``_buckets`` and ``_crossings``,
+and :func:`~torchvendor.partitioner.boundary.refine_waves` and
 :func:`~torchvendor.partitioner.boundary.boundary_total` hand their work to it. The Python
 functions stay the specification, as ``heapq`` is for ``_heapq``: the C ones give the same results
 (``tests/test_partitioner.py`` compares them on random DAGs), and a source tree without the build

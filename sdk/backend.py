@@ -331,8 +331,7 @@ class Backend:
         record.compile_seconds = time.perf_counter() - started
         # an effect token carries no data: AOTAutograd passes None for it and compilers return it
         # as they got it, so it is not checked
-        expected = [None if _is_effect_token(n) else _meta(v)
-                    for n, v in zip(_output_nodes(sub), _output_values(sub))]
+        expected = [None if _is_effect_token(n) else _meta(_example_value(n)) for n in _output_nodes(sub)]
         return PartitionCall(self, record, compiled, sub, expected, _device_of(examples))
 
     def _compile_loop(self, sub: fx.GraphModule, examples: list[Any], kind: str,
@@ -615,9 +614,8 @@ def _output_nodes(gm: fx.GraphModule) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _output_values(gm: fx.GraphModule) -> list[Any]:
-    return [n.meta.get("val", n.meta.get("example_value")) if isinstance(n, fx.Node) else None
-            for n in _output_nodes(gm)]
+def _example_value(node: Any) -> Any:
+    return node.meta.get("val", node.meta.get("example_value")) if isinstance(node, fx.Node) else None
 
 
 def _is_effect_token(node: Any) -> bool:
