@@ -11,14 +11,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.torchvendor-deps
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q --upgrade pip
   # torch first and pinned, so nothing later resolves a different (CUDA) build.
-  .venv/bin/pip install -q torch==2.13.0
-  .venv/bin/pip install -q "scikit-build-core>=0.10" pytest pytest-xdist hypothesis expecttest onnx numpy sympy transformers rich
+  .venv/bin/python -m pip install -q torch==2.13.0
+  .venv/bin/python -m pip install -q "scikit-build-core>=0.10" pytest pytest-xdist hypothesis expecttest onnx numpy sympy transformers rich
   touch "$stamp"
 fi
 # Incremental: a no-op rebuild takes a few seconds.
-.venv/bin/pip install -q --no-build-isolation --no-deps -e . 2>&1 | grep -v "^$" || true
+.venv/bin/python -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | grep -v "^$" || true
 .venv/bin/python -c "import torchvendor._C" 
 job=${1:-demo}; shift || true
 case "$job" in

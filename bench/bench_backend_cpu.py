@@ -15,7 +15,7 @@ Three parts, in this order (compile times first, so that "cold" really starts fr
 2. **Kernel microbenchmarks**: pointwise chains, softmax, layer norm, reductions of several shapes;
    eager vs Inductor vs torchvendor_cpu under ``torch.no_grad()``; min-of-N wall time after
    warm-up; the ratio torchvendor_cpu / Inductor (target: at most 1.25x).
-3. **Model zoo** (``torchvendor.sdk.zoo``): the fast tier at ``size="bench"``, the slow tier at
+3. **Model zoo** (``torchvendor.sdk.conformance.zoo``): the fast tier at ``size="bench"``, the slow tier at
    ``size="test"`` while the time budget lasts (``--budget``); inference (``eval()``, no_grad)
    eager vs Inductor vs torchvendor_cpu, speedup over eager, geometric means (target: our geomean
    speedup at least 1.0).
@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 import torchvendor.reference_backends.cpu  # noqa: F401  (registers torchvendor_cpu)
 from torchvendor.ir import compat
-from torchvendor.sdk import zoo
+from torchvendor.sdk.conformance import zoo
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = "torchvendor_cpu"

@@ -9,7 +9,7 @@ kernels, in one process on one GPU (needs a CUDA GPU; writes a Markdown table).
   ``triton.testing.do_bench`` (CUDA events) of CUDA graph replays of one call (GPU work and
   launch gaps, without the host work of the call), for both;
 - compile time, cold (empty caches) and warm (disk caches filled), beside Inductor's;
-- ``--zoo``: the model zoo (``torchvendor.sdk.zoo``; fast tier at ``size="bench"``, slow tier at
+- ``--zoo``: the model zoo (``torchvendor.sdk.conformance.zoo``; fast tier at ``size="bench"``, slow tier at
   ``size="test"``) in inference, eager vs Inductor vs ``torch.compile(backend="torchvendor_cuda")``,
   speedups over eager and their geometric means (target: ours at least 0.9x of Inductor's).
 
@@ -35,7 +35,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from torchvendor.ir import capture  # noqa: E402
 from torchvendor.reference_backends.cuda import CudaBackend  # noqa: E402
-from torchvendor.sdk import ProgramRunner, loop_kernels, zoo  # noqa: E402
+from torchvendor.sdk import ProgramRunner, loop_kernels  # noqa: E402
+from torchvendor.sdk.conformance import zoo  # noqa: E402
 
 
 def ours(fn: Callable[..., Any], inputs: list[torch.Tensor], backend: CudaBackend) -> tuple[Callable[[], Any], list[Any], float]:

@@ -31,7 +31,7 @@ import torch.fx as fx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from torchvendor.sdk.fx_pattern import pattern_from_function
+from torchvendor.sdk.compile.fx_pattern import pattern_from_function
 from torchvendor.ir.fx_view import FxView, resolve_op  # noqa: E402
 from torchvendor.ir.graph_view import DictGraph  # noqa: E402
 from torchvendor.pattern_matcher import (  # noqa: E402

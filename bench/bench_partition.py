@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "python"))
 import torch  # noqa: E402
 import torch.fx as fx  # noqa: E402
 
-from torchvendor.sdk.fx_outline import outline_fx  # noqa: E402
+from torchvendor.sdk.compile.fx_outline import outline_fx  # noqa: E402
 from torchvendor.ir.fx_view import FxView  # noqa: E402
 from torchvendor.partitioner import chain, partition, unsupported_ops  # noqa: E402
 

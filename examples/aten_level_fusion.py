@@ -10,7 +10,7 @@ with the stock pattern (2-D and N-d, static and dynamic shapes) and a declared f
 import torch
 
 from torchvendor.sdk import Backend, fused_op, last_report, register_backend
-from torchvendor.sdk import patterns as stock
+from torchvendor.sdk.compile import patterns as stock
 
 
 @fused_op("acme::linear_gelu")  # a torch.library op; its fake impl and autograd come from this reference

@@ -743,7 +743,7 @@ def dynamo_backend_names() -> list[str]:
     return list(torch._dynamo.list_backends(exclude_tags=()))
 
 
-# ---- PrivateUse1 registration (the device layer, sdk/device.py) ----------------------------------------
+# ---- PrivateUse1 registration (the device layer, sdk/device/registry.py) ----------------------------------------
 
 def privateuse1_backend_name() -> str:
     """The name PrivateUse1 has in this process (``"privateuseone"`` while nobody renamed it).
@@ -759,7 +759,7 @@ def register_device_module(name: str, module: _Any) -> None:
     torch._register_device_module(name, module)
 
 
-# ---- torch.distributed (the device's process group, sdk/distributed.py) -------------------------
+# ---- torch.distributed (the device's process group, sdk/device/distributed.py) -------------------------
 
 def process_group_set_backend(group: _Any, device: str, backend_type: _Any, backend: _Any) -> None:
     """``ProcessGroup._register_backend``: the C++ backend a group uses for one device type (what

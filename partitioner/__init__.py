@@ -2,7 +2,7 @@
 
 The partitioner splits a graph into maximal convex groups of nodes a backend supports, leaves
 the rest to fall back, reports what happened, outlines the groups into subgraphs and draws the
-result. It never imports torch; FX outlining lives in :mod:`torchvendor.sdk.fx_outline`.
+result. It never imports torch; FX outlining lives in :mod:`torchvendor.sdk.compile.fx_outline`.
 
 Example::
 

@@ -7,7 +7,7 @@ a **new parent** ``DictGraph`` -- graph inputs, fallback nodes and constants cop
 ``call_op`` node per partition whose ``attrs["subgraph"]`` holds the partition as its own
 ``DictGraph``, and a ``getter_op`` node per output for multi-output partitions -- in one
 topological order computed once for the whole graph (:func:`emission_order`). IR adapters turn
-that back into their format (FX has its own outliner: :mod:`torchvendor.sdk.fx_outline`).
+that back into their format (FX has its own outliner: :mod:`torchvendor.sdk.compile.fx_outline`).
 
 Example::
 

@@ -8,7 +8,7 @@ Device bring-up (``torchvendor.sdk.device``)::
     >>> torch.ones(2, 3, device="acme").sum().item()
     6.0
 
-Compile bring-up (``torchvendor.sdk.backend``): subclass :class:`Backend`, declare the level,
+Compile bring-up (``torchvendor.sdk.compile``): subclass :class:`Backend`, declare the level,
 the supported ops and the patterns, implement ``compile``, call :func:`register_backend`;
 ``torch.compile(model, backend=<name>)`` works and :func:`last_report` says what ran where.
 
@@ -19,22 +19,12 @@ from __future__ import annotations
 
 from torchvendor.ir.lazy import lazy_getattr
 
-_API: dict[str, str] = {
-    **dict.fromkeys(("register_device", "registered_device", "autoload_entry", "default_runtime_path",
-                     "DeviceRegistrationError", "RuntimeLoadError", "DeviceProperties", "load_module",
-                     "get_function", "launch", "unload_module"), "device"),
-    **dict.fromkeys(("Backend", "Level", "BackendError", "BackendDefinitionError", "BackendFallbackWarning",
-                     "register_backend", "get_backend", "registered_backends", "op_key"), "backend"),
-    **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
-    **dict.fromkeys(("ArtifactCache",), "cache"),
-    **dict.fromkeys(("FusedOp", "fused_op"), "fused"),
-    **dict.fromkeys(("include_dir", "cmake_dir"), "build_config"),
-    **dict.fromkeys(("load_kernel_library", "KernelLibrary", "KernelLibraryError", "native_counts",
-                     "checked_mode"), "kernels"),
-    **dict.fromkeys(("register_distributed", "collective_counts", "reset_collective_counts",
-                     "DeviceProcessGroup", "StagedProcessGroup"), "distributed"),
-    **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel"), "loop_runner"),
-}
+from .compile import _API as _COMPILE
+from .device import _API as _DEVICE
+
+# Each public name is served by its product's package: device bring-up, compile bring-up.
+_API: dict[str, str] = {**{k: f"device.{v}" for k, v in _DEVICE.items()},
+                        **{k: f"compile.{v}" for k, v in _COMPILE.items()}}
 
 __all__ = sorted(_API)
 

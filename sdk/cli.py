@@ -2,7 +2,7 @@
 
 Example::
 
-    $ torchvendor demo                         # the device demo on the reference runtime
+    $ torchvendor tour                         # a tour of a device on the reference runtime
     $ torchvendor diagnose --name acme --runtime ./libacme_tv.so
     $ torchvendor config --cflags               # -I flags for an out-of-tree runtime library
     $ torchvendor conformance --backend torchvendor_cpu --device acme --profile minimal --report out/
@@ -21,26 +21,26 @@ def main(argv: list[str] | None = None) -> int:
 
         return conformance_main(argv[1:])
     if argv[:1] == ["config"]:  # build flags for out-of-tree vendor libraries
-        from .build_config import main as config_main
+        from .device.build_config import main as config_main
 
         return config_main(argv[1:])
     parser = argparse.ArgumentParser(prog="torchvendor", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("conformance", help="run the conformance suite (see: torchvendor conformance --help)")
     sub.add_parser("config", help="build flags for vendor libraries (see: torchvendor config --help)")
-    demo_p = sub.add_parser("demo", help="register a device (default: the reference simulator) and exercise it")
-    demo_p.add_argument("--name", default="acme")
-    demo_p.add_argument("--runtime", default=None)
+    tour_p = sub.add_parser("tour", help="register a device (default: the reference simulator) and exercise it")
+    tour_p.add_argument("--name", default="acme")
+    tour_p.add_argument("--runtime", default=None)
     diag = sub.add_parser("diagnose", help="register a runtime library and print what is wired and what is missing")
     diag.add_argument("--name", default="acme", help="device name to register (default: acme)")
     diag.add_argument("--runtime", default=None, help="path of the vendor runtime library (default: the simulator)")
     args = parser.parse_args(argv)
 
-    if args.command == "demo":
-        from . import demo
+    if args.command == "tour":
+        from .device import tour
 
-        return demo.main(["--name", args.name] + (["--runtime", args.runtime] if args.runtime else []))
-    from .device import register_device
+        return tour.main(["--name", args.name] + (["--runtime", args.runtime] if args.runtime else []))
+    from .device.registry import register_device
 
     module = register_device(args.name, runtime=args.runtime)
     print(module.diagnose())

@@ -7,7 +7,7 @@ conformance pytest plugin's subprocess loads it with ``-p conformance_mutants``)
 import torch
 
 from torchvendor.sdk import Backend, Level, register_backend
-from torchvendor.sdk.fx_pattern import fx_rule
+from torchvendor.sdk.compile.fx_pattern import fx_rule
 
 
 class DroppedMutation(Backend):

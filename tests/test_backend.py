@@ -270,7 +270,7 @@ def test_cache_keys_include_options_and_version(tmp_path):
 def test_two_processes_fill_the_cache_at_once(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
-        from torchvendor.sdk.cache import ArtifactCache
+        from torchvendor.sdk.compile.cache import ArtifactCache
         c = ArtifactCache({str(tmp_path)!r}, namespace="race")
         def build(path):
             with open(path, "w") as f:

@@ -24,7 +24,7 @@ from ir_corpus import CORPUS, SEED
 
 from torchvendor.ir import compat
 from torchvendor.sdk import Backend, Level, last_report, reference_kernel, register_backend
-from torchvendor.sdk.zoo import leaves as _leaves
+from torchvendor.sdk.conformance.zoo import leaves as _leaves
 
 
 class InterpretedLoop(Backend):

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from torchvendor.ir import compat
-from torchvendor.sdk import Backend, Level, register_backend, zoo
+from torchvendor.sdk import Backend, Level, register_backend
+from torchvendor.sdk.conformance import zoo
 
 
 class ZooPassThrough(Backend):

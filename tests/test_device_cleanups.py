@@ -81,7 +81,7 @@ def test_mse_loss_warns_no_more_than_on_cpu(acme) -> None:
 
 
 def _demo(devices: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "torchvendor.sdk.demo"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "torchvendor.sdk.device.tour"], capture_output=True,
                           text=True, timeout=180,
                           env=dict(os.environ, TORCHVENDOR_SIM_DEVICES=devices))
     assert proc.returncode == 0, proc.stderr[-3000:]

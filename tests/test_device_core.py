@@ -136,19 +136,19 @@ def test_native_kernel_example():
 
 
 def test_device_module_is_built_from_the_marked_functions(acme):
-    """torch.acme holds every @device_api object of sdk/device_module.py (no name list kept by
+    """torch.acme holds every @device_api object of sdk/device/module.py (no name list kept by
     hand), the torch.cuda-like calls torch and users rely on are among them, and nothing else of
     that file leaks in."""
     import inspect
 
-    from torchvendor.sdk import device_module
+    from torchvendor.sdk.device import module as device_module
 
     marked = {name for name, obj in vars(device_module).items()
               if name in device_module._API and device_module._API[name] is obj}
     assert marked == set(device_module._API)
     public = {n for n in dir(acme) if not n.startswith("__")}
     # register_distributed (run by an earlier test in this process, if any) adds its counters
-    from torchvendor.sdk import distributed
+    from torchvendor.sdk.device import distributed
     added = {n for n in ("collective_counts", "reset_collective_counts")
              if getattr(acme, n, None) is getattr(distributed, n)}
     assert public == marked | {"default_generators"} | added

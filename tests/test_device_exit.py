@@ -13,7 +13,7 @@ import weakref
 
 import torch
 
-from torchvendor.sdk import device
+from torchvendor.sdk.device import registry as device
 
 
 class _Marker:

@@ -50,7 +50,7 @@ def vendor_folder(tmp_path_factory) -> Path:
 
 def test_config_points_at_installed_headers() -> None:
     from torchvendor.sdk import cmake_dir, include_dir
-    from torchvendor.sdk.build_config import main
+    from torchvendor.sdk.device.build_config import main
 
     assert (Path(include_dir()) / "torchvendor" / "kernel_api.h").is_file()
     assert (Path(cmake_dir()) / "torchvendorConfig.cmake").is_file()

@@ -81,7 +81,7 @@ def _configure_and_build(src: Path, build: Path, *defines: str) -> None:
 def libs(tmp_path_factory) -> dict[str, str]:
     if CMAKE is None:
         pytest.skip("no cmake")
-    from torchvendor.sdk.build_config import templates_dir
+    from torchvendor.sdk.device.build_config import templates_dir
 
     root = tmp_path_factory.mktemp("stable_kernels")
     shutil.copytree(os.path.join(templates_dir(), "kernels"), root / "template")

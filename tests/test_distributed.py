@@ -1,4 +1,4 @@
-"""The c10d backend (sdk/distributed.py) over two real processes on this machine, on both paths.
+"""The c10d backend (sdk/device/distributed.py) over two real processes on this machine, on both paths.
 
 One spawn of two processes (a FileStore rendezvous, the simulated device in each) runs every check
 and saves what it saw; the tests below compare that with references computed on the CPU here.

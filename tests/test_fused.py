@@ -1,4 +1,4 @@
-"""Vendor fused ops (sdk/fused.py): forward and backward match eager, with OpInfo's tolerances.
+"""Vendor fused ops (sdk/compile/vendor_ops.py): forward and backward match eager, with OpInfo's tolerances.
 
 Tolerances are torch.testing's per-dtype defaults (what OpInfo tests use unless an op overrides
 them): float32 rtol 1.3e-6 / atol 1e-5, float64 1e-7 / 1e-7. Gradients are checked against
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchvendor.sdk.fused import FusedOp, fused_op
+from torchvendor.sdk.compile.vendor_ops import FusedOp, fused_op
 
 
 @fused_op("tvtest::linear_gelu")
@@ -161,7 +161,7 @@ _REGISTERED: list[str] = []
 
 def _training_backend(name):
     from torchvendor.sdk import Backend, register_backend
-    from torchvendor.sdk import patterns as stock
+    from torchvendor.sdk.compile import patterns as stock
 
     if name in _REGISTERED:
         return

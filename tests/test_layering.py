@@ -8,6 +8,8 @@
 3. "ir/ never imports pattern_matcher/ or partitioner/" (nor sdk/, which sits above it).
 4. "reference_backends/ import only the public torchvendor.sdk API" (and ``torchvendor.ir``'s
    public names): never ``torchvendor._C``, never a private module.
+5. sdk/ is three products along its seams: ``sdk/device/`` and ``sdk/compile/`` never import each
+   other; ``sdk/conformance/`` sits above both.
 """
 from __future__ import annotations
 
@@ -90,6 +92,15 @@ def test_ir_does_not_import_the_layers_above():
            if m.split(".")[:2] in (["torchvendor", "pattern_matcher"], ["torchvendor", "partitioner"],
                                    ["torchvendor", "sdk"], ["torchvendor", "reference_backends"])]
     assert not bad, "ir/ imports a layer above it:\n" + "\n".join(bad)
+
+
+def test_sdk_products_do_not_import_each_other():
+    bad = []
+    for product, other in (("device", "compile"), ("compile", "device")):
+        for path in sorted((ROOT / "sdk" / product).rglob("*.py")):
+            bad += [f"{path.relative_to(ROOT)}:{n}: {m}" for n, m in _imports(path)
+                    if m.startswith(f"torchvendor.sdk.{other}") or m.startswith("torchvendor.sdk.conformance")]
+    assert not bad, "sdk/device and sdk/compile are separate products:\n" + "\n".join(bad)
 
 
 def test_reference_backends_use_only_the_public_sdk():

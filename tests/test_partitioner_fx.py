@@ -12,7 +12,7 @@ import torch.fx as fx
 from hypothesis import HealthCheck, given, settings, strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchvendor.sdk.fx_outline import outline_fx, partition_and_outline, partition_fx
+from torchvendor.sdk.compile.fx_outline import outline_fx, partition_and_outline, partition_fx
 from torchvendor.ir.fx_view import FxView
 from torchvendor.partitioner import Unsupported, UnsupportedOperatorsError, render_html, unsupported_ops
 

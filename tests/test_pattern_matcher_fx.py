@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchvendor.sdk.fx_pattern import fx_rule, pattern_from_function, rewrite_fx, template_from_function
+from torchvendor.sdk.compile.fx_pattern import fx_rule, pattern_from_function, rewrite_fx, template_from_function
 from torchvendor.ir.fx_view import FxView
 from torchvendor.pattern_matcher import Fused, Multi, P, PatternError, PatternMatcher, Rule, T, Template, find_all
 

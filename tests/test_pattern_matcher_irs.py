@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchvendor.sdk.fx_pattern import rewrite_fx
+from torchvendor.sdk.compile.fx_pattern import rewrite_fx
 from torchvendor.ir.fx_view import FxView
 from torchvendor.pattern_matcher import P, PatternMatcher, Rule, T, Template, find_all, map_keys
 

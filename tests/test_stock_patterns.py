@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torchvendor.ir import capture
 from torchvendor.ir import decompositions as D
 from torchvendor.pattern_matcher import PatternError
-from torchvendor.sdk import patterns
+from torchvendor.sdk.compile import patterns
 
 
 class RMSNorm(nn.Module):  # eps a literal
@@ -138,7 +138,7 @@ def test_training_variant_needs_a_stock_pattern_that_has_one():
 # ---- training variants and explain ---------------------------------------------------------------------
 
 from torchvendor.pattern_matcher import P, Rule  # noqa: E402
-from torchvendor.sdk.fx_pattern import explain  # noqa: E402
+from torchvendor.sdk.compile.fx_pattern import explain  # noqa: E402
 
 
 def _forward(module, x, dynamic):
@@ -183,7 +183,7 @@ def test_explain_attribute_and_missing_anchor():
 
 from typing import Optional  # noqa: E402
 
-from torchvendor.sdk.fused import fused_op  # noqa: E402
+from torchvendor.sdk.compile.vendor_ops import fused_op  # noqa: E402
 
 
 def _conv_bn_ref(x, w, bn_w, bn_b, mean, var, cb, eps, stride, padding, dilation, groups):
@@ -271,7 +271,7 @@ def test_stock_rule_rewrites_to_its_documented_fused_op(case, dynamic):
 def test_zoo_gpt_block_training_forward_fuses_its_mlp_and_norms(dynamic):
     """The MLP's input is a layer norm's output reshaped to 2-D and saved for the weight gradient:
     the saved view is copied for the output, so the training variant still matches."""
-    from torchvendor.sdk import zoo
+    from torchvendor.sdk.conformance import zoo
 
     model, inputs = zoo.build("gpt_block")
     gm = capture(model, list(inputs), level="aten", training=True, dynamic=dynamic).graphs()["forward"]

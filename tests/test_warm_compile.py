@@ -1,4 +1,4 @@
-"""The warm-compile bypass (sdk/warm.py): a warm inference compile skips AOTAutograd, the rest does not."""
+"""The warm-compile bypass (sdk/compile/warm.py): a warm inference compile skips AOTAutograd, the rest does not."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +9,7 @@ import torch
 import torchvendor.reference_backends.cpu  # noqa: F401
 from torchvendor.ir import compat
 from torchvendor.sdk import Backend, Level, get_backend, last_report
-from torchvendor.sdk.warm import SUFFIX
+from torchvendor.sdk.compile.warm import SUFFIX
 
 
 class AtenEcho(Backend):

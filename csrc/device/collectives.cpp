@@ -1,4 +1,4 @@
-// The runtime's optional collectives (runtime.h minor 1), as sdk/distributed.py calls them: a
+// The runtime's optional collectives (runtime.h minor 1), as sdk/device/distributed.py calls them: a
 // communicator per process group and device, collectives enqueued on torch's current stream.
 #include "tv_device.h"
 

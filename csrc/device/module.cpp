@@ -205,7 +205,7 @@ void bind_kernels(py::module_& m) {
   m.def("checked_mode", &checked_mode);
 }
 
-// The runtime's collectives on device tensors (sdk/distributed.py picks them over staging).
+// The runtime's collectives on device tensors (sdk/device/distributed.py picks them over staging).
 void bind_collectives(py::module_& m) {
   m.def("has_collectives", &has_collectives);
   m.def("comm_create", [](const std::string& id, int nranks, int rank, int64_t device) {

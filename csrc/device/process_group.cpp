@@ -1,4 +1,4 @@
-// The c10d backend that a `tvgloo` process group (sdk/distributed.py, a Python ProcessGroup)
+// The c10d backend that a `tvgloo` process group (sdk/device/distributed.py, a Python ProcessGroup)
 // registers for the device type. Why it exists: c10d reaches a Python process group two ways.
 // Methods that PyProcessGroup (torch's pybind trampoline) overrides call the Python method; every
 // other ProcessGroup method (_allgather_base, _reduce_scatter_base, reduce, gather, ... and, on

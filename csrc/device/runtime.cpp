@@ -30,7 +30,7 @@ struct Entry {
 // Required: what the device layer cannot work without. Optional entries degrade one feature
 // each (named in diagnose()): pinned memory, async copies, timing, modules and launches, and
 // error details (without them messages carry only the status code), native collectives
-// (without them torchvendor.sdk.distributed stages collectives through host memory).
+// (without them torchvendor.sdk.device.distributed stages collectives through host memory).
 const Entry kEntries[] = {
     TV_ENTRY(device_count, true),        TV_ENTRY(get_device_properties, true),
     TV_ENTRY(set_device, true),          TV_ENTRY(get_device, true),

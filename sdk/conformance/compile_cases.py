@@ -2,7 +2,7 @@
 
 Features: graph breaks, guards and recompiles, dynamic shapes, input mutation, aliasing outputs,
 ``no_grad`` and ``inference_mode``, autocast, backward, one backend object per option set, and
-the backend's artifact cache. Models: the zoo (``torchvendor.sdk.zoo``), inference and a
+the backend's artifact cache. Models: the zoo (``torchvendor.sdk.conformance.zoo``), inference and a
 training step against eager, with speedup and compile time as metrics.
 
     >>> from torchvendor.sdk.conformance.core import Target
@@ -206,7 +206,8 @@ def _timed(fn: Callable[[], Any], repeat: int = 3) -> float:
 
 def _model_case(name: str, train: bool) -> Callable[[Target], Any]:
     def run(t: Target) -> Any:
-        from torchvendor.sdk import last_report, zoo
+        from torchvendor.sdk import last_report
+        from torchvendor.sdk.conformance import zoo
 
         compat.dynamo_reset()
         model, inputs = zoo.build(name)
@@ -244,7 +245,7 @@ def _model_case(name: str, train: bool) -> Callable[[Target], Any]:
 
 def model_cases(target: Target, profile: str) -> list[Case]:
     """Zoo models: inference (and a training step in the training profiles)."""
-    from torchvendor.sdk import zoo
+    from torchvendor.sdk.conformance import zoo
 
     if not target.backend or profile == "device":
         return []

@@ -22,7 +22,7 @@ import torch
 
 from torchvendor.ir import compat
 
-from ..zoo import leaves as _leaves
+from .zoo import leaves as _leaves
 from . import opinfo
 from .core import Case, Target
 

@@ -34,7 +34,7 @@ import torch
 
 # The torch.<name> module's functions live in device_module.py; the native-module calls are
 # also offered here, as torchvendor.sdk.load_module etc.
-from .device_module import DeviceProperties, _C, build_device_module, get_function, launch, load_module, unload_module
+from .module import DeviceProperties, _C, build_device_module, get_function, launch, load_module, unload_module
 
 __all__ = [
     "DeviceRegistrationError",

@@ -55,7 +55,7 @@ def load_kernel_library(path: str | os.PathLike[str]) -> KernelLibrary:
             define, an operator another loaded library serves, or its init failed.
         RuntimeError: no device is registered yet, or the file cannot be loaded.
     """
-    from .device import registered_device
+    from .registry import registered_device
 
     if registered_device() is None:
         raise RuntimeError("register the device (torchvendor.sdk.register_device) before "

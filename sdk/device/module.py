@@ -5,12 +5,12 @@ Every function and class below marked ``@device_api`` becomes an attribute of th
 marker, not a list kept elsewhere, is what decides. The functions follow ``torch.cuda``'s names
 and meanings, so code written for CUDA finds the same calls::
 
-    >>> import torch, torchvendor.sdk.device_module
+    >>> import torch, torchvendor.sdk.device.module
     >>> from torchvendor.sdk import register_device
     >>> acme = register_device("acme")
     >>> acme.device_count() >= 1 and acme.is_available()
     True
-    >>> acme.synchronize is torchvendor.sdk.device_module.synchronize
+    >>> acme.synchronize is torchvendor.sdk.device.module.synchronize
     True
 
 One device module exists per process (PrivateUse1 is a single dispatch key), so the functions

@@ -1,4 +1,4 @@
-"""``python -m torchvendor.sdk.demo``: bring up the reference simulated accelerator as "acme".
+"""``python -m torchvendor.sdk.device.tour``: bring up the reference simulated accelerator as "acme".
 
 Registers the device, creates tensors, copies them both ways, runs a few operators (through the
 counted CPU fallback), takes a small autograd step, and prints memory statistics, the fallback
@@ -15,8 +15,8 @@ from torchvendor.sdk import register_device
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo; returns the process exit status."""
-    parser = argparse.ArgumentParser(prog="python -m torchvendor.sdk.demo")
+    """Run the tour; returns the process exit status."""
+    parser = argparse.ArgumentParser(prog="python -m torchvendor.sdk.device.tour")
     parser.add_argument("--name", default="acme", help="device name (default: acme)")
     parser.add_argument("--runtime", default=None,
                         help="vendor runtime library (default: the reference simulator)")

@@ -109,7 +109,7 @@ class Backend:
     #: op keys ("aten.mm", "aten.add.Tensor"; a packet names every overload), a
     #: ``torchvendor.partitioner`` rule, or None for every op; or override :meth:`supports`
     supported_ops: ClassVar[Collection[str] | SupportRule | None] = None
-    #: fusion rules (``torchvendor.sdk.patterns`` / ``fx_pattern.fx_rule``), applied before partitioning
+    #: fusion rules (``torchvendor.sdk.compile.patterns`` / ``fx_pattern.fx_rule``), applied before partitioning
     patterns: ClassVar[Sequence[Any]] = ()
     min_partition_size: ClassVar[int] = 1
     #: the backend's own options and their defaults; ``torch.compile(options=...)`` may set them
@@ -204,7 +204,7 @@ class Backend:
                             decompositions=self._decomposition_table())
         return hook(gm, example_inputs)
 
-    # ---- warm compile without AOTAutograd (sdk/warm.py) ------------------------------------------
+    # ---- warm compile without AOTAutograd (sdk/compile/warm.py) ------------------------------------------
 
     def _bypass_key(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
         if self.options["fallback"] != "eager":  # Inductor's fallback wants AOT's tracing context

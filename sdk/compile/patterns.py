@@ -30,7 +30,7 @@ name               matches                                     fused-op inputs, 
 
 ``rules(name, op)`` turns an entry into the :class:`~torchvendor.pattern_matcher.Rule` list that
 rewrites each match to the vendor's fused op ``op`` (an operator key such as
-``"acme.linear_gelu.default"``, see :mod:`torchvendor.sdk.fused`). With ``training_op=`` the
+``"acme.linear_gelu.default"``, see :mod:`torchvendor.sdk.compile.vendor_ops`). With ``training_op=`` the
 entries that have one also get a *training* variant: in a training forward graph AOTAutograd
 saves intermediates for the backward (the pre-activation of ``linear_gelu``, the mean and rstd of
 ``layer_norm``), so the plain match is rejected by containment (an interior value used outside);
@@ -371,7 +371,7 @@ def count(name: str | Sequence[Rule], gm: Any, *, training: bool = False) -> int
     """How many non-overlapping valid matches stock pattern ``name`` (or ``rules``) has in ``gm``.
 
     The graph's shape queries are first moved to the graph inputs
-    (:func:`~torchvendor.sdk.fx_pattern.hoist_shape_queries`), as ``rewrite_fx`` does.
+    (:func:`~torchvendor.sdk.compile.fx_pattern.hoist_shape_queries`), as ``rewrite_fx`` does.
     """
     from torchvendor.ir.fx_view import FxView
 

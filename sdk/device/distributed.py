@@ -109,7 +109,7 @@ def register_distributed() -> str:
         >>> torch.distributed.Backend.default_device_backend_map["acme"]
         'tvgloo'
     """
-    from .device import registered_device
+    from .registry import registered_device
 
     module = registered_device()
     if module is None:
@@ -273,7 +273,7 @@ class DeviceProcessGroup(dist.ProcessGroup):
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         compat.process_group_set_backend(self, "cpu", dist.ProcessGroup.BackendType.GLOO, self._gloo)
         self._pin = bool(torch.get_device_module(device_type).is_available())
-        from .device_module import _C
+        from .module import _C
 
         self._ext = _C()
         # What c10d dispatches per device type (functional collectives, hence DTensor and FSDP2,

@@ -1,0 +1,36 @@
+"""torchvendor.sdk.compile: compile bring-up, a ``torch.compile`` backend at the vendor's level.
+
+- ``backend``: :class:`Backend`, :class:`Level`, :func:`register_backend` (Dynamo, AOTAutograd,
+  decomposition, matching, partitioning, fallback, the cache)
+- ``patterns`` / ``fx_pattern`` / ``vendor_ops``: fusion patterns and the vendor ops they become
+- ``fx_outline``: FX partitions outlined into submodules
+- ``loop_runner``: the LOOP level's program runner
+- ``cache`` / ``warm``: compiled artifacts on disk, warm starts
+- ``report``: what ran where (:func:`last_report`)
+
+Example::
+
+    >>> from torchvendor.sdk.compile import Backend, Level
+    >>> Level.ATEN in Level
+    True
+"""
+from __future__ import annotations
+
+from torchvendor.ir.lazy import lazy_getattr
+
+_API: dict[str, str] = {
+    **dict.fromkeys(("Backend", "Level", "BackendError", "BackendDefinitionError", "BackendFallbackWarning",
+                     "register_backend", "get_backend", "registered_backends", "op_key"), "backend"),
+    **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
+    **dict.fromkeys(("ArtifactCache",), "cache"),
+    **dict.fromkeys(("FusedOp", "fused_op"), "vendor_ops"),
+    **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel"), "loop_runner"),
+}
+
+__all__ = sorted(_API)
+
+__getattr__ = lazy_getattr(__name__, _API)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_API))
