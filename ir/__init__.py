@@ -12,7 +12,7 @@ function). Layout: one package per level, each with the same module roles,
 and the pieces the levels share at the top: ``program.py`` (the contract and the JSON
 envelope), ``fx_graph.py`` (running, binding and serializing the FX graphs of the torch and
 ATen levels), ``decompositions.py``, ``graph_view.py`` (the torch-free protocol),
-``fx_view.py``/``onnx_view.py`` (adapters) and ``compat.py`` (every private torch API).
+``fx_view.py``/``onnx_view.py`` (adapters) and ``compat/`` (every private torch API, one module per torch subsystem).
 Submodules are imported lazily so that ``torchvendor.ir.graph_view`` (the torch-free protocol
 the pattern matcher and partitioner are written against) can be used without importing torch.
 """

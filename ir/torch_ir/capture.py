@@ -129,7 +129,7 @@ def _entry_function(target: Any, n_args: int) -> Callable[..., Any]:
     # (``external_utils.wrap_inline``), whose single code object then collects the cache
     # entries of every capture and hits the recompile limit after 8; 2.13 and later wrap only
     # callables that are not functions. With the source registered, every release compiles
-    # this function's own code object (tests/test_compat.py checks it).
+    # this function's own code object (tests/test_compat_dynamo.py checks it).
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     namespace: dict[str, Any] = {"__tv_target__": target}
     exec(compile(src, filename, "exec"), namespace)

@@ -1,0 +1,31 @@
+"""The dispatcher: operator objects (``torch._ops``), dispatch-key queries, autocast state,
+Python dispatch modes (``torch.utils._python_dispatch``) and the private tensor ops.
+
+    >>> import torch
+    >>> isinstance(torch.ops.aten.add.Tensor, OpOverload)
+    True
+"""
+from __future__ import annotations
+
+import torch
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+from torch.utils._python_dispatch import TorchDispatchMode  # no public alias
+
+__all__ = ["OpOverload", "OpOverloadPacket", "HigherOrderOperator", "TorchDispatchMode", "is_composite_implicit",
+           "any_autocast_enabled", "neg_view"]
+
+
+def is_composite_implicit(op: OpOverload) -> bool:
+    """Whether ``op`` is CompositeImplicitAutograd: the dispatcher decomposes it during tracing,
+    before any decomposition table is consulted (``aten.linear``, ``aten.scaled_dot_product_attention``)."""
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"))
+
+
+def any_autocast_enabled() -> bool:
+    """Whether autocast is on for any device (AOTAutograd's ``disable_amp`` test)."""
+    return bool(torch._C._is_any_autocast_enabled())
+
+
+def neg_view(t: torch.Tensor) -> torch.Tensor:
+    """``torch._neg_view``: a view with the negative bit set (to rebuild a neg-view sample)."""
+    return torch._neg_view(t)

@@ -1,0 +1,44 @@
+"""torch.distributed internals (the device's process group, ``sdk/device/distributed.py``):
+per-device backends of a ProcessGroup, gloo's base collectives, functional collectives.
+
+    >>> hasattr(functional_collectives(), "all_reduce")
+    True
+"""
+from __future__ import annotations
+
+from typing import Any as _Any
+
+import torch
+
+__all__ = ["process_group_set_backend", "gloo_all_gather_into", "gloo_reduce_scatter_into", "functional_collectives",
+           "all_gather_into_tensor_out"]
+
+
+def process_group_set_backend(group: _Any, device: str, backend_type: _Any, backend: _Any) -> None:
+    """``ProcessGroup._register_backend``: the C++ backend a group uses for one device type (what
+    c10d's dispatched collectives and ``barrier`` reach)."""
+    group._register_backend(torch.device(device), backend_type, backend)
+
+
+def gloo_all_gather_into(gloo: _Any, output: torch.Tensor, input: torch.Tensor, opts: _Any) -> _Any:
+    """gloo's all_gather_into_tensor on a bare gloo group object (``_allgather_base``)."""
+    return gloo._allgather_base(output, input, opts)
+
+
+def gloo_reduce_scatter_into(gloo: _Any, output: torch.Tensor, input: torch.Tensor, opts: _Any) -> _Any:
+    """gloo's reduce_scatter_tensor on a bare gloo group object (``_reduce_scatter_base``)."""
+    return gloo._reduce_scatter_base(output, input, opts)
+
+
+def functional_collectives() -> _Any:
+    """``torch.distributed._functional_collectives``: the collectives DTensor and FSDP2 call (what
+    the conformance suite checks a device's process group against)."""
+    import torch.distributed._functional_collectives as fc
+
+    return fc
+
+
+def all_gather_into_tensor_out(input: torch.Tensor, world: int, group_name: str, out: torch.Tensor) -> torch.Tensor:
+    """``_c10d_functional.all_gather_into_tensor_out``: the ``out=`` functional all-gather (it
+    reaches ``ProcessGroup._allgather_base``)."""
+    return torch.ops._c10d_functional.all_gather_into_tensor_out(input, world, group_name, out=out)

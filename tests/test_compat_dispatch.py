@@ -1,0 +1,43 @@
+"""``compat.dispatch``: operator objects, dispatch-key queries, autocast state, dispatch modes and
+the private tensor ops, on the installed release."""
+from __future__ import annotations
+
+import torch
+
+from torchvendor.ir import compat
+
+
+def test_composite_implicit_detection() -> None:
+    assert compat.is_composite_implicit(torch.ops.aten.linear.default)
+    assert not compat.is_composite_implicit(torch.ops.aten.addmm.default)
+
+
+def test_operator_objects() -> None:
+    assert isinstance(torch.ops.aten.add.Tensor, compat.OpOverload)
+    assert isinstance(torch.ops.aten.add, compat.OpOverloadPacket)
+    assert isinstance(torch.ops.higher_order.cond, compat.HigherOrderOperator)
+
+
+def test_autocast_state() -> None:
+    assert not compat.any_autocast_enabled()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compat.any_autocast_enabled()
+
+
+def test_dispatch_mode_sees_aten_calls() -> None:
+    seen = []
+
+    class Record(compat.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        torch.ones(2) * 3
+    assert torch.ops.aten.mul.Tensor in seen
+
+
+def test_neg_view() -> None:
+    x = torch.tensor([1.0, -2.0])
+    v = compat.neg_view(x)
+    assert v.is_neg() and v.tolist() == [-1.0, 2.0] and v.data_ptr() == x.data_ptr()
