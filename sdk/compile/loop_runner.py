@@ -33,7 +33,7 @@ import torch
 
 from torchvendor.ir.fx_view import resolve_op
 from torchvendor.ir.loop_ir import Buffer, BufferRef, Kernel, LoopProgram, SizeExpr, parse_expr
-from torchvendor.ir.loop_ir.interpreter import _torch_value, _write, eval_index
+from torchvendor.ir.loop_ir.interpreter import eval_index, write_value
 from torchvendor.ir.loop_ir.schema import ExternKernel, TorchValue
 
 __all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel"]
@@ -163,7 +163,7 @@ def _getter(value: Any) -> Getter:
     if isinstance(value, tuple):
         parts = [_getter(v) for v in value]
         return lambda env, sizes: [g(env, sizes) for g in parts]
-    constant = _torch_value(value.value) if isinstance(value, TorchValue) else value
+    constant = value.resolve() if isinstance(value, TorchValue) else value
     return lambda env, sizes: constant
 
 
@@ -269,7 +269,7 @@ class ProgramRunner:
                 if bind and isinstance(value, torch.Tensor):
                     env[out] = _in_layout(value, *plan.layouts[out])
                 else:
-                    _write(env, out, value)
+                    write_value(env, out, value)
 
         return run
 
