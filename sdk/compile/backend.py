@@ -397,7 +397,7 @@ class PartitionCall(torch.nn.Module):
                 return f"output {i} has dtype {o.dtype}, expected {dtype}"
             if o.dim() != len(shape) or any(isinstance(s, int) and s != t for s, t in zip(shape, o.shape)):
                 return f"output {i} has shape {tuple(o.shape)}, expected {tuple(shape)}"
-            if o.device.type != device.type:
+            if o.device.type != device.type and not _aten_cpu_scalar(o, device):
                 return f"output {i} is on {o.device}, expected {device.type}"
         if self.lost_backward_check and torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
@@ -587,6 +587,13 @@ def _meta(value: Any) -> tuple | None:
         return None
     shape = tuple(int(s) if isinstance(s, int) else s for s in value.shape)
     return value.dtype, shape, value.device
+
+
+def _aten_cpu_scalar(value: torch.Tensor, expected: torch.device) -> bool:
+    """A 0-d CPU tensor where the graph's metadata says a device tensor: ATen keeps some
+    bookkeeping scalars on the host whatever its meta function says (efficient attention's philox
+    seed and offset on ``cuda``: eager and Inductor return them on the CPU too)."""
+    return value.dim() == 0 and value.device.type == "cpu" and expected.type != "cpu"
 
 
 def _device_module(args: Sequence[Any]) -> Any:
