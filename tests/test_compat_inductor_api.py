@@ -14,7 +14,7 @@ def test_namespace_names_exist() -> None:
     for name in ("config", "ir", "V", "common", "compile_fx", "compile_fx_inner", "CppScheduling", "BaseScheduling",
                  "SchedulerNode", "FusedSchedulerNode", "ExternKernelSchedulerNode", "NopKernelSchedulerNode",
                  "PythonWrapperCodegen", "DefaultHandler", "CustomGraphModulePass", "CpuDeviceOpOverrides",
-                 "DeviceInterface", "device_interface"):
+                 "DeviceInterface", "device_interface", "ValueWithLineMap"):
         assert getattr(ns, name) is not None, name
     common = ns.common
     for name in ("register_backend_for_device", "device_codegens", "custom_backend_passes",

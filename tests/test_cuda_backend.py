@@ -125,19 +125,13 @@ GPU_PROGRAMS = os.path.join(os.path.dirname(__file__), "data", "cuda_loop_progra
 
 def _gpu_codes(name: str):  # noqa: ANN202
     """The CUDA modules the backend generates for a GPU-captured program (a row reduction and the
-    pointwise kernel after it as one, as CudaBackend.compile does)."""
+    pointwise kernel after it merged into one, as CudaBackend.compile_program does)."""
     from torchvendor.ir.loop_ir import LoopProgram
-    from torchvendor.reference_backends.cuda.backend import CudaBackend, _generate, _neighbours
+    from torchvendor.reference_backends.cuda.backend import _generate, _merge_epilogues
 
     with open(GPU_PROGRAMS) as f:
         program = LoopProgram.from_json(json.load(f)[name])
-    codes = []
-    for lk in loop_kernels(program):
-        prev, nxt = _neighbours(lk)
-        if nxt is not None and CudaBackend._fused(lk, nxt, 132) is not None:
-            continue
-        codes.append((CudaBackend._fused(prev, lk, 132) if prev is not None else None) or _generate(lk, (lk,), 132))
-    return codes
+    return [_generate(lk, 132) for lk in loop_kernels(_merge_epilogues(program, 132))]
 
 
 def test_rows_in_registers_reduce_in_two_passes(monkeypatch):
@@ -157,21 +151,23 @@ def test_rows_in_registers_reduce_in_two_passes(monkeypatch):
     assert "tv_welford" not in var[var.index('extern "C"'):] and "acc_t1_m = acc_t1_m / (float)L;" in var
 
 
-def test_fused_pair_hands_over_the_buffers_the_second_call_lacks():
+def test_fused_pair_is_one_kernel_of_the_rewritten_program():
     """var_mean's division kernel (buffers m2 and out) runs in the reduction's launch, which also
-    needs the input and the mean: the reduction's call hands them over to the division's call."""
-    from types import SimpleNamespace as NS
+    needs the input and the mean: compile_program rewrites the program so that one kernel holds
+    both nests and takes every buffer either used (no kernel keeps state for its neighbour)."""
+    from torchvendor.ir.loop_ir import LoopProgram
+    from torchvendor.reference_backends.cuda.backend import _merge_epilogues
 
-    from torchvendor.reference_backends.cuda.backend import _Handoff, _Receiver
-
-    assert len(_gpu_codes("var_mean_4096x4096")) == 1   # one kernel (one launch) for both
-    first = NS(buffers=[NS(name="x"), NS(name="mean"), NS(name="m2")], size_vars=("s0",))
-    second = NS(buffers=[NS(name="m2"), NS(name="out")], size_vars=())
-    calls, handoff = [], _Handoff()
-    receiver = _Receiver(lambda *a: calls.append(a), handoff, first, second)
-    handoff("X", "MEAN", "M2", 7)
-    receiver("M2", "OUT")
-    assert calls == [("M2", "OUT", "X", "MEAN", 7)]
+    with open(GPU_PROGRAMS) as f:
+        program = LoopProgram.from_json(json.load(f)["var_mean_4096x4096"])
+    merged = _merge_epilogues(program, 132)
+    before, after = loop_kernels(program), loop_kernels(merged)
+    assert len(after) == len(before) - 1 and len(_gpu_codes("var_mean_4096x4096")) == 1
+    fused = next(lk for lk in after if len(lk.kernel.nests) > 1)
+    pair = [lk for lk in before if lk.name == fused.name or lk.kernel.nests[0] == fused.kernel.nests[0]]
+    assert len(pair) == 2 and fused.kernel.nests == pair[0].kernel.nests + pair[1].kernel.nests
+    assert {b.name for lk in pair for b in lk.buffers} == {b.name for b in fused.buffers}
+    assert merged.buffers == program.buffers and merged.outputs == program.outputs
 
 
 def test_row_private_loads_evict_first(monkeypatch):
@@ -246,8 +242,8 @@ def check_case(case) -> str:  # noqa: ANN001
         except Exception as e:  # noqa: BLE001 - the IR capture's failure, not the backend's
             return f"capture failed: {type(e).__name__}: {str(e)[-300:]}"
         backend = CudaBackend()
-        runner = ProgramRunner(cap.inference, {lk.name: backend.compile(lk) for lk in loop_kernels(cap.inference)},
-                               "cuda")
+        compiled = backend.compile_program(cap.inference)
+        runner = ProgramRunner(compiled.program, compiled.kernels, "cuda")
         cap._execute = lambda part, args: runner(*args)  # our LoopCapture runs the compiled program
         got = flatten_outputs(cap.run(*inputs))
         expected = flatten_outputs(fn(*inputs))
@@ -295,8 +291,9 @@ def check_graphs() -> str:
     w = torch.randn(64, 64, device="cuda")
     cap = capture(fn, [torch.randn(32, 64, device="cuda"), w], level="loop")
     backend = CudaBackend()
-    runner = ProgramRunner(cap.inference, {lk.name: backend.compile(lk) for lk in loop_kernels(cap.inference)}, "cuda")
-    graphed = GraphedProgram(runner, cap.inference)
+    compiled = backend.compile_program(cap.inference)
+    runner = ProgramRunner(compiled.program, compiled.kernels, "cuda")
+    graphed = GraphedProgram(runner, compiled.program)
     cap._execute = lambda part, args: graphed(*args)
     for weight in (w, w, w, w, w.clone(), w.clone().add_(1)):
         x = torch.randn(32, 64, device="cuda")

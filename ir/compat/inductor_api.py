@@ -35,6 +35,7 @@ def inductor() -> _types.SimpleNamespace:
     from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
     from torch._inductor.ops_handler import DefaultHandler
+    from torch._inductor.utils import ValueWithLineMap
     from torch._inductor.virtualized import V
 
     try:  # dtype inference of ops.* values; optional (absent before 2.6).
@@ -53,6 +54,7 @@ def inductor() -> _types.SimpleNamespace:
         CustomGraphModulePass=custom_graph_pass.CustomGraphModulePass,
         CpuDeviceOpOverrides=CpuDeviceOpOverrides, DeviceInterface=device_interface.DeviceInterface,
         device_interface=device_interface, DtypePropagationOpsHandler=DtypePropagationOpsHandler,
+        ValueWithLineMap=ValueWithLineMap,
     )
 
 

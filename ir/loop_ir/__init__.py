@@ -2,8 +2,9 @@
 
 The same module roles as every IR level (``torch_ir/``, ``aten_ir/``, ``loop_ir/``):
 
-- :mod:`.capture`: the level's Dynamo backend hook (:func:`loop_ir_hook`) and its capture
-  (:func:`capture_loop`); :func:`lower_graph` lowers one ATen graph;
+- :mod:`.capture`: the one place the level drives Inductor: its Dynamo backend hook
+  (:func:`loop_ir_hook`, and :func:`loop_backend` on top of it), its capture
+  (:func:`capture_loop`) and :func:`lower_graph`, which lowers one ATen graph to a program;
 - :mod:`.program`: the captured program, :class:`LoopCapture` (forward and backward, or
   inference, :class:`LoopProgram` s behind the common contract);
 - :mod:`.interpreter`: the reference interpreter (:func:`run_program`), the executable meaning
@@ -11,7 +12,7 @@ The same module roles as every IR level (``torch_ir/``, ``aten_ir/``, ``loop_ir/
 
 and what only this level has: :mod:`.schema`, the dataclasses a vendor's code generator reads
 (:class:`LoopProgram`, :class:`Kernel`, :class:`Stmt`, ...); :mod:`.extract`, the translation
-from Inductor after lowering and fusion (:func:`loop_backend`); :mod:`.printer`, readable text;
+from Inductor after lowering and fusion; :mod:`.printer`, readable text;
 :mod:`.view`, GraphView adapters.
 
 Example::
@@ -31,7 +32,7 @@ _LAZY = {
     "LoopProgram": "schema", "Kernel": "schema", "ExternKernel": "schema", "LoopNest": "schema",
     "Stmt": "schema", "Buffer": "schema", "BufferRef": "schema", "SizeExpr": "schema",
     "TorchValue": "schema", "SCHEMA_VERSION": "schema", "parse_expr": "schema",
-    "loop_backend": "extract", "LoopIRUnsupported": "extract",
+    "loop_backend": "capture", "LoopIRUnsupported": "extract",
     "run_program": "interpreter", "run_kernel": "interpreter", "LoopIRRuntimeError": "interpreter",
     "format_program": "printer",
     "KernelBodyView": "view", "ProgramView": "view",

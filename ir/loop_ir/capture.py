@@ -33,10 +33,33 @@ from .extract import _CONFIG, _capture_scope, passthrough_program
 from .program import LoopCapture
 from .schema import LoopProgram
 
-__all__ = ["capture_loop", "loop_ir_hook", "lower_graph", "inductor_decompositions"]
+__all__ = ["capture_loop", "loop_ir_hook", "loop_backend", "lower_graph", "inductor_decompositions"]
 
 #: Receives each Inductor graph: (kind, fx graph as Inductor got it, fake example inputs, program).
 LoopCallback = Callable[[str, fx.GraphModule, list[Any], LoopProgram], None]
+
+
+def _kind(kwargs: dict[str, Any]) -> str:
+    return "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
+
+
+def _lower(gm: fx.GraphModule, example_inputs: Sequence[Any], device: str, kind: str, *, run: bool,
+           **inner_kwargs: Any) -> tuple[Any, LoopProgram]:
+    """The one place the loop level drives Inductor: ``compile_fx_inner`` on one ATen graph under
+    the loop IR Scheduling for ``device``; returns (Inductor's compiled function, the program).
+    ``run=False``: only the program is wanted (no wrapper is generated; the function must not
+    be called)."""
+    got: list[LoopProgram] = []
+    with _capture_scope(device, got.append, run=run):
+        compiled = compat.inductor().compile_fx_inner(gm, list(example_inputs), **inner_kwargs)
+    if not got and not any(n.op == "call_function" for n in gm.graph.nodes):
+        got.append(passthrough_program(gm, example_inputs, kind, device))
+    if len(got) != 1:
+        devices = sorted({str(v.device) for v in example_inputs if isinstance(v, torch.Tensor)})
+        raise RuntimeError(f"loop IR: Inductor generated {len(got)} programs for one {kind} graph lowered for "
+                           f"device {device!r} (its tensor inputs are on {devices or 'no device'}): the graph's "
+                           f"tensors must be on {device!r}, whose Scheduling is the loop IR's")
+    return compiled, got[0]
 
 
 def loop_ir_hook(callback: LoopCallback, *, device: str = "cpu") -> Callable[..., Any]:
@@ -53,18 +76,12 @@ def loop_ir_hook(callback: LoopCallback, *, device: str = "cpu") -> Callable[...
     ns = compat.inductor()
 
     def inner_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        kind = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
+        kind = _kind(kwargs)
         out = gm.graph.output_node()
         out.meta["tv_output_names"] = [a.name if isinstance(a, fx.Node) else None for a in out.args[0]]
         gm.meta["aot_metadata"] = compat.aot_forward_metadata()
-        got: list[LoopProgram] = []
-        with _capture_scope(device, got.append):
-            compiled = ns.compile_fx_inner(gm, example_inputs, **kwargs)
-        if not got and not any(n.op == "call_function" for n in gm.graph.nodes):
-            got.append(passthrough_program(gm, example_inputs, kind, device))
-        if len(got) != 1:
-            raise RuntimeError(f"loop IR capture: Inductor generated {len(got)} programs for one {kind} graph")
-        callback(kind, gm, list(example_inputs), got[0])
+        compiled, program = _lower(gm, example_inputs, device, kind, run=True, **kwargs)
+        callback(kind, gm, list(example_inputs), program)
         return compiled
 
     def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Any:
@@ -73,6 +90,22 @@ def loop_ir_hook(callback: LoopCallback, *, device: str = "cpu") -> Callable[...
 
     backend.__name__ = f"torchvendor_loop_ir_{device}"
     return backend
+
+
+def loop_backend(*, device: str = "cpu", on_program: Callable[[LoopProgram], None] | None = None) -> Callable[..., Any]:
+    """:func:`loop_ir_hook` for callers that want only the programs: a ``torch.compile``
+    backend running Inductor with the loop IR Scheduling for ``device``, each kernel executed
+    by the reference interpreter; ``on_program`` receives each graph's :class:`LoopProgram`
+    (inference, or forward then backward). Plain Inductor elsewhere in the process is unaffected.
+
+    >>> import torch
+    >>> seen = []
+    >>> g = torch.compile(torch.sin, backend=loop_backend(on_program=seen.append))
+    >>> torch.allclose(g(torch.ones(3)), torch.ones(3).sin()), seen[0].name
+    (True, 'inference')
+    """
+    sink = on_program or (lambda program: None)
+    return loop_ir_hook(lambda kind, gm, ex, program: sink(program), device=device)
 
 
 def capture_loop(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any], *, training: bool = False,
@@ -150,12 +183,6 @@ def lower_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], *, device: st
     >>> seen[0].kernels[0].kind
     'pointwise'
     """
-    ns = compat.inductor()
-    got: list[LoopProgram] = []
-    with compat.inductor_config_patch(**_CONFIG), _capture_scope(device, got.append):
-        ns.compile_fx_inner(gm, list(example_inputs), is_backward=kind == "backward", is_inference=kind == "inference")
-    if not got and not any(n.op == "call_function" for n in gm.graph.nodes):
-        got.append(passthrough_program(gm, example_inputs, kind, device))
-    if len(got) != 1:
-        raise RuntimeError(f"loop IR: Inductor generated {len(got)} programs for one {kind} graph")
-    return got[0]
+    with compat.inductor_config_patch(**_CONFIG):
+        return _lower(gm, example_inputs, device, kind, run=False, is_backward=kind == "backward",
+                      is_inference=kind == "inference")[1]

@@ -4,19 +4,22 @@ out-of-tree device hook.
 For each graph Inductor compiles (inference, forward, backward), a custom ``Scheduling``
 registered with ``register_backend_for_device`` receives the fused scheduler nodes, replays each
 node's ``LoopBody`` on a recording ops handler (Inductor's own codegen works this way) and turns
-it into a :class:`~torchvendor.ir.loop_ir.schema.Kernel`; it then emits, in Inductor's Python
-wrapper, a call into the reference interpreter for that kernel, so the compiled function runs.
-A wrapper-codegen subclass assembles the whole :class:`LoopProgram` (buffers, kernels, extern
-kernels, inputs, outputs) when Inductor generates the wrapper, and hands it to the active sink.
+it into a :class:`~torchvendor.ir.loop_ir.schema.Kernel`. A wrapper-codegen subclass assembles
+the whole :class:`LoopProgram` (buffers, kernels, extern kernels, inputs, outputs) when Inductor
+generates the wrapper, and hands it to the active scope's sink. Lowering for a backend
+(``run=False``) stops there: no wrapper is generated. A capture whose compiled function runs
+(``run=True``) also emits, per kernel, a wrapper line calling the reference interpreter.
 
-The override is scoped to our own compiles (:func:`loop_backend`): the previous registration of
-the device is put back after each compile, and a custom pass whose ``uuid()`` names this module
-keys the FX-graph cache. Capture itself bypasses the FX-graph and AOTAutograd caches (a cache hit
-would skip lowering, so there would be nothing to record).
+The override is scoped to our own compiles (:func:`_capture_scope`, used by the hooks of
+:mod:`.capture`): the previous registration of the device is put back after each compile, and a
+custom pass whose ``uuid()`` names this module keys the FX-graph cache. Our compiles bypass the
+FX-graph and AOTAutograd caches (a cache hit would skip lowering, so there would be nothing to
+record).
 
 Example::
 
     >>> import torch
+    >>> from torchvendor.ir.loop_ir import loop_backend
     >>> programs = []
     >>> f = torch.compile(lambda x: (x * 2).sum(-1), backend=loop_backend(on_program=programs.append))
     >>> _ = f(torch.ones(4, 8))
@@ -39,7 +42,7 @@ from .. import compat
 from .schema import (SCHEMA_VERSION, Buffer, BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, SizeExpr,
                      Stmt, TorchValue)
 
-__all__ = ["LoopIRUnsupported", "loop_backend", "format_expr", "EXTRACTOR_VERSION", "build_program", "convert_nodes"]
+__all__ = ["LoopIRUnsupported", "format_expr", "EXTRACTOR_VERSION", "build_program", "convert_nodes"]
 
 #: Part of the FX-graph cache key of everything compiled under our Scheduling.
 EXTRACTOR_VERSION = f"torchvendor.loop_ir/{SCHEMA_VERSION}.1"
@@ -344,18 +347,25 @@ def _tiling_group(snode: Any, state: _GraphState) -> tuple[tuple[str, ...], ...]
 
 # ---- Scheduling and wrapper ------------------------------------------------------------------------
 def _emit_kernel_call(node: Any) -> None:
-    """Convert a (fused) node, allocate its outputs, and emit a call into the interpreter."""
+    """Convert a (fused) node into a kernel of the program; when the compiled function is to run
+    (:func:`_capture_scope` with ``run=True``), also emit a call into the interpreter for it."""
     state = _state()
-    inductor = compat.inductor()
     snodes = list(node.get_nodes())
     kernel_name = f"loop_kernel{next(state.kernel_counter)}"
     kernel = convert_nodes(snodes, state, kernel_name)
     state.kernels[snodes[0].get_name()] = kernel
     for snode in snodes:  # OuterLoopFusedSchedulerNode has no mark_run of its own
         snode.mark_run()
+    if _SCOPES and _SCOPES[-1].run:
+        _emit_interpreter_call(kernel, state)
+
+
+def _emit_interpreter_call(kernel: Kernel, state: _GraphState) -> None:
+    """A line of Inductor's Python wrapper that runs ``kernel`` with the reference interpreter."""
+    inductor = compat.inductor()
     wrapper = inductor.V.graph.wrapper_code
     wrapper.add_import_once("from torchvendor.ir.loop_ir.interpreter import load_kernel as _tv_load_kernel")
-    wrapper.header.splice(f"{kernel_name} = _tv_load_kernel({kernel_json(kernel)!r})")
+    wrapper.header.splice(f"{kernel.name} = _tv_load_kernel({kernel_json(kernel)!r})")
     buffers = list(dict.fromkeys((*kernel.reads(), *kernel.writes())))
     # the wrapper binds our renamed size symbols (s0, s1, ...) to Inductor's own
     inductor_symbol = {v: k for k, v in state.rename.items()}
@@ -364,7 +374,7 @@ def _emit_kernel_call(node: Any) -> None:
     python_expr = inductor.common.PythonPrinter().doprint if hasattr(inductor.common, "PythonPrinter") else str
     ours = {s: sympy.Symbol(s, integer=True, positive=True) for s in symbols}
     sizes = ", ".join(f"{s}={python_expr(inductor_symbol.get(ours[s], sympy.Symbol(s)))}" for s in symbols)
-    wrapper.writeline(f"{kernel_name}(dict({', '.join(f'{b}={b}' for b in buffers)}), dict({sizes}))")
+    wrapper.writeline(f"{kernel.name}(dict({', '.join(f'{b}={b}' for b in buffers)}), dict({sizes}))")
 
 
 def _symbols_in(text: str) -> set[str]:
@@ -457,7 +467,22 @@ def _simd_scheduling_cls() -> type:
     return LoopIRScheduling
 
 
-_SINKS: list[Callable[[LoopProgram], None]] = []
+@dataclasses.dataclass(frozen=True)
+class _Scope:
+    """One of our compiles: where its program goes, and whether Inductor's compiled function
+    will run (then the wrapper calls the interpreter per kernel) or only the program is wanted
+    (then no wrapper is generated at all: :data:`_LOWERED_ONLY` stands in for it)."""
+
+    sink: Callable[[LoopProgram], None]
+    run: bool
+
+
+_SCOPES: list[_Scope] = []
+
+#: the wrapper module of a graph lowered for its program only: Inductor imports it, nobody calls it
+_LOWERED_ONLY = ("def call(args):\n"
+                 "    raise RuntimeError('torchvendor: this graph was lowered to loop IR only; '\n"
+                 "                       'run its LoopProgram instead of Inductor\\'s function')\n")
 
 
 @functools.cache
@@ -475,11 +500,13 @@ def _wrapper_cls() -> type:
 
         def generate(self, is_inference: bool) -> Any:
             graph = ns.V.graph
-            if _SINKS and graph.wrapper_code is self:
-                program = build_program(graph, _state())
-                for sink in _SINKS[-1:]:
-                    sink(program)
-            return super().generate(is_inference)
+            if not _SCOPES or graph.wrapper_code is not self:
+                return super().generate(is_inference)
+            scope = _SCOPES[-1]
+            scope.sink(build_program(graph, _state()))
+            if scope.run:
+                return super().generate(is_inference)
+            return ns.ValueWithLineMap(_LOWERED_ONLY, []), ns.ValueWithLineMap("", [])
 
     return LoopIRWrapperCodegen
 
@@ -753,18 +780,21 @@ def _plain(v: Any, expr: Callable[[Any], str], ref: Callable[[Any], Any] | None 
 
 # ---- the Dynamo backend -----------------------------------------------------------------------------
 @contextlib.contextmanager
-def _capture_scope(device: str, sink: Callable[[LoopProgram], None] | None) -> Iterator[None]:
+def _capture_scope(device: str, sink: Callable[[LoopProgram], None] | None, *, run: bool = True) -> Iterator[None]:
+    """Inductor compiles inside this block use the loop IR Scheduling for ``device``; each
+    graph's program goes to ``sink``. ``run=False``: the program is all that is wanted, no
+    wrapper (nor interpreter call) is generated."""
     sched = _cpu_scheduling_cls() if device == "cpu" else _simd_scheduling_cls()
     if device != "cpu":
         compat.ensure_device_hooks(device)
     wrapper = _wrapper_cls()
-    _SINKS.append(sink or (lambda p: None))
+    _SCOPES.append(_Scope(sink or (lambda p: None), run))
     try:
         with compat.scoped_inductor_backend(device, sched, wrapper, _custom_pass()), \
                 compat.inductor_config_patch(**_CONFIG), compat.autograd_cache_patch(False):
             yield
     finally:
-        _SINKS.pop()
+        _SCOPES.pop()
 
 
 #: Inductor settings for our compiles: no caches (capture needs the lowering to run), one
@@ -772,34 +802,6 @@ def _capture_scope(device: str, sink: Callable[[LoopProgram], None] | None) -> I
 _CONFIG = dict(fx_graph_cache=False, fx_graph_remote_cache=False, graph_partition=False, cpp_wrapper=False,
                max_autotune=False, max_autotune_gemm=False, combo_kernels=False, freezing=False,
                benchmark_kernel=False)
-
-
-def loop_backend(*, device: str = "cpu", on_program: Callable[[LoopProgram], None] | None = None) -> Callable[..., Any]:
-    """A ``torch.compile`` backend that runs Inductor (decomposition, lowering, fusion) with the
-    loop IR Scheduling for ``device`` and executes each kernel with the reference interpreter.
-
-    ``on_program`` receives each graph's :class:`LoopProgram` (inference, or forward then
-    backward when the backward is compiled). Plain Inductor elsewhere in the process is
-    unaffected. Example::
-
-        >>> import torch
-        >>> seen = []
-        >>> g = torch.compile(torch.sin, backend=loop_backend(on_program=seen.append))
-        >>> torch.allclose(g(torch.ones(3)), torch.ones(3).sin()), seen[0].name
-        (True, 'inference')
-    """
-    ns = compat.inductor()
-
-    def inner_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        with _capture_scope(device, on_program):
-            return ns.compile_fx_inner(gm, example_inputs, **kwargs)
-
-    def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Any:
-        with compat.inductor_config_patch(**_CONFIG), compat.autograd_cache_patch(False):
-            return ns.compile_fx(gm, example_inputs, inner_compile=inner_compile)
-
-    backend.__name__ = f"torchvendor_loop_ir_{device}"
-    return backend
 
 
 def passthrough_program(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str, device: str) -> LoopProgram:

@@ -48,7 +48,7 @@ import torch
 from .schema import (BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, SizeExpr, Stmt,
                      TorchValue, _op_from_dict, parse_expr)
 
-__all__ = ["run_program", "run_kernel", "run_extern", "eval_index", "load_kernel", "LoopIRRuntimeError",
+__all__ = ["run_program", "run_kernel", "run_extern", "eval_index", "load_kernel", "write_value", "LoopIRRuntimeError",
            "COMPUTE_OPS", "STATEMENTS", "INDEX_EVALUATORS", "REDUCTIONS", "Context"]
 
 
@@ -702,22 +702,13 @@ def load_kernel(text: str) -> Callable[[Mapping[str, torch.Tensor], Mapping[str,
 
 
 # ---- extern kernels -----------------------------------------------------------------------------------
-def _torch_value(v: str) -> Any:
-    if v.startswith("device:"):
-        return torch.device(v[len("device:"):])
-    obj: Any = torch
-    for part in v.split(".")[1:]:
-        obj = getattr(obj, part)
-    return obj
-
-
 def _arg(v: Any, env: Mapping[str, Any], sizes: Mapping[str, int]) -> Any:
     if isinstance(v, BufferRef):
         return env[v.name]
     if isinstance(v, SizeExpr):
         return eval_index(v.expr, sizes)
     if isinstance(v, TorchValue):
-        return _torch_value(v.value)
+        return v.resolve()
     if isinstance(v, tuple):
         return [_arg(x, env, sizes) for x in v]
     return v
@@ -731,7 +722,7 @@ def run_extern(ext: ExternKernel, env: dict[str, Any], sizes: Mapping[str, int])
         val = env[ext.args[0].name]
         for i in ext.args[1:]:
             val = val[i]
-        _write(env, ext.outputs[0], val)
+        write_value(env, ext.outputs[0], val)
         return
     try:
         fn = resolve_op(ext.op)
@@ -742,15 +733,22 @@ def run_extern(ext: ExternKernel, env: dict[str, Any], sizes: Mapping[str, int])
     result = fn(*args, **kwargs)
     if ext.outputs:
         if len(ext.outputs) == 1:
-            _write(env, ext.outputs[0], result)
+            write_value(env, ext.outputs[0], result)
         else:
             for name, r in zip(ext.outputs, result):
-                _write(env, name, r)
+                write_value(env, name, r)
     elif not ext.mutated:
         env[ext.name] = result
 
 
-def _write(env: dict[str, Any], name: str, value: Any) -> None:
+def write_value(env: dict[str, Any], name: str, value: Any) -> None:
+    """Bind an extern kernel's result to buffer ``name``: copied into the tensor already there
+    (a preallocated output or a view of another buffer, whose aliases must see it), else bound.
+
+    >>> env = {"out": torch.zeros(2)}
+    >>> write_value(env, "out", torch.ones(2)); env["out"]
+    tensor([1., 1.])
+    """
     dst = env.get(name)
     if isinstance(dst, torch.Tensor) and isinstance(value, torch.Tensor):
         if dst.data_ptr() != value.data_ptr() or dst.stride() != value.stride():

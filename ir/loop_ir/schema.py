@@ -66,9 +66,24 @@ class SizeExpr:
 class TorchValue:
     """A torch enum-like argument of an extern kernel, by its Python spelling:
     ``torch.float32``, ``torch.contiguous_format``, ``torch.strided``, ``device:cpu``.
-    JSON: ``{"torch": "torch.float32"}``."""
+    JSON: ``{"torch": "torch.float32"}``.
+
+    >>> TorchValue("torch.float32").resolve(), TorchValue("device:cpu").resolve()
+    (torch.float32, device(type='cpu'))
+    """
 
     value: str
+
+    def resolve(self) -> Any:
+        """The torch object this names."""
+        import torch
+
+        if self.value.startswith("device:"):
+            return torch.device(self.value[len("device:"):])
+        obj: Any = torch
+        for part in self.value.split(".")[1:]:
+            obj = getattr(obj, part)
+        return obj
 
 
 @dataclass(frozen=True)

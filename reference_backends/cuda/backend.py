@@ -7,7 +7,6 @@ disk by content hash, launched on torch's ``cuda`` device or on a PrivateUse1 GP
 """
 from __future__ import annotations
 
-import types
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -15,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from torchvendor.ir.loop_ir import Kernel
-from torchvendor.sdk import Backend, BackendError, Level, loop_kernels
+from torchvendor.sdk import Backend, BackendError, CompiledProgram, Level, loop_kernels
 
 from .codegen import CodegenError, CudaKernel, generate
 from .graphs import GraphedProgram, graphs_enabled
@@ -53,40 +52,29 @@ class CudaBackend(Backend):
     default_options: dict[str, Any] = {"cuda_graphs": True}
     version = "2"
 
-    def compile(self, kernel: Any) -> Callable[..., None]:
-        """One :class:`torchvendor.sdk.LoopKernel` -> ``fn(*buffers, *sizes)``.
-
-        A row-reduction kernel followed directly by a pointwise kernel over the same rows (a
-        softmax's or layer norm's epilogue, or var's division, which the loop IR puts in a kernel
-        of its own) is generated as one launch: the pointwise kernel's call runs both. The
-        reduction kernel's call does nothing, or, when the pointwise kernel's call lacks some of
-        its buffers (var_mean's input), hands its arguments over to it (:class:`_Handoff`)."""
-        if kernel.device == "cpu":
-            raise BackendError("torchvendor_cuda runs on a GPU; this kernel's buffers are on cpu "
+    def compile_program(self, program: Any) -> CompiledProgram:
+        """A partition's loop program, with each row-reduction kernel followed directly by a
+        pointwise kernel over the same rows (a softmax's or layer norm's epilogue, or var's
+        division, which the loop IR puts in a kernel of its own) merged into one kernel where
+        that takes fewer launches; then every kernel compiled (:meth:`compile`). The merge is a
+        rewrite of the program (one :class:`Kernel` with both nests, named after the second),
+        so the SDK runs the rewritten program and no kernel needs to know its neighbours."""
+        if program.device == "cpu":
+            raise BackendError("torchvendor_cuda runs on a GPU; this program's buffers are on cpu "
                                "(move the model and inputs to 'cuda')")
+        return super().compile_program(_merge_epilogues(program, device_arch(program.device)[1]))
+
+    def compile(self, kernel: Any) -> Callable[..., None]:
+        """One :class:`torchvendor.sdk.LoopKernel` -> ``fn(*buffers, *sizes)``, a CUDA C kernel
+        compiled by NVRTC (cached on disk by its source)."""
         arch, sms = device_arch(kernel.device)
-        prev, nxt = _neighbours(kernel)
-        if nxt is not None and self._fused(kernel, nxt, sms) is not None:
-            if not _extra(kernel, nxt)[0] and not _extra(kernel, nxt)[1]:
-                return _nothing
-            return self._handoffs.setdefault((id(kernel.program), kernel.kernel.name), _Handoff())
-        fused = self._fused(prev, kernel, sms) if prev is not None else None
-        code = fused or _generate(kernel, (kernel,), sms)
+        code = _generate(kernel, sms)
 
         def build(path: str) -> None:
             Path(path).write_bytes(nvrtc_compile(code.source, f"{code.name}.cu", arch))
 
         cubin = self.cache.get_or_build(f"{arch}\n{code.source}", build, suffix=".cubin")
-        compiled = CompiledKernel(code, Path(cubin).read_bytes())
-        handoff = self._handoffs.get((id(kernel.program), prev.kernel.name)) if fused is not None else None
-        return compiled if handoff is None else _Receiver(compiled, handoff, prev, kernel)
-
-    @property
-    def _handoffs(self) -> dict[tuple[int, str], "_Handoff"]:
-        """Hand-overs between the two halves of each fused pair (program, first kernel)."""
-        if not hasattr(self, "_pending"):
-            self._pending: dict[tuple[int, str], _Handoff] = {}
-        return self._pending
+        return CompiledKernel(code, Path(cubin).read_bytes())
 
     def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
         """The SDK's runner for a partition, replayed from a CUDA graph on ``cuda`` (the runner's
@@ -95,82 +83,41 @@ class CudaBackend(Backend):
             return runner
         return GraphedProgram(runner, program)
 
-    @staticmethod
-    def _fused(first: Any, second: Any, sms: int) -> CudaKernel | None:
-        """The code of ``first`` (with a reduction) and ``second`` (pointwise) as one kernel, if
-        that takes fewer launches than the two apart; else None."""
-        def reduces(k: Any) -> bool:
-            return any(n.reduction_ranges for n in k.kernel.nests)
-        if not reduces(first) or reduces(second) or first.device != second.device:
-            return None
-        bufs, sizes = _extra(first, second)
-        merged = types.SimpleNamespace(kernel=replace(second.kernel, nests=first.kernel.nests + second.kernel.nests),
-                                       buffers=(*second.buffers, *bufs), size_vars=(*second.size_vars, *sizes),
-                                       program=second.program)
-        try:
-            both = _generate(merged, (first, second), sms)
-            apart = len(_generate(first, (first,), sms).launches) + len(_generate(second, (second,), sms).launches)
-        except CodegenError:
-            return None
-        return both if len(both.launches) < apart else None
+
+def _reduces(kernel: Kernel) -> bool:
+    return any(n.reduction_ranges for n in kernel.nests)
 
 
-def _nothing(*args: Any) -> None:
-    """A kernel whose work runs in the next kernel's launch."""
+def _merge_epilogues(program: Any, sms: int) -> Any:
+    """``program`` with every (reduction kernel, pointwise kernel) pair of neighbours merged into
+    one kernel where the merged code takes fewer launches than the two apart."""
+    ops = list(program.ops)
+    i = 0
+    while i + 1 < len(ops):
+        first, second = ops[i], ops[i + 1]
+        if isinstance(first, Kernel) and isinstance(second, Kernel) and _reduces(first) and not _reduces(second):
+            merged = replace(second, nests=first.nests + second.nests)
+            candidate = replace(program, ops=(*ops[:i], merged, *ops[i + 2:]))
+            if _launches(candidate, (merged.name,), sms) < _launches(program, (first.name, second.name), sms):
+                ops[i:i + 2] = [merged]
+                program = candidate
+        i += 1
+    return program
 
 
-def _extra(first: Any, second: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
-    """The buffers and size variables of ``first`` that ``second``'s call does not pass."""
-    mine = {b.name for b in second.buffers}
-    return (tuple(b for b in first.buffers if b.name not in mine),
-            tuple(v for v in first.size_vars if v not in second.size_vars))
+def _launches(program: Any, names: tuple[str, ...], sms: int) -> float:
+    """How many launches the kernels ``names`` of ``program`` take (inf: cannot be generated)."""
+    try:
+        return sum(len(_generate(lk, sms).launches) for lk in loop_kernels(program) if lk.name in names)
+    except CodegenError:
+        return float("inf")
 
 
-class _Handoff:
-    """The first kernel of a fused pair whose work runs in the second's launch: its call keeps
-    its arguments for the second's call (the program runner makes the two calls one after the
-    other)."""
-
-    def __init__(self) -> None:
-        self.args: tuple[Any, ...] = ()
-
-    def __call__(self, *args: Any) -> None:
-        self.args = args
-
-
-class _Receiver:
-    """The second kernel of a fused pair: launches the fused kernel with its own arguments and
-    the first's buffers and sizes it lacks (taken from the :class:`_Handoff`)."""
-
-    def __init__(self, compiled: CompiledKernel, handoff: _Handoff, first: Any, second: Any) -> None:
-        self.compiled, self.handoff, self.nbuf, self.nfirst = compiled, handoff, len(second.buffers), len(first.buffers)
-        bufs, sizes = _extra(first, second)
-        names = [b.name for b in first.buffers]
-        self.buf_at = [names.index(b.name) for b in bufs]
-        self.size_at = [self.nfirst + list(first.size_vars).index(v) for v in sizes]
-
-    def __call__(self, *args: Any) -> None:
-        theirs = self.handoff.args
-        self.compiled(*args[: self.nbuf], *[theirs[i] for i in self.buf_at], *args[self.nbuf:],
-                      *[theirs[i] for i in self.size_at])
-
-
-def _neighbours(kernel: Any) -> tuple[Any, Any]:
-    """The LoopKernels directly before and after ``kernel`` in its program (None: not a kernel)."""
-    ops = kernel.program.ops
-    by_name = {lk.kernel.name: lk for lk in loop_kernels(kernel.program)}
-    i = next(j for j, op in enumerate(ops) if getattr(op, "name", None) == kernel.kernel.name)
-    near = [by_name.get(getattr(ops[j], "name", None)) if 0 <= j < len(ops) and isinstance(ops[j], Kernel) else None
-            for j in (i - 1, i + 1)]
-    return near[0], near[1]
-
-
-def _generate(kernel: Any, parts: tuple[Any, ...], sms: int) -> CudaKernel:
-    """Generate ``kernel``; buffers that ops other than ``parts`` use (or the program returns, or
-    that are bases of such views) are stored, the rest may stay in registers."""
+def _generate(kernel: Any, sms: int) -> CudaKernel:
+    """Generate ``kernel``; buffers that other ops of its program use (or the program returns,
+    or that are bases of such views) are stored, the rest may stay in registers."""
     program = kernel.program
-    skip = {p.kernel.name for p in parts}
-    elsewhere = {n for op in program.ops if getattr(op, "name", None) not in skip for n in (*op.reads(), *op.writes())}
+    elsewhere = {n for op in program.ops if getattr(op, "name", None) != kernel.name for n in (*op.reads(), *op.writes())}
     elsewhere |= {getattr(o, "name", o) for o in program.outputs if o is not None}
     views = {b.name: b.view_of for b in program.buffers if b.view_of}
     for name in list(elsewhere):   # a view used elsewhere makes its base used elsewhere

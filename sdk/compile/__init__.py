@@ -4,7 +4,9 @@
   decomposition, matching, partitioning, fallback, the cache)
 - ``patterns`` / ``fx_pattern`` / ``vendor_ops``: fusion patterns and the vendor ops they become
 - ``fx_outline``: FX partitions outlined into submodules
-- ``loop_runner``: the LOOP level's program runner
+- ``levels``: :class:`Level` and what each level decides (one :class:`LevelRules` object per level)
+- ``loop_level`` / ``loop_runner``: the LOOP level: a partition lowered to a loop program,
+  compiled (``Backend.compile_program``), run by the program runner
 - ``cache`` / ``warm``: compiled artifacts on disk, warm starts
 - ``report``: what ran where (:func:`last_report`)
 
@@ -25,6 +27,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(("ArtifactCache",), "cache"),
     **dict.fromkeys(("FusedOp", "fused_op"), "vendor_ops"),
     **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel"), "loop_runner"),
+    **dict.fromkeys(("CompiledProgram",), "loop_level"),
 }
 
 __all__ = sorted(_API)

@@ -9,7 +9,9 @@ and implements one ``compile`` hook for its level:
   example inputs (fake tensors and SymInts describing shapes and dtypes); the callable takes
   the partition's inputs as tensors on the backend's device and returns its outputs.
 - ``Level.LOOP``: ``compile(kernel: LoopKernel) -> callable``, one Inductor loop-IR kernel; the
-  callable is launched as ``fn(*buffers, *sizes)`` by the SDK's program runner.
+  callable is launched as ``fn(*buffers, *sizes)`` by the SDK's program runner. A backend that
+  wants the whole program (to fuse across kernels) overrides ``compile_program(program)``
+  instead, whose default calls ``compile`` kernel by kernel (:mod:`.loop_level`).
 
 The SDK does everything else, the same way for every vendor: Dynamo registration (by name and
 through the ``torch_dynamo_backends`` entry point), AOTAutograd (forward, backward and
@@ -39,7 +41,6 @@ Example::
 """
 from __future__ import annotations
 
-import enum
 import operator
 import time
 import warnings
@@ -51,37 +52,22 @@ import torch
 import torch.fx as fx
 
 from torchvendor.ir import aten_ir_hook, compat
-from torchvendor.ir import decompositions as _decomp
 from torchvendor.ir.fx_view import op_key
 from torchvendor.partitioner.support import SupportRule, predicate, supported_ops as _supported_ops, unsupported_ops
 
 from . import warm
 from .cache import ArtifactCache
 from .fx_outline import partition_and_outline
+from .levels import (AtenLevel, BackendDefinitionError, BackendError, BackendFallbackWarning, Level, LevelRules,
+                     TorchLevel)
+from .loop_level import LOWERING_VERSION, CompiledProgram, LoopLevel, compile_kernels
 from .report import CompileReport, GraphReport, PartitionRecord, _record
 
 __all__ = ["Level", "Backend", "BackendError", "BackendDefinitionError", "BackendFallbackWarning",
-           "register_backend", "get_backend", "registered_backends", "op_key"]
+           "CompiledProgram", "register_backend", "get_backend", "registered_backends", "op_key", "LEVELS"]
 
-
-class Level(str, enum.Enum):
-    """The IR level a backend consumes."""
-
-    TORCH = "torch"  #: Dynamo's torch-IR graph; autograd stays eager
-    ATEN = "aten"    #: AOTAutograd's ATen/prims graphs (forward, backward, inference)
-    LOOP = "loop"    #: Inductor's loop IR, kernel by kernel
-
-
-class BackendError(RuntimeError):
-    """A vendor compile or run failed in strict mode, or a backend was used wrongly."""
-
-
-class BackendDefinitionError(TypeError):
-    """A :class:`Backend` subclass declares something the SDK cannot use (named in the message)."""
-
-
-class BackendFallbackWarning(UserWarning):
-    """A partition the vendor claimed falls back to eager after a vendor error (warned once)."""
+#: What each level decides (one object per level; a new level adds its own here).
+LEVELS: dict[Level, LevelRules] = {Level.TORCH: TorchLevel(), Level.ATEN: AtenLevel(), Level.LOOP: LoopLevel()}
 
 
 #: Options every backend accepts, besides its own ``default_options``.
@@ -92,8 +78,6 @@ SDK_OPTIONS: dict[str, Any] = {
     "fallback": "eager",     # what runs the ops the backend does not claim: "eager" or "inductor"
 }
 _FALLBACKS = ("eager", "inductor")
-#: bump when the SDK's lowering to loop IR changes what it produces (part of the program cache key)
-_LOWERING_VERSION = "2"
 
 
 class Backend:
@@ -152,6 +136,14 @@ class Backend:
         """The vendor's compiler for one partition (TORCH/ATEN) or one kernel (LOOP)."""
         raise NotImplementedError(f"backend {self.name!r} must implement compile() for level {self.level.value}")
 
+    def compile_program(self, program: Any) -> CompiledProgram:
+        """LOOP level: compile one partition's whole :class:`~torchvendor.ir.loop_ir.LoopProgram`.
+        The default calls :meth:`compile` on each kernel (``loop_kernels(program)``); override it
+        to see the program at once, e.g. to merge neighbouring kernels into one launch: return
+        ``CompiledProgram(rewritten_program, {kernel name: callable})``, the rewrite built with
+        ``dataclasses.replace`` on the public schema (the SDK runs the program you return)."""
+        return compile_kernels(self, program)
+
     def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
         """LOOP level: what runs one partition, given the SDK's runner of its compiled kernels and
         its loop program. The default returns ``runner``; override to wrap it, e.g. to replay the
@@ -159,6 +151,11 @@ class Backend:
         return runner
 
     # ---- services the SDK gives every backend ----------------------------------------------------
+
+    @property
+    def rules(self) -> LevelRules:
+        """What this backend's level decides (``LEVELS[self.level]``)."""
+        return LEVELS[self.level]
 
     @property
     def cache(self) -> ArtifactCache:
@@ -190,7 +187,7 @@ class Backend:
         """Dynamo calls this with each captured graph (``torch.compile(backend=<this object>)`` works too)."""
         report = CompileReport(self.name, dict(self.options), torch_version=torch.__version__)
         _record(report)
-        if self.level is Level.TORCH:
+        if not self.rules.through_aot:
             return self._compile_graph("torch", report, time.perf_counter(), gm, list(example_inputs))
         started = time.perf_counter()
         key = self._bypass_key(gm, example_inputs)
@@ -210,7 +207,7 @@ class Backend:
         if self.options["fallback"] != "eager":  # Inductor's fallback wants AOT's tracing context
             return None
         try:
-            return warm.bypass_key(gm, example_inputs, self.level.value, f"lowering {_LOWERING_VERSION}")[0]
+            return warm.bypass_key(gm, example_inputs, self.level.value, f"lowering {LOWERING_VERSION}")[0]
         except Exception:  # noqa: BLE001 - an input the key cannot describe: the normal path
             return None
 
@@ -245,12 +242,7 @@ class Backend:
     def _decomposition_table(self) -> Any:
         """The resolved table, built once per backend object (a warm compile paid ~7 ms for it)."""
         if self._table is None:
-            if self.level is Level.LOOP:
-                from torchvendor.ir.loop_ir import inductor_decompositions
-
-                self._table = _decomp.resolve(inductor_decompositions())
-            else:
-                self._table = _decomp.resolve(self.decompositions)
+            self._table = self.rules.decompositions(self)
         return self._table
 
     def _support_rule(self) -> SupportRule | None:
@@ -272,17 +264,17 @@ class Backend:
     def _compile_graph(self, kind: str, report: CompileReport, started: float, gm: fx.GraphModule,
                        example_inputs: list[Any]) -> Callable[..., Any]:
         graph = GraphReport(kind=kind, backend=self.name, device=self.device or _device_of(example_inputs),
-                            fallback=self.options["fallback"] if self.level is not Level.TORCH else "eager")
+                            fallback=self.options["fallback"] if self.rules.through_aot else "eager")
         report.graphs.append(graph)
         times = graph.stage_times
         now = time.perf_counter()
         if kind in ("forward", "inference", "torch"):  # the backward's trace happened with the forward
             times["capture_and_decomposition"] = now - started
-        if self.level is Level.LOOP and self.device is not None and graph.device != self.device:
+        refused = self.rules.refuses(self, _device_of(example_inputs))
+        if refused is not None:
             graph.unsupported = dict(Counter(op_key(n.target) for n in gm.graph.nodes if n.op == "call_function"))
             for op in graph.unsupported:
-                graph.reasons[op] = [f"the inputs are on {graph.device}; backend {self.name!r} generates code "
-                                     f"for {self.device} only"]
+                graph.reasons[op] = [refused]
             return gm
         if self.patterns:
             from .fx_pattern import rewrite_fx
@@ -304,7 +296,7 @@ class Backend:
             sub = getattr(outlined, name)
             setattr(outlined, name, self._partition_module(sub, name, kind, graph))
         times["vendor_compile"] = time.perf_counter() - now
-        if self.options["fallback"] == "inductor" and result.fallback and self.level is not Level.TORCH:
+        if self.options["fallback"] == "inductor" and result.fallback and self.rules.through_aot:
             now = time.perf_counter()
             outlined = _inductor_fallback(outlined)
             times["inductor_fallback"] = time.perf_counter() - now
@@ -316,13 +308,12 @@ class Backend:
         graph.partitions.append(record)
         placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
         examples = [n.meta.get("val", n.meta.get("example_value")) for n in placeholders]
+        outputs = _output_nodes(sub)
+        device = _device_of([*examples, *map(_example_value, outputs)])
         started = time.perf_counter()
         compiled: Callable[..., Any] | None
         try:
-            if self.level is Level.LOOP:
-                compiled = self._compile_loop(sub, examples, kind, record)
-            else:
-                compiled = self.compile(sub, examples)
+            compiled = self.rules.compile_partition(self, sub, examples, kind, device)
             if compiled is None:
                 raise BackendError("compile() returned None; return a callable (e.g. the GraphModule itself)")
         except Exception as e:  # noqa: BLE001 - any vendor failure falls back (or raises in strict mode)
@@ -331,44 +322,8 @@ class Backend:
         record.compile_seconds = time.perf_counter() - started
         # an effect token carries no data: AOTAutograd passes None for it and compilers return it
         # as they got it, so it is not checked
-        expected = [None if _is_effect_token(n) else _meta(_example_value(n)) for n in _output_nodes(sub)]
-        return PartitionCall(self, record, compiled, sub, expected, _device_of(examples))
-
-    def _compile_loop(self, sub: fx.GraphModule, examples: list[Any], kind: str,
-                      record: PartitionRecord) -> Callable[..., Any]:
-        from torchvendor.ir.loop_ir import LoopProgram, lower_graph
-
-        from .loop_runner import ProgramRunner, loop_kernels
-
-        device = _device_of(examples)
-        options = {"fallback_random": True, **self.lowering_config(sub, examples)}
-        key = _graph_key(sub, examples, kind, device, f"lowering {_LOWERING_VERSION} {sorted(options.items())}")
-        def lower() -> bytes:
-            out = sub.graph.output_node()
-            single = not isinstance(out.args[0], (tuple, list))
-            if single:  # Inductor compiles graphs that return a tuple
-                out.args = ((out.args[0],),)
-                sub.recompile()
-            try:
-                # Several partitions of one graph are lowered, each outside the AOT tracing
-                # context; random ops stay ATen calls (Inductor's own random lowering needs its
-                # joint-graph passes, which run before partitioning).
-                with compat.outside_tracing_context(), compat.inductor_config_patch(**options):
-                    return lower_graph(sub, examples, device=device, kind=kind).to_json().encode()
-            finally:
-                if single:
-                    out.args = (out.args[0][0],)
-                    sub.recompile()
-
-        text = self.cache.get_or_build_bytes(key, lower, ".loop.json")
-        program = LoopProgram.from_json(text.decode())
-        compiled: dict[str, Callable[..., Any]] = {}
-        for lk in loop_kernels(program):
-            try:
-                compiled[lk.kernel.name] = self.compile(lk)
-            except Exception as e:
-                raise BackendError(f"kernel {lk.kernel.name} ({_kernel_ops(lk.kernel)}): {type(e).__name__}: {e}") from e
-        return self.program_runner(ProgramRunner(program, compiled, device), program)
+        expected = [None if _is_effect_token(n) else _meta(_example_value(n)) for n in outputs]
+        return PartitionCall(self, record, compiled, sub, expected, device)
 
     # ---- errors ----------------------------------------------------------------------------------
 
@@ -401,7 +356,7 @@ class PartitionCall(torch.nn.Module):
         target = backend.device
         self.to_device = torch.device(target) if target is not None and target != device else None
         self.check = bool(backend.options["check_outputs"])
-        self.lost_backward_check = backend.level is Level.TORCH
+        self.lost_backward_check = backend.rules.checks_backward
 
     def forward(self, *args: Any) -> Any:
         if self.compiled is None:
@@ -442,7 +397,7 @@ class PartitionCall(torch.nn.Module):
                 return f"output {i} has dtype {o.dtype}, expected {dtype}"
             if o.dim() != len(shape) or any(isinstance(s, int) and s != t for s, t in zip(shape, o.shape)):
                 return f"output {i} has shape {tuple(o.shape)}, expected {tuple(shape)}"
-            if o.device.type != device.type:
+            if o.device.type != device.type and not _aten_cpu_scalar(o, device):
                 return f"output {i} is on {o.device}, expected {device.type}"
         if self.lost_backward_check and torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
@@ -464,17 +419,15 @@ def _validate(cls: Any) -> None:
     if not isinstance(cls.name, str) or not cls.name.isidentifier():
         raise BackendDefinitionError(f"{cls.__name__}.name must be a Python identifier such as 'acme' "
                                      f"(it becomes torch.compile(backend=...)); got {cls.name!r}")
-    if not isinstance(cls.level, Level):
-        raise BackendDefinitionError(f"{cls.__name__}.level must be Level.TORCH, Level.ATEN or Level.LOOP; "
-                                     f"got {cls.level!r}")
-    if cls.compile is Backend.compile:
+    if not isinstance(cls.level, Level) or cls.level not in LEVELS:
+        raise BackendDefinitionError(f"{cls.__name__}.level must be one of "
+                                     f"{', '.join(f'Level.{level.name}' for level in LEVELS)}; got {cls.level!r}")
+    if cls.compile is Backend.compile and cls.compile_program is Backend.compile_program:
         raise BackendDefinitionError(f"{cls.__name__} must implement compile() for level {cls.level.value}")
     if not isinstance(cls.min_partition_size, int) or cls.min_partition_size < 1:
         raise BackendDefinitionError(f"{cls.__name__}.min_partition_size must be an int >= 1; "
                                      f"got {cls.min_partition_size!r}")
-    if cls.level is not Level.ATEN and cls.decompositions is not None:
-        raise BackendDefinitionError(f"{cls.__name__}.decompositions applies to Level.ATEN only (the loop level "
-                                     f"uses Inductor's table, the torch level is not decomposed)")
+    LEVELS[cls.level].check_definition(cls)
 
 
 def _options_key(options: Mapping[str, Any]) -> tuple:
@@ -599,10 +552,11 @@ class _InductorPartition(torch.nn.Module):
 
 
 def _device_of(values: Sequence[Any]) -> str:
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            return v.device.type
-    return "cpu"
+    """The device type the work on ``values`` runs on: the first that is not ``cpu`` (a CPU
+    tensor beside device tensors is a scalar or ATen's bookkeeping, e.g. the philox seed and
+    offset of efficient attention), else ``cpu``."""
+    types = [v.device.type for v in values if isinstance(v, torch.Tensor)]
+    return next((t for t in types if t != "cpu"), "cpu")
 
 
 def _output_arg(gm: fx.GraphModule) -> Any:
@@ -635,6 +589,13 @@ def _meta(value: Any) -> tuple | None:
     return value.dtype, shape, value.device
 
 
+def _aten_cpu_scalar(value: torch.Tensor, expected: torch.device) -> bool:
+    """A 0-d CPU tensor where the graph's metadata says a device tensor: ATen keeps some
+    bookkeeping scalars on the host whatever its meta function says (efficient attention's philox
+    seed and offset on ``cuda``: eager and Inductor return them on the CPU too)."""
+    return value.dim() == 0 and value.device.type == "cpu" and expected.type != "cpu"
+
+
 def _device_module(args: Sequence[Any]) -> Any:
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -650,8 +611,3 @@ def _graph_key(gm: fx.GraphModule, examples: Sequence[Any], *extra: str) -> str:
         return repr(v)
 
     return "\n".join([*extra, gm.code, *map(describe, examples)])
-
-
-def _kernel_ops(kernel: Any) -> str:
-    ops = sorted({s.op for nest in kernel.nests for s in nest.body if s.op not in ("load", "store")})
-    return ", ".join(ops[:6]) + (", ..." if len(ops) > 6 else "")

@@ -33,7 +33,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = ["ArtifactCache", "default_cache_dir", "content_hash"]
 
@@ -153,6 +153,24 @@ class ArtifactCache:
                 os.unlink(tmp)
         self.stats["built"] += 1
         return str(path)
+
+    def get_or_build_value(self, key: str | bytes, build: Callable[[], Any], encode: Callable[[Any], bytes],
+                           decode: Callable[[bytes], Any], suffix: str = "") -> Any:
+        """An in-memory value cached as bytes: a hit returns ``decode(bytes)``; a miss returns
+        ``build()``'s value itself (no round trip through the bytes) and stores ``encode(value)``.
+
+        >>> import tempfile
+        >>> c = ArtifactCache(tempfile.mkdtemp(), namespace="x")
+        >>> c.get_or_build_value("k", lambda: [1, 2], lambda v: bytes(v), list), c.get_or_build_value("k", None, bytes, list)
+        ([1, 2], [1, 2])
+        """
+        found = self.lookup(key, suffix)
+        if found is not None:
+            self.stats["hit"] += 1
+            return decode(found.read_bytes())
+        value = build()
+        self.get_or_build(key, lambda path: Path(path).write_bytes(encode(value)), suffix)
+        return value
 
     def get_or_build_bytes(self, key: str | bytes, build: Callable[[], bytes], suffix: str = "") -> bytes:
         """Like :meth:`get_or_build` for an artifact produced in memory; returns its bytes.

@@ -33,7 +33,7 @@ import torch
 
 from torchvendor.ir.fx_view import resolve_op
 from torchvendor.ir.loop_ir import Buffer, BufferRef, Kernel, LoopProgram, SizeExpr, parse_expr
-from torchvendor.ir.loop_ir.interpreter import _torch_value, _write, eval_index
+from torchvendor.ir.loop_ir.interpreter import eval_index, write_value
 from torchvendor.ir.loop_ir.schema import ExternKernel, TorchValue
 
 __all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel"]
@@ -163,7 +163,7 @@ def _getter(value: Any) -> Getter:
     if isinstance(value, tuple):
         parts = [_getter(v) for v in value]
         return lambda env, sizes: [g(env, sizes) for g in parts]
-    constant = _torch_value(value.value) if isinstance(value, TorchValue) else value
+    constant = value.resolve() if isinstance(value, TorchValue) else value
     return lambda env, sizes: constant
 
 
@@ -173,8 +173,9 @@ class _Plan:
     views to make and the size arguments of each kernel."""
 
     layouts: dict[str, tuple[list[int], list[int], torch.dtype]]
-    allocs: list[tuple[str, list[int], list[int], torch.dtype]]
-    constants: list[tuple[str, Any, list[int], torch.dtype]]
+    #: (name, size, stride, dtype, device or None for the program's device)
+    allocs: list[tuple[str, list[int], list[int], torch.dtype, str | None]]
+    constants: list[tuple[str, Any, list[int], torch.dtype, str | None]]
     views: list[tuple[str, str, list[int], list[int], int]]
     strides: list[tuple[int, ...] | None]  # per input: the strides the kernels were compiled for
     size_args: dict[int, tuple[int, ...]]  # step index -> the size arguments of that kernel
@@ -186,8 +187,9 @@ class ProgramRunner:
     Args:
         program: the loop program.
         compiled: kernel name -> callable ``fn(*buffers, *sizes)`` (see the module docstring).
-        device: the device type the program runs on (default ``program.device``); buffers are
-            allocated on the device of the first tensor input.
+        device: the device type the program runs on (default ``program.device``); its buffers are
+            allocated on the device of the first tensor input of that type (a buffer the program
+            declares on another device, e.g. a CPU scalar, on that device).
 
     Everything that does not depend on the inputs' values is resolved once: extern operators
     and their argument lists at construction, layouts, allocations and size arguments once per
@@ -217,7 +219,11 @@ class ProgramRunner:
         self._scalar = {name: parse_expr(expr) for name, expr in program.scalar_inputs}
         self._inputs = [(name, program.buffer(name) if name not in self._scalar else None) for name in program.inputs]
         self._binders = self._size_binders()
-        self._first_tensor = next((k for k, (_, buf) in enumerate(self._inputs) if buf is not None), None)
+        # the input that says which device (index) the program runs on: a CPU scalar tensor or
+        # ATen's CPU bookkeeping (efficient attention's philox seed) may come first
+        self._first_tensor = next((k for k, (_, buf) in enumerate(self._inputs)
+                                   if buf is not None and buf.device == self.device),
+                                  next((k for k, (_, buf) in enumerate(self._inputs) if buf is not None), None))
         self._plans: dict[tuple, _Plan] = {}
         self._written = {n for op in program.ops for n in op.writes()}
 
@@ -269,7 +275,7 @@ class ProgramRunner:
                 if bind and isinstance(value, torch.Tensor):
                     env[out] = _in_layout(value, *plan.layouts[out])
                 else:
-                    _write(env, out, value)
+                    write_value(env, out, value)
 
         return run
 
@@ -321,12 +327,16 @@ class ProgramRunner:
             if b.view_of is not None:
                 views.append((b.name, b.view_of, size, stride, _int(b.offset, sizes)))
             elif b.kind == "constant":
-                constants.append((b.name, values[b.name], size, dtype))
+                constants.append((b.name, values[b.name], size, dtype, self._elsewhere(b)))
             elif b.name not in inputs and b.name not in self._deferred:
-                allocs.append((b.name, size, stride, dtype))
+                allocs.append((b.name, size, stride, dtype, self._elsewhere(b)))
         strides = [tuple(layouts[name][1]) if buf is not None else None for name, buf in self._inputs]
         size_args = {k: tuple(sizes[s] for s in step[3]) for k, step in enumerate(self.steps) if step[0] == "kernel"}
         return _Plan(layouts, allocs, constants, views, strides, size_args)
+
+    def _elsewhere(self, buffer: Buffer) -> str | None:
+        """The device of a buffer the program declares off its own device type (else None)."""
+        return buffer.device if buffer.device and torch.device(buffer.device).type != self.device else None
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -337,13 +347,14 @@ class ProgramRunner:
         sizes = self._bind(inputs)
         plan = self._plan(sizes)
         first = inputs[self._first_tensor] if self._first_tensor is not None else None
-        device = first.device if isinstance(first, torch.Tensor) else torch.device(self.device)
+        device = first.device if isinstance(first, torch.Tensor) and first.device.type == self.device \
+            else torch.device(self.device)
         env: dict[str, Any] = {name: value for (name, _), value in zip(self._inputs, inputs)}
         restrided = self._restride(inputs, plan, env)
-        for name, size, stride, dtype in plan.allocs:
-            env[name] = torch.empty_strided(size, stride, dtype=dtype, device=device)
-        for name, value, size, dtype in plan.constants:
-            env[name] = torch.tensor(value, dtype=dtype).reshape(size).to(device)
+        for name, size, stride, dtype, where in plan.allocs:
+            env[name] = torch.empty_strided(size, stride, dtype=dtype, device=where or device)
+        for name, value, size, dtype, where in plan.constants:
+            env[name] = torch.tensor(value, dtype=dtype).reshape(size).to(where or device)
         for name, base_name, size, stride, offset in plan.views:
             base = env[base_name]
             env[name] = base.as_strided(size, stride, base.storage_offset() + offset)
