@@ -30,7 +30,8 @@ from torchvendor.ir.lazy import lazy_getattr
 _LAZY = {
     "LoopProgram": "schema", "Kernel": "schema", "ExternKernel": "schema", "LoopNest": "schema",
     "Stmt": "schema", "Buffer": "schema", "BufferRef": "schema", "SizeExpr": "schema",
-    "TorchValue": "schema", "SCHEMA_VERSION": "schema", "parse_expr": "schema",
+    "TorchValue": "schema", "SCHEMA_VERSION": "schema", "parse_expr": "schema", "INDEX_FUNCTIONS": "schema",
+    "STATEMENT_OPS": "schema", "COMPUTE_OPS": "schema", "REDUCTION_KINDS": "schema",
     "loop_backend": "extract", "LoopIRUnsupported": "extract",
     "run_program": "interpreter", "run_kernel": "interpreter", "LoopIRRuntimeError": "interpreter",
     "format_program": "printer",

@@ -5,6 +5,8 @@
 - ``patterns`` / ``fx_pattern`` / ``vendor_ops``: fusion patterns and the vendor ops they become
 - ``fx_outline``: FX partitions outlined into submodules
 - ``loop_runner``: the LOOP level's program runner
+- ``c_renderer``: :class:`CStyleRenderer`, loop IR to C-family source by tables (both reference
+  code generators subclass it)
 - ``cache`` / ``warm``: compiled artifacts on disk, warm starts
 - ``report``: what ran where (:func:`last_report`)
 
@@ -25,6 +27,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(("ArtifactCache",), "cache"),
     **dict.fromkeys(("FusedOp", "fused_op"), "vendor_ops"),
     **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel"), "loop_runner"),
+    **dict.fromkeys(("CStyleRenderer", "CodegenError"), "c_renderer"),
 }
 
 __all__ = sorted(_API)
