@@ -38,18 +38,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import sympy
 
 from torchvendor.ir.loop_ir import Buffer, Kernel, LoopNest, Stmt, parse_expr
+from torchvendor.sdk import CodegenError, CStyleRenderer
 
-__all__ = ["generate", "CudaKernel", "Launch", "CodegenError", "CTYPES"]
-
-
-class CodegenError(NotImplementedError):
-    """The kernel uses something the generator does not support; the message names it."""
+__all__ = ["generate", "CudaKernel", "CudaRenderer", "Launch", "CodegenError", "CTYPES"]
 
 
 #: Loop IR dtype -> CUDA C type of a buffer element.
@@ -82,18 +79,6 @@ def _knobs() -> dict[str, int]:
                                f"{', '.join(f'{k}=<{v}>' for k, v in kinds.items())}")
         out[key.strip()] = int(value)
     return out
-
-
-def _ctype(dtype: str | None) -> str:
-    """The type values of ``dtype`` are computed in (half and bfloat16 compute in float)."""
-    if dtype is None:
-        return "auto"
-    if dtype in ("float16", "bfloat16"):
-        return "float"
-    try:
-        return CTYPES[dtype]
-    except KeyError:
-        raise CodegenError(f"dtype {dtype} is not supported by the CUDA code generator") from None
 
 
 @dataclass(frozen=True)
@@ -134,52 +119,7 @@ class CudaKernel:
     size_vars: tuple[str, ...]
 
 
-# ---- index expressions -------------------------------------------------------------------------
-def _cexpr(e: Any, names: Mapping[str, str]) -> str:
-    """Print a sympy index expression as C (symbols renamed through ``names``)."""
-    if e.is_Integer:
-        v = int(e)
-        return f"{v}LL" if abs(v) >= 2**31 else str(v)
-    if e.is_Symbol:
-        return names.get(e.name, e.name)
-    if e is sympy.true or e is sympy.false:
-        return "true" if e is sympy.true else "false"
-    if e.is_Rational:
-        return f"({e.p}.0 / {e.q}.0)"
-    if e.is_Float:
-        return repr(float(e))
-    a = [_cexpr(x, names) for x in e.args]
-    name = type(e).__name__
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(a) + ")"
-    if isinstance(e, sympy.Mul):
-        return "(" + " * ".join(a) + ")"
-    if isinstance(e, sympy.Pow) or name == "PowByNatural":
-        if e.args[1].is_Integer and 0 <= int(e.args[1]) <= 8:
-            return "(" + " * ".join([a[0]] * int(e.args[1])) + ")" if int(e.args[1]) else "1"
-        return f"tv_ipow((long long){a[0]}, (long long){a[1]})"
-    simple = {"FloorDiv": "tv_ifloordiv({0}, {1})", "CleanDiv": "({0} / {1})", "IntTrueDiv": "((double){0} / {1})",
-              "CeilDiv": "(-tv_ifloordiv(-({0}), {1}))", "ModularIndexing": "(({0} / {1}) % {2})",
-              "PythonMod": "tv_ipymod({0}, {1})", "Mod": "tv_ipymod({0}, {1})", "Identity": "({0})",
-              "Where": "({0} ? {1} : {2})", "Abs": "tv_absi({0})", "TruncToInt": "((long long)trunc({0}))",
-              "FloorToInt": "((long long)floor({0}))", "CeilToInt": "((long long)ceil({0}))",
-              "RoundToInt": "((long long)rint({0}))", "BitwiseFn_bitwise_and": "({0} & {1})",
-              "BitwiseFn_bitwise_or": "({0} | {1})", "LShift": "({0} << {1})", "RShift": "({0} >> {1})",
-              "StrictLessThan": "({0} < {1})", "LessThan": "({0} <= {1})", "StrictGreaterThan": "({0} > {1})",
-              "GreaterThan": "({0} >= {1})", "Equality": "({0} == {1})", "Unequality": "({0} != {1})",
-              "Not": "(!{0})"}
-    if name in simple:
-        return simple[name].format(*a)
-    if name in ("Min", "Max"):
-        out = a[0]
-        for x in a[1:]:
-            out = f"tv_{name.lower()}i({out}, {x})"
-        return out
-    if name in ("And", "Or"):
-        return "(" + (" && " if name == "And" else " || ").join(a) + ")"
-    raise CodegenError(f"index function {name} is not supported by the CUDA code generator")
-
-
+# ---- index algebra -------------------------------------------------------------------------------
 def _prod(sizes: Sequence[str]) -> Any:
     out = sympy.Integer(1)
     for s in sizes:
@@ -437,7 +377,8 @@ _UNARY = {"neg": "(-{0})", "abs": "abs({0})", "exp": "exp({0})", "exp2": "exp2({
           "trunc": "trunc({0})", "round": "rint({0})", "sigmoid": "({t})1 / (({t})1 + exp(-{0}))",
           "relu": "tv_max({0}, ({t})0)", "reciprocal": "({t})1 / {0}", "square": "({0} * {0})",
           "sign": "tv_sign({0})", "signbit": "signbit({0})", "isinf": "isinf({0})", "isnan": "isnan({0})",
-          "logical_not": "(!{0})", "bitwise_not": "(~{0})", "identity": "({0})", "cbrt": "cbrt({0})"}
+          "logical_not": "(!{0})", "bitwise_not": "(~{0})", "identity": "({0})", "cbrt": "cbrt({0})",
+          "tgamma": "tgamma({0})"}
 _BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
            "div": "({0} / {1})", "floordiv": "tv_ffloordiv({0}, {1})", "truncdiv": "({0} / {1})",
            "mod": "tv_cmod({0}, {1})", "fmod": "tv_cmod({0}, {1})", "remainder": "tv_pymod({0}, {1})",
@@ -485,15 +426,6 @@ _SPLITTABLE = {"sum", "prod", "max", "min", "any", "xor_sum", "welford_reduce", 
                "argmax", "argmin"}
 
 
-def _acc_type(red: Stmt) -> str:
-    """The C type a reduction accumulates its values in: its dtype's, except that argmax/argmin
-    compare the source values (their dtype is the index's: accumulating values in it would
-    truncate 2.7 and 2.2 to the same 2 and return the first)."""
-    if red.attr("kind") in ("argmax", "argmin") and red.attr("src_dtype"):
-        return _ctype(red.attr("src_dtype"))
-    return _ctype(red.attr("dtype") or red.dtype)
-
-
 def _field_type(kind: str, fieldname: str, acc: str) -> str:
     if fieldname == "i":
         return "long long"
@@ -502,39 +434,75 @@ def _field_type(kind: str, fieldname: str, acc: str) -> str:
     return acc
 
 
-def _const(value: Any, dtype: str | None) -> str:
-    t = _ctype(dtype)
-    if isinstance(value, bool) or dtype == "bool":
-        return "true" if value else "false"
-    if isinstance(value, float) or (dtype or "").startswith(("float", "bfloat")):
-        v = float(value)
-        if math.isnan(v):
-            return f"(({t})NAN)"
-        if math.isinf(v):
-            return f"(({t})INFINITY)" if v > 0 else f"(-({t})INFINITY)"
-        return f"(({t}){v!r})"
-    return f"(({t}){int(value)}LL)"
-
-
 @dataclass
-class _Ctx:
-    """Where :meth:`_Gen._stmts` emits: the nest, C names of loop variables, indentation, local
-    buffers, vector lanes, name prefix, once-per-row guard, SSA values, inline, top level."""
+class _Scope:
+    """Where :meth:`CudaRenderer._stmts` emits a body, and the C name of each SSA value so far."""
 
-    c: _Nest
-    names: dict[str, str]
-    ind: str
-    locals_: Mapping[str, Any]
-    vec: tuple[set[str], str] | None
-    prefix: str
-    guard: bool
-    vals: dict[str, str]
-    inline: bool
-    top: bool
+    part: _Nest                        # the nest and its place in the segment
+    names: dict[str, str]              # loop variable or indirect index -> its C name
+    indent: str
+    local_buffers: Mapping[str, Any]   # buffers never stored: their loads recompute the value
+    lanes: tuple[set[str], str] | None = None   # (buffers in vector registers, the lane variable)
+    prefix: str = ""                   # prefix of C names (a recomputed local buffer's own values)
+    once_per_row: bool = False         # statements after a reduction: thread 0 stores
+    values: dict[str, str] = field(default_factory=dict)   # SSA name -> C expression
+    recompute: bool = False            # recomputing a local buffer's value: no stores
+    top_level: bool = True             # not inside a ``masked`` body
+
+    def arg(self, name: str) -> str:
+        return self.values.get(name, self.prefix + name)
+
+    def args(self, st: Stmt) -> list[str]:
+        return [self.arg(x) for x in st.args]
 
 
-class _Gen:
-    """Emits the CUDA C of one kernel."""
+_TYPE_OF_INDEX = {"TruncToInt": "trunc", "FloorToInt": "floor", "CeilToInt": "ceil", "RoundToInt": "rint"}
+
+
+class CudaRenderer(CStyleRenderer):
+    """Emits the CUDA C of one kernel: the SDK's C-style renderer with CUDA's tables (``long long``
+    indices, CUDA math, ``__half``/``__nv_bfloat16`` storage) and its launch model (segments of
+    a thread per element, a warp or block per row, split and column reductions)."""
+
+    language = "CUDA"
+    storage_types = CTYPES
+    value_types = {**CTYPES, "float16": "float", "bfloat16": "float"}
+    index_code = {
+        **CStyleRenderer.index_code, "Mul": lambda a: "(" + " * ".join(a) + ")", "FloorDiv": "tv_ifloordiv({0}, {1})",
+        "IntTrueDiv": "((double){0} / {1})", "CeilDiv": "(-tv_ifloordiv(-({0}), {1}))",
+        "ModularIndexing": "(({0} / {1}) % {2})", "PythonMod": "tv_ipymod({0}, {1})", "Mod": "tv_ipymod({0}, {1})",
+        "Identity": "({0})", **{k: f"((long long){fn}({{0}}))" for k, fn in _TYPE_OF_INDEX.items()}}
+    code_for_op = {**CStyleRenderer.code_for_op, **_UNARY, **_BINARY,
+                   "where": "({0} ? static_cast<{t}>({1}) : static_cast<{t}>({2}))",
+                   "rand": "tv_rand({0}, {1})", "randn": "tv_randn({0}, {1})",
+                   "randint64": "tv_randint64({0}, {1}, {2}, {3})"}
+    unsupported_ops = {k: v for k, v in CStyleRenderer.unsupported_ops.items()
+                       if k not in ("rand", "randn", "randint64", "load_seed")}
+
+    def int_literal(self, v: int) -> str:
+        return f"{v}LL" if abs(v) >= 2**31 else str(v)
+
+    def rational_literal(self, e: Any) -> str:
+        return f"({e.p}.0 / {e.q}.0)" if e.is_Rational else repr(float(e))
+
+    def render_pow(self, base: str, exponent: Any, exp_text: str) -> str:
+        if exponent.is_Integer and 0 <= int(exponent) <= 8:
+            return "(" + " * ".join([base] * int(exponent)) + ")" if int(exponent) else "1"
+        return f"tv_ipow((long long){base}, (long long){exp_text})"
+
+    def value_type(self, dtype: str | None) -> str:
+        return "auto" if dtype is None else super().value_type(dtype)
+
+    def inf_literal(self, ctype: str, negative: bool) -> str:
+        return f"(-({ctype})INFINITY)" if negative else f"(({ctype})INFINITY)"
+
+    def _acc_type(self, red: Stmt) -> str:
+        """The C type a reduction accumulates its values in: its dtype's, except that argmax/argmin
+        compare the source values (their dtype is the index's: accumulating values in it would
+        truncate 2.7 and 2.2 to the same 2 and return the first)."""
+        if red.attr("kind") in ("argmax", "argmin") and red.attr("src_dtype"):
+            return self.value_type(red.attr("src_dtype"))
+        return self.value_type(red.attr("dtype") or red.dtype)
 
     def __init__(self, kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str],
                  local_elsewhere: frozenset[str], sm_count: int) -> None:
@@ -662,11 +630,11 @@ class _Gen:
         return ", ".join(ps) + extra
 
     def _written(self) -> set[str]:
-        return {st.attr("buffer") for n in self.kernel.nests for st in _walk(n.body)
+        return {st.attr("buffer") for n in self.kernel.nests for st in n.stmts()
                 if st.op in ("store", "store_reduction")}
 
     def _num(self, e: Any) -> str:
-        return _cexpr(e, {})
+        return self.print_index(e)
 
     def _pointwise(self, name: str, nests: list[_Nest]) -> None:
         n_expr = _prod(nests[0].nest.ranges)
@@ -679,7 +647,7 @@ class _Gen:
             bad = {b for _, b, i, _ in acc if sympy.expand(_canon(i, nests[0].env) - X) != 0}
             vec_bufs = sorted((cont - bad) - set(locals_), key=self.order.index)
             vec_bufs = [b for b in vec_bufs if not any(st.op == "store" and st.attr("mode") for st in
-                                                       _walk(nests[0].nest.body) if st.attr("buffer") == b)]
+                                                       nests[0].nest.stmts() if st.attr("buffer") == b)]
             if any(_in_masked(nests[0].nest.body, b) for b in vec_bufs):
                 vec_bufs = []
         vec = 1
@@ -697,7 +665,7 @@ class _Gen:
                 self.lines.append(f"  if (base + {v} <= n) {{")
                 for b in vec_bufs:
                     t = CTYPES[self.buffers[b].dtype]
-                    if any(st.op == "load" and st.attr("buffer") == b for st in _walk(nests[0].nest.body)):
+                    if any(st.op == "load" and st.attr("buffer") == b for st in nests[0].nest.stmts()):
                         self.lines.append(f"    const tv_vec<{t}, {v}> vl_{b} = *reinterpret_cast<const tv_vec<{t}, {v}>*>({b} + base);")
                     if b in written:
                         self.lines.append(f"    tv_vec<{t}, {v}> vs_{b};")
@@ -705,7 +673,7 @@ class _Gen:
                 self.lines.append("      const idx_t X = base + k;")
                 for c in nests:
                     self.lines.append("      {")
-                    self._nest_body(c, {"X": "X"}, "        ", locals_, vec=(set(vec_bufs), "k"))
+                    self._nest_body(c, {"X": "X"}, "        ", locals_, lanes=(set(vec_bufs), "k"))
                     self.lines.append("      }")
                 self.lines.append("    }")
                 for b in vec_bufs:
@@ -770,7 +738,7 @@ class _Gen:
         self.lines.append("  if (X >= R) return;")
         for c in nests:
             if c.nest.name in {p[0].nest.name for p in locals_.values()} and all(
-                    st.attr("buffer") in locals_ for st in _walk(c.nest.body) if st.op in ("store", "store_reduction")):
+                    st.attr("buffer") in locals_ for st in c.nest.stmts() if st.op in ("store", "store_reduction")):
                 continue  # every value it stores is recomputed where it is read
             self.lines.append(f"  {{ // {c.nest.name} ({c.role})")
             if c.role == "full":
@@ -867,7 +835,7 @@ class _Gen:
             self.launches.append(Launch(name, "column", rows=str(rows), rlen=str(rlen), threads=256))
             return
         kind = reds[0].attr("kind")
-        acc_t = _acc_type(reds[0])
+        acc_t = self._acc_type(reds[0])
         fields = _RED[kind][0]
         ftypes = [_field_type(kind, f, acc_t) for f in fields]
         ws = "".join(f", {t}* ws{j}" for j, t in enumerate(ftypes))
@@ -889,7 +857,7 @@ class _Gen:
     def _split(self, name: str, rows: Any, rlen: Any, threads: int, splits: int, c: _Nest, red: Stmt,
                written: set[str]) -> None:
         kind = red.attr("kind")
-        acc_t = _acc_type(red)
+        acc_t = self._acc_type(red)
         fields = _RED[kind][0]
         ftypes = [_field_type(kind, f, acc_t) for f in fields]
         ws = "".join(f", {t}* __restrict__ ws{j}" for j, t in enumerate(ftypes))
@@ -916,150 +884,154 @@ class _Gen:
 
     # -- statements --
     def _nest_body(self, c: _Nest, coords: Mapping[str, str], ind: str, locals_: Mapping[str, Any],
-                   vec: tuple[set[str], str] | None = None, prefix: str = "", inline: bool = False) -> dict[str, str]:
+                   lanes: tuple[set[str], str] | None = None, prefix: str = "",
+                   recompute: bool = False) -> dict[str, str]:
+        """Bind the nest's loop variables from ``coords`` (X: row or flat index, C: column), then
+        emit its body; returns the C value of each SSA name."""
         names: dict[str, str] = {}
         for v in (*c.row_vars, *c.col_vars):
-            self.lines.append(f"{ind}const idx_t {prefix}{v} = {_cexpr(c.env[v], coords)};")
+            self.lines.append(f"{ind}const idx_t {prefix}{v} = {self.print_index(c.env[v], coords)};")
             names[v] = prefix + v
-        return self._stmts(c, c.nest.body, names, ind, locals_, vec, prefix, inline=inline)
+        return self._stmts(_Scope(c, names, ind, locals_, lanes, prefix, recompute=recompute), c.nest.body)
 
-    def _stmts(self, c: _Nest, body: Sequence[Stmt], names: dict[str, str], ind: str, locals_: Mapping[str, Any],
-               vec: tuple[set[str], str] | None = None, prefix: str = "", include: set[int] | None = None,
-               guard: bool = False, vals: dict[str, str] | None = None, inline: bool = False,
-               top: bool = True) -> dict[str, str]:
+    def _stmts(self, scope: _Scope, body: Sequence[Stmt], include: set[int] | None = None) -> dict[str, str]:
         """Emit the statements of ``body`` (those in ``include``, if given) as C; returns the C
-        value of each SSA name. ``vec``: (buffers read/written through the vector registers, the
-        lane); ``guard``: once-per-row statements, stored by thread 0; ``inline``: recompute a
-        local buffer's value (no stores); ``top``: not inside a ``masked`` body."""
-        ctx = _Ctx(c, names, ind, locals_, vec, prefix, guard, {} if vals is None else vals, inline, top)
+        value of each SSA name."""
         for st in body:
             if include is not None and id(st) not in include:
                 continue
-            if inline and st.op in ("store", "store_reduction"):
+            if scope.recompute and st.op in ("store", "store_reduction"):
                 continue
-            a = [ctx.vals.get(x, prefix + x) for x in st.args]
-            nm, t = prefix + (st.name or ""), _ctype(st.dtype)
-            if st.op == "load":
-                self._load(ctx, st, nm, t)
-            elif st.op in ("store", "store_reduction"):
-                self._store(ctx, st, a)
-            elif st.op == "masked":
-                other = _const(st.attr("other"), st.dtype)
-                self.lines += [f"{ind}{t} {nm} = {other};", f"{ind}if ({a[0]}) {{"]
-                res = self._stmts(c, st.body, dict(names), ind + "  ", locals_, None, prefix, None, guard,
-                                  dict(ctx.vals), inline, top=False)
-                self.lines += [f"{ind}  {nm} = {res['__yield']};", f"{ind}}}"]
-            elif st.op == "yield":
-                ctx.vals["__yield"] = a[0]
-            elif st.op == "indirect_indexing":
-                size = self._index(st.attr("size"), names)
-                self.lines.append(f"{ind}idx_t {nm} = (idx_t)({a[0]});")
-                if st.attr("wrap_neg", True):
-                    self.lines.append(f"{ind}if ({nm} < 0) {nm} += {size};")
-                names[st.name] = ctx.vals[st.name] = nm
-            elif st.op == "reduction":
-                ctx.vals[st.name] = nm  # the accumulator: set by _reduce_nest
-            elif st.op != "check_bounds":
-                self.lines.append(f"{ind}{self._compute(c, st, a, nm, t, names, prefix)}")
-            if st.name and st.name not in ctx.vals:
-                ctx.vals[st.name] = nm
-        return ctx.vals
+            self.statement(st, scope)
+            if st.name and st.name not in scope.values:
+                scope.values[st.name] = scope.prefix + st.name
+        return scope.values
 
-    def _load(self, ctx: "_Ctx", st: Stmt, nm: str, t: str) -> None:
+    def _declare(self, scope: _Scope, st: Stmt, expr: str) -> None:
+        t = self.value_type(st.dtype)
+        self.lines.append(f"{scope.indent}const {t} {scope.prefix}{st.name} = {expr};")
+
+    # -- statements (dispatched by ``statement``) --
+    def stmt_load(self, st: Stmt, scope: _Scope) -> None:
         """A load: recomputed (a local buffer), from the vector registers, from a value this row
         computed earlier, from the persistent row cache, or from memory."""
-        buf, ind = st.attr("buffer"), ctx.ind
-        if buf in ctx.locals_:
-            pc, pst = ctx.locals_[buf]
+        buf, ind, nm, t = st.attr("buffer"), scope.indent, scope.prefix + st.name, self.value_type(st.dtype)
+        if buf in scope.local_buffers:
+            part, store = scope.local_buffers[buf]
             self.counter += 1
             p = f"l{self.counter}_"
             self.lines += [f"{ind}{t} {nm};", f"{ind}{{"]
-            sub = self._nest_body(pc, {"X": "X", "C": "C"}, ind + "  ", ctx.locals_, prefix=p, inline=True)
-            self.lines += [f"{ind}  {nm} = {sub.get(pst.args[0], p + pst.args[0])};", f"{ind}}}"]
-            ctx.vals[st.name] = nm
+            sub = self._nest_body(part, {"X": "X", "C": "C"}, ind + "  ", scope.local_buffers, prefix=p,
+                                  recompute=True)
+            self.lines += [f"{ind}  {nm} = {sub.get(store.args[0], p + store.args[0])};", f"{ind}}}"]
+            scope.values[st.name] = nm
             return
-        if ctx.vec and buf in ctx.vec[0]:
-            expr = f"vl_{buf}.v[{ctx.vec[1]}]"
+        if scope.lanes and buf in scope.lanes[0]:
+            expr = f"vl_{buf}.v[{scope.lanes[1]}]"
         else:
-            expr = f"{buf}[{self._index(st.attr('index'), ctx.names)}]"
-        key = (buf, str(_canon(st.attr("index"), ctx.c.env)))
+            expr = f"{buf}[{self.index(st.attr('index'), scope.names)}]"
+        key = (buf, str(_canon(st.attr("index"), scope.part.env)))
         if self.row_vals is not None and key in self.row_vals:
             expr = self.row_vals[key]   # a value this row computed earlier in the kernel
-        cached = self._cached_load(ctx.c, st, t, nm, expr) if ctx.top and not ctx.guard else None
+        cached = self._cached_load(scope.part, st, t, nm, expr) if scope.top_level and not scope.once_per_row else None
         self.lines.append(f"{ind}{cached or f'const {t} {nm} = static_cast<{t}>({expr});'}")
 
-    def _store(self, ctx: "_Ctx", st: Stmt, a: list[str]) -> None:
+    def stmt_store(self, st: Stmt, scope: _Scope) -> None:
         """A store: to the vector registers, atomic, or plain (once per row: thread 0 stores, and
         the value is kept for later loads of the row)."""
-        buf, ind = st.attr("buffer"), ctx.ind
-        if buf in ctx.locals_:
+        buf, ind = st.attr("buffer"), scope.indent
+        if buf in scope.local_buffers:
             return
         bt = CTYPES[self.buffers[buf].dtype]
-        val = f"static_cast<{bt}>({a[0]})"
-        if ctx.vec and buf in ctx.vec[0]:
-            self.lines.append(f"{ind}vs_{buf}.v[{ctx.vec[1]}] = {val};")
+        val = f"static_cast<{bt}>({scope.arg(st.args[0])})"
+        target = f"{buf}[{self.index(st.attr('index'), scope.names)}]"
+        if scope.lanes and buf in scope.lanes[0]:
+            self.lines.append(f"{ind}vs_{buf}.v[{scope.lanes[1]}] = {val};")
         elif st.attr("mode") == "atomic_add":
-            self.lines.append(f"{ind}atomicAdd(&{buf}[{self._index(st.attr('index'), ctx.names)}], {val});")
+            self.lines.append(f"{ind}atomicAdd(&{target}, {val});")
         elif st.attr("mode"):
             raise CodegenError(f"store mode {st.attr('mode')!r} is not supported")
         else:
-            key = (buf, str(_canon(st.attr("index"), ctx.c.env)))
-            if ctx.guard and ctx.top and self.row_vals is not None and "C" not in key[1]:
+            key = (buf, str(_canon(st.attr("index"), scope.part.env)))
+            if scope.once_per_row and scope.top_level and self.row_vals is not None and "C" not in key[1]:
                 rv = f"rv{len(self.row_vals)}"
                 self.cache_decl.append(f"  {bt} {rv};")
                 self.row_vals[key] = rv
                 self.lines.append(f"{ind}{rv} = {val};")
                 val = rv
-            guard = "if (tid == 0) " if ctx.guard else ""
-            self.lines.append(f"{ind}{guard}{buf}[{self._index(st.attr('index'), ctx.names)}] = {val};")
+            guard = "if (tid == 0) " if scope.once_per_row else ""
+            self.lines.append(f"{ind}{guard}{target} = {val};")
 
-    def _compute(self, c: _Nest, st: Stmt, a: list[str], nm: str, t: str, names: Mapping[str, str],
-                 prefix: str) -> str:
-        """The C declaration of a value statement (constants, casts, math, random numbers)."""
-        op = st.op
-        if op == "constant":
-            return f"const {t} {nm} = {_const(st.attr('value'), st.attr('dtype') or st.dtype)};"
-        if op == "index_expr":
-            return f"const {t} {nm} = static_cast<{t}>({self._index(st.attr('expr'), names)});"
-        if op == "to_dtype":
-            conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
-                    "float16": "__half2float(__float2half({0}))"}.get(st.attr("dtype"), "static_cast<{t}>({0})")
-            return f"const {t} {nm} = {conv.format(a[0], t=t)};"
-        if op == "to_dtype_bitcast":
-            src = _ctype(st.attr("src_dtype"))
-            return f"{t} {nm}; {{ {src} tmp_ = {a[0]}; memcpy(&{nm}, &tmp_, sizeof({nm})); }}"
-        if op == "load_seed":
-            off = a[0] if a else str(st.attr("offset"))
-            return f"const long long {nm} = (long long){st.attr('buffer')}[{off}];"
-        if op in ("rand", "randn"):
-            return f"const {t} {nm} = tv_{op}({a[0]}, {a[1]});"
-        if op == "randint64":
-            return f"const {t} {nm} = tv_randint64({', '.join(a)});"
-        if op == "getitem":
-            red = self._producer(c.nest.body, st.args[0])
-            if red is None or red.op != "reduction":
-                raise CodegenError(f"getitem of {st.args[0]} is not supported")
-            return f"const auto {nm} = acc_{prefix}{red.name}_{_RED[red.attr('kind')][0][st.attr('index')]};"
-        base = op.removeprefix("libdevice_")
-        if op in _UNARY or base in _UNARY:
-            tmpl, tt = _UNARY.get(op) or _UNARY[base], t if t != "auto" else "float"
+    stmt_store_reduction = stmt_store
+
+    def stmt_masked(self, st: Stmt, scope: _Scope) -> None:
+        ind, nm = scope.indent, scope.prefix + st.name
+        self.lines += [f"{ind}{self.value_type(st.dtype)} {nm} = {self.literal(st.attr('other'), st.dtype)};",
+                       f"{ind}if ({scope.arg(st.args[0])}) {{"]
+        inner = replace(scope, names=dict(scope.names), indent=ind + "  ", lanes=None, values=dict(scope.values),
+                        top_level=False)
+        self.lines += [f"{ind}  {nm} = {self._stmts(inner, st.body)['__yield']};", f"{ind}}}"]
+
+    def stmt_yield(self, st: Stmt, scope: _Scope) -> None:
+        scope.values["__yield"] = scope.arg(st.args[0])
+
+    def stmt_indirect_indexing(self, st: Stmt, scope: _Scope) -> None:
+        ind, nm = scope.indent, scope.prefix + st.name
+        size = self.index(st.attr("size"), scope.names)
+        self.lines.append(f"{ind}idx_t {nm} = (idx_t)({scope.arg(st.args[0])});")
+        if st.attr("wrap_neg", True):
+            self.lines.append(f"{ind}if ({nm} < 0) {nm} += {size};")
+        scope.names[st.name] = scope.values[st.name] = nm
+
+    def stmt_reduction(self, st: Stmt, scope: _Scope) -> None:
+        scope.values[st.name] = scope.prefix + st.name  # the accumulator: set by _reduce_nest
+
+    def stmt_check_bounds(self, st: Stmt, scope: _Scope) -> None:
+        pass
+
+    def stmt_constant(self, st: Stmt, scope: _Scope) -> None:
+        self._declare(scope, st, self.literal(st.attr("value"), st.attr("dtype") or st.dtype))
+
+    def stmt_index_expr(self, st: Stmt, scope: _Scope) -> None:
+        t = self.value_type(st.dtype)
+        self._declare(scope, st, f"static_cast<{t}>({self.index(st.attr('expr'), scope.names)})")
+
+    def stmt_to_dtype(self, st: Stmt, scope: _Scope) -> None:
+        conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
+                "float16": "__half2float(__float2half({0}))"}.get(st.attr("dtype"), "static_cast<{t}>({0})")
+        self._declare(scope, st, conv.format(scope.arg(st.args[0]), t=self.value_type(st.dtype)))
+
+    def stmt_to_dtype_bitcast(self, st: Stmt, scope: _Scope) -> None:
+        nm, src = scope.prefix + st.name, self.value_type(st.attr("src_dtype"))
+        self.lines.append(f"{scope.indent}{self.value_type(st.dtype)} {nm}; {{ {src} tmp_ = {scope.arg(st.args[0])}; "
+                          f"memcpy(&{nm}, &tmp_, sizeof({nm})); }}")
+
+    def stmt_load_seed(self, st: Stmt, scope: _Scope) -> None:
+        off = scope.arg(st.args[0]) if st.args else str(st.attr("offset"))
+        self.lines.append(f"{scope.indent}const long long {scope.prefix}{st.name} = "
+                          f"(long long){st.attr('buffer')}[{off}];")
+
+    def stmt_getitem(self, st: Stmt, scope: _Scope) -> None:
+        red = next((s for s in scope.part.nest.body if s.name == st.args[0]), None)
+        if red is None or red.op != "reduction":
+            raise CodegenError(f"getitem of {st.args[0]} is not supported")
+        field_name = _RED[red.attr("kind")][0][st.attr("index")]
+        self.lines.append(f"{scope.indent}const auto {scope.prefix}{st.name} = acc_{scope.prefix}{red.name}_{field_name};")
+
+    def stmt_compute(self, st: Stmt, scope: _Scope) -> None:
+        """Math: unary ops compute in their result type (``float`` for an unknown one), the
+        arithmetic of :data:`_CAST_ARGS` casts its operands to it."""
+        a, t, op = self.operands(st, scope.arg), self.value_type(st.dtype), st.op
+        if op.removeprefix("libdevice_") in _UNARY:
+            tt = t if t != "auto" else "float"
             x = a[0] if op in ("logical_not", "isnan", "isinf", "signbit", "bitwise_not", "identity") \
                 else f"static_cast<{tt}>({a[0]})"
-            return f"const {t} {nm} = {tmpl.format(x, t=tt)};"
-        if op in _BINARY or base in _BINARY:
-            xs = [f"static_cast<{t}>({x})" for x in a] if op in _CAST_ARGS and t != "auto" else a
-            return f"const {t} {nm} = {(_BINARY.get(op) or _BINARY[base]).format(*xs)};"
-        if op == "where":
-            return f"const {t} {nm} = ({a[0]} ? static_cast<{t}>({a[1]}) : static_cast<{t}>({a[2]}));"
-        if op == "fma":
-            return f"const {t} {nm} = fma({a[0]}, {a[1]}, {a[2]});"
-        raise CodegenError(f"ops.{op} is not supported by the CUDA code generator")
-
-    def _producer(self, body: Sequence[Stmt], name: str) -> Stmt | None:
-        return next((s for s in body if s.name == name), None)
-
-    def _index(self, text: str, names: Mapping[str, str]) -> str:
-        return _cexpr(parse_expr(text), names)
+            expr = self.compute(op, [x], st.dtype, tt)
+        elif op in _CAST_ARGS and t != "auto":
+            expr = self.compute(op, [f"static_cast<{t}>({x})" for x in a], st.dtype, t)
+        else:
+            expr = self.compute(op, a, st.dtype, t)
+        self._declare(scope, st, expr)
 
     def _reduce_nest(self, c: _Nest, threads: int, ind: str, locals_: Mapping[str, Any], warp: bool,
                      loop: tuple[str, str] | None = None, partial: bool = False,
@@ -1071,7 +1043,7 @@ class _Gen:
         reds = [st for st in c.nest.body if st.op == "reduction"]
         names: dict[str, str] = {}
         for v in c.row_vars:
-            self.lines.append(f"{ind}const idx_t {v} = {_cexpr(c.env[v], {'X': 'X'})};")
+            self.lines.append(f"{ind}const idx_t {v} = {self.print_index(c.env[v], {'X': 'X'})};")
             names[v] = v
         infos, dups = self._accumulators(c, reds, ind)
         two = final is None and loop is None and not column and self._two_pass_kind(infos)
@@ -1102,7 +1074,7 @@ class _Gen:
         after_set = _closure(c.nest.body, [], after_roots, stop={id(r) for r in reds})
         vals = {red.name: f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else _RED[kind][0][0]}"
                 for red, kind, *_ in infos}
-        self._stmts(c, c.nest.body, names, ind, locals_, include=after_set, guard=not column, vals=vals)
+        self._stmts(_Scope(c, names, ind, locals_, once_per_row=not column, values=vals), c.nest.body, after_set)
 
     def _accumulators(self, c: _Nest, reds: list[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
         """Declare and initialise each reduction's accumulator fields; a reduction equal to one
@@ -1112,7 +1084,7 @@ class _Gen:
             kind = red.attr("kind")
             if kind not in _RED:
                 raise CodegenError(f"reduction kind {kind!r} is not supported by the CUDA code generator")
-            acc_t = _acc_type(red)
+            acc_t = self._acc_type(red)
             fields, inits, upd, comb = _RED[kind]
             ftypes = [_field_type(kind, f, acc_t) for f in fields]
             same = self._same_reduction(c, red)
@@ -1154,9 +1126,9 @@ class _Gen:
             include = _closure(c.nest.body, list(red.args), roots)
             self.lines.append(self._col_loop(ind, "tid", "L", threads))
             for v in c.col_vars:
-                self.lines.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
+                self.lines.append(f"{ind}  const idx_t {v} = {self.print_index(c.env[v], {'C': 'C'})};")
                 names[v] = v
-            vals = self._stmts(c, c.nest.body, names, ind + "  ", locals_, include=include)
+            vals = self._stmts(_Scope(c, names, ind + "  ", locals_), c.nest.body, include)
             v = f"({acc_t}){vals.get(red.args[0], red.args[0])}"
             self.lines += [ind + "  " + update[k].format(a=a, v=v, t=acc_t), f"{ind}}}"]
             self._combine((red, kind, acc_t, (fld,), (acc_t,), None, comb), threads, warp, ind)
@@ -1174,9 +1146,9 @@ class _Gen:
         self.lines.append(self._col_loop(ind, lo, hi, step) if not column and loop is None else
                           f"{ind}#pragma unroll {unroll}\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
         for v in c.col_vars:
-            self.lines.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
+            self.lines.append(f"{ind}  const idx_t {v} = {self.print_index(c.env[v], {'C': 'C'})};")
             names[v] = v
-        vals = self._stmts(c, c.nest.body, names, ind + "  ", locals_, include=loop_set)
+        vals = self._stmts(_Scope(c, names, ind + "  ", locals_), c.nest.body, loop_set)
         for red, kind, acc_t, fields, ftypes, upd, comb in infos:
             args = [vals.get(x, x) for x in red.args]
             self.lines.append(ind + "  " + upd.format(a=f"acc_{red.name}_", v=args[0], i="C", t=acc_t,
@@ -1229,15 +1201,8 @@ def _closure(body: Sequence[Stmt], names: Sequence[str], roots: Sequence[Stmt], 
     return seen
 
 
-def _walk(body: Sequence[Stmt]):  # type: ignore[no-untyped-def]
-    for st in body:
-        yield st
-        if st.body:
-            yield from _walk(st.body)
-
-
 def _in_masked(body: Sequence[Stmt], buf: str) -> bool:
-    return any(st.op == "masked" and any(s.attr("buffer") == buf for s in _walk(st.body)) for st in body)
+    return any(st.op == "masked" and any(s.attr("buffer") == buf for s in st.walk()) for st in body)
 
 
 def generate(kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str],
@@ -1249,4 +1214,4 @@ def generate(kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str]
     program read or write (only buffers outside it may stay in registers); ``sm_count`` steers
     the tiling. See the module docstring for an example.
     """
-    return _Gen(kernel, buffers, size_vars, used_elsewhere, sm_count).run()
+    return CudaRenderer(kernel, buffers, size_vars, used_elsewhere, sm_count).run()

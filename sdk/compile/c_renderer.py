@@ -196,17 +196,17 @@ class CStyleRenderer:
             return f"(({ctype}){v!r})"
         return f"(({ctype}){int(value)}LL)"
 
-    def operands(self, st: Stmt) -> list[str]:
-        """The operands of a compute op in position order: its SSA arguments and its constant
-        operands (attrs ``arg<i>``; ``nargs`` counts both)."""
+    def operands(self, st: Stmt, value: Callable[[str], str] = str) -> list[str]:
+        """The operands of a compute op in position order: its SSA arguments (as ``value`` names
+        them in C) and its constant operands (attrs ``arg<i>``; ``nargs`` counts both)."""
         nargs = st.attr("nargs")
         if nargs is None:
-            return list(st.args)
+            return [value(x) for x in st.args]
         values, out, attrs = iter(st.args), [], dict(st.attrs)
         for k in range(int(nargs)):
             v = attrs.get(f"arg{k}", _SSA)
             if v is _SSA:
-                out.append(next(values))
+                out.append(value(next(values)))
             elif isinstance(v, bool):
                 out.append("true" if v else "false")
             elif isinstance(v, int):
