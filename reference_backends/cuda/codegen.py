@@ -117,6 +117,8 @@ class CudaKernel:
     launches: tuple[Launch, ...]
     buffers: tuple[str, ...]
     size_vars: tuple[str, ...]
+    #: what each bounds check of the module guards, by the number ``tv_error[0]`` records
+    checks: tuple[str, ...] = ()
 
 
 # ---- index algebra -------------------------------------------------------------------------------
@@ -364,6 +366,11 @@ __device__ __forceinline__ long long tv_randint64(long long seed, long long off,
   return lo + (long long)((tv_hash(seed, off) >> 1) % (unsigned long long)(hi - lo));
 }
 template <class T, int V> struct __align__(sizeof(T) * V) tv_vec { T v[V]; };
+// the first failed bounds check of the module since the host last read it: (check, index)
+__device__ long long tv_error[2] = {-1, 0};
+__device__ __forceinline__ void tv_fail(long long check, long long value) {
+  if (atomicCAS((unsigned long long*)&tv_error[0], ~0ULL, (unsigned long long)check) == ~0ULL) tv_error[1] = value;
+}
 """
 
 # op -> C template over the arguments; {t} is the result's compute type.
@@ -522,6 +529,7 @@ class CudaRenderer(CStyleRenderer):
         self.row_vals: dict[tuple[str, str], str] | None = None  # in a row segment: stored per-row values
         self.red_seen: dict[tuple, str] = {}
         self.knobs = _knobs()
+        self.checks: list[str] = []     # the message of each bounds check, by number (tv_fail)
 
     # -- segments --
     def segments(self) -> list[tuple[tuple[Any, Any] | None, list[_Nest]]]:
@@ -616,7 +624,7 @@ class CudaRenderer(CStyleRenderer):
             else:
                 self._rows(name, shape, nests)
         return CudaKernel(self.kernel.name, "\n".join(self.lines) + "\n", tuple(self.launches),
-                          tuple(self.order), self.size_vars)
+                          tuple(self.order), self.size_vars, tuple(self.checks))
 
     def _params(self, written: set[str], extra: str = "") -> str:
         ps = []
@@ -981,6 +989,10 @@ class CudaRenderer(CStyleRenderer):
         self.lines.append(f"{ind}idx_t {nm} = (idx_t)({scope.arg(st.args[0])});")
         if st.attr("wrap_neg", True):
             self.lines.append(f"{ind}if ({nm} < 0) {nm} += {size};")
+        if st.attr("check", True):   # recorded for the host, and no access outside the buffer
+            self.checks.append(f"{_indexed(self.kernel, st.name)} at index {st.name} = {st.args[0]}: "
+                               f"outside [0, {st.attr('size')})")
+            self.lines.append(f"{ind}if ({nm} < 0 || {nm} >= {size}) {{ tv_fail({len(self.checks) - 1}, {nm}); {nm} = 0; }}")
         scope.names[st.name] = scope.values[st.name] = nm
 
     def stmt_reduction(self, st: Stmt, scope: _Scope) -> None:
@@ -1199,6 +1211,13 @@ def _closure(body: Sequence[Stmt], names: Sequence[str], roots: Sequence[Stmt], 
         seen.add(id(st))
         todo += [by_name[n] for n in _uses(st) if n in by_name]
     return seen
+
+
+def _indexed(kernel: Kernel, symbol: str) -> str:
+    """The buffers whose loads or stores use the indirect index ``symbol``."""
+    used = [s.attr("buffer") for n in kernel.nests for s in n.stmts() if s.op in ("load", "store", "store_reduction")
+            and symbol in {x.name for x in parse_expr(s.attr("index")).free_symbols}]
+    return "buffer " + ", ".join(dict.fromkeys(used)) if used else "an index expression"
 
 
 def _in_masked(body: Sequence[Stmt], buf: str) -> bool:
