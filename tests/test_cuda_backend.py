@@ -15,7 +15,7 @@ import torch
 
 from ir_corpus import CORPUS
 from torchvendor.ir import capture
-from torchvendor.ir.loop_ir import Kernel
+from torchvendor.ir.loop_ir import Kernel, validate
 from torchvendor.reference_backends.cuda.codegen import CodegenError, generate
 from torchvendor.sdk import loop_kernels
 
@@ -27,7 +27,7 @@ FEW = ("softmax", "layer_norm", "pointwise_chain", "argmax", "var_mean", "dynami
 def _sources(cases) -> list[tuple[str, str]]:  # noqa: ANN001
     out = []
     for case in cases:
-        prog = capture(case.make(), case.inputs(), level="loop", dynamic=case.dynamic).inference
+        prog = validate(capture(case.make(), case.inputs(), level="loop", dynamic=case.dynamic).inference)
         for k in loop_kernels(prog):
             try:
                 code = generate(k.kernel, k.buffers, k.size_vars)
@@ -130,7 +130,7 @@ def _gpu_codes(name: str):  # noqa: ANN202
     from torchvendor.reference_backends.cuda.backend import CudaBackend, _generate, _neighbours
 
     with open(GPU_PROGRAMS) as f:
-        program = LoopProgram.from_json(json.load(f)[name])
+        program = validate(LoopProgram.from_json(json.load(f)[name]))
     codes = []
     for lk in loop_kernels(program):
         prev, nxt = _neighbours(lk)

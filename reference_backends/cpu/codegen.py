@@ -29,7 +29,8 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import sys
+from typing import Any, Callable, Sequence
 
 import sympy
 
@@ -294,8 +295,10 @@ class CppRenderer(CStyleRenderer):
 
     def check(self, what: str, size: str) -> int:
         """Number a bounds check; its message names what is indexed and the bound."""
-        self.checks.append(f"{what}: outside [0, {size})")
-        return len(self.checks) - 1
+        message = f"{what}: outside [0, {size})"
+        if message not in self.checks:
+            self.checks.append(message)
+        return self.checks.index(message)
 
     def indexed(self, symbol: str) -> str:
         """The buffers whose loads or stores use the indirect index ``symbol``."""
@@ -751,6 +754,11 @@ def _group(w: CppRenderer, group: Sequence[LoopNest]) -> None:
     for nest in group:
         _nest(w, nest, bound=1)
     w.close()
+
+
+def renderer_module() -> Any:
+    """The module of the SDK renderer this generator builds on (part of the kernel cache's key)."""
+    return sys.modules[CStyleRenderer.__module__]
 
 
 def generate(lk: LoopKernel) -> str:

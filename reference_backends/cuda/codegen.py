@@ -990,9 +990,10 @@ class CudaRenderer(CStyleRenderer):
         if st.attr("wrap_neg", True):
             self.lines.append(f"{ind}if ({nm} < 0) {nm} += {size};")
         if st.attr("check", True):   # recorded for the host, and no access outside the buffer
-            self.checks.append(f"{_indexed(self.kernel, st.name)} at index {st.name} = {st.args[0]}: "
-                               f"outside [0, {st.attr('size')})")
-            self.lines.append(f"{ind}if ({nm} < 0 || {nm} >= {size}) {{ tv_fail({len(self.checks) - 1}, {nm}); {nm} = 0; }}")
+            what = f"{_indexed(self.kernel, st.name)} at index {st.name} = {st.args[0]}: outside [0, {st.attr('size')})"
+            if what not in self.checks:
+                self.checks.append(what)
+            self.lines.append(f"{ind}if ({nm} < 0 || {nm} >= {size}) {{ tv_fail({self.checks.index(what)}, {nm}); {nm} = 0; }}")
         scope.names[st.name] = scope.values[st.name] = nm
 
     def stmt_reduction(self, st: Stmt, scope: _Scope) -> None:
