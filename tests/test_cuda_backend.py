@@ -351,3 +351,25 @@ if __name__ == "__main__":
     except Exception as e:  # noqa: BLE001
         result = f"{type(e).__name__}: {str(e)[-1500:]}"
     print(json.dumps({"cuda graphs": result}), flush=True)
+
+
+@gpu
+def test_out_of_range_indices_raise_and_the_process_keeps_working():
+    """Issue 24: gather / scatter_add / index_put with a bad index raise IndexError naming the
+    kernel, the buffer and the index (strict mode: no fallback to eager, whose device assert
+    would poison the context); negative indices wrap as in eager; CUDA keeps working after."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    import torchvendor.reference_backends.cuda  # noqa: F401 - registers the backend
+
+    x, s = torch.randn(8, device="cuda"), torch.ones(3, device="cuda")
+    cases = {"gather": (lambda x, i, s: x[i] * 2, [1, -2, 3]),
+             "scatter_add": (lambda x, i, s: x.scatter_add(0, i, s) + 1, [1, 7, 3]),
+             "index_put": (lambda x, i, s: torch.index_put(x, (i,), s, accumulate=True) * 2, [1, -2, 3])}
+    for name, (fn, good) in cases.items():
+        compiled = torch.compile(fn, backend="torchvendor_cuda", options={"strict": True, "cuda_graphs": False})
+        i = torch.tensor(good, device="cuda")
+        torch.testing.assert_close(compiled(x, i, s), fn(x, i, s), msg=name)
+        with pytest.raises(Exception, match=r"kernel \w+: index out of bounds: buffer .* got 9"):
+            compiled(x, torch.tensor([1, 9, 3], device="cuda"), s)
+        assert torch.ones(4, device="cuda").sum().item() == 4.0, name
