@@ -343,7 +343,7 @@ def _is_size(ctx: MatchContext, node: Any) -> bool:
     return isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool) or ctx.op(node) in _SYMBOLIC_KEYS
 
 
-def explain(rules: Rule | Sequence[Rule] | str, graph: fx.Graph | fx.GraphModule, *, limit: int = 3) -> str:
+def explain(rules: Rule | Sequence[Rule], graph: fx.Graph | fx.GraphModule, *, limit: int = 3) -> str:
     """Why ``rules`` match or do not match ``graph``, in words, one section per rule.
 
     A rule that matches says where. One whose structural matches are all invalid says which
@@ -351,7 +351,8 @@ def explain(rules: Rule | Sequence[Rule] | str, graph: fx.Graph | fx.GraphModule
     anchor op is present says, for the ``limit`` nearest candidates (those that got furthest
     into the pattern), which constraint failed: the op, an attribute, a dtype or shape, an
     input count (naming symbolic-size inputs under dynamic shapes), or a repeated name bound to
-    two nodes. ``rules`` may be a stock pattern name. The graph is prepared as
+    two nodes (:func:`~torchvendor.sdk.compile.patterns.explain` takes a stock pattern's name). The
+    graph is prepared as
     :func:`rewrite_fx` prepares it (:func:`prepare_graph`, in place).
 
     >>> import torch
@@ -361,12 +362,6 @@ def explain(rules: Rule | Sequence[Rule] | str, graph: fx.Graph | fx.GraphModule
     rule 'torch.relu(method.view(x, arg1=4))': no match; nearest candidates:
       at relu: view: attribute arg1=2, the pattern wants 4 (after 1 pattern op(s) matched)
     """
-    if isinstance(rules, str):
-        from .patterns import _get
-
-        stock = _get(rules)
-        rules = stock.rules(None) + ([Rule(stock.training, None, name=f"{rules}[training]")]
-                                     if stock.training is not None else [])
     rule_list = [rules] if isinstance(rules, Rule) else list(rules)
     view = FxView(prepare_graph(graph))
     return "\n".join(line for rule in rule_list for line in explain_rule(view, rule, limit=limit, is_size=_is_size))
