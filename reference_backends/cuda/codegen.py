@@ -1,7 +1,7 @@
 """Loop IR kernel -> CUDA C: the code generator of the reference CUDA backend.
 
 A loop IR :class:`Kernel` is a list of nests run in order. The generator cuts it into
-*segments*, each one ``__global__`` function, launched in order on one stream:
+*segments* (``segments.py``), each one ``__global__`` function, launched in order on one stream:
 
 - **pointwise** segments (nests without reduction ranges over the same number of elements)
   map one flat index to each thread; where every access of a buffer is the flat index itself
@@ -46,6 +46,8 @@ import sympy
 
 from torchvendor.ir.loop_ir import Buffer, Kernel, LoopNest, Stmt, parse_expr
 from torchvendor.sdk import CodegenError, CStyleRenderer
+
+from .segments import C, Part, X, accesses, canonical, classify, post_names, prod, row_col_steps
 
 __all__ = ["generate", "CudaKernel", "CudaRenderer", "Launch", "CodegenError", "CTYPES"]
 
@@ -120,165 +122,6 @@ class CudaKernel:
     size_vars: tuple[str, ...]
     #: what each bounds check of the module guards, by the number ``tv_error[0]`` records
     checks: tuple[str, ...] = ()
-
-
-# ---- index algebra -------------------------------------------------------------------------------
-def _prod(sizes: Sequence[str]) -> Any:
-    out = sympy.Integer(1)
-    for s in sizes:
-        out = out * parse_expr(s)
-    return sympy.expand(out)
-
-
-def _decompose(sizes: Sequence[Any], flat: str) -> list[Any]:
-    """Mixed-radix digits of the index ``flat`` over ``sizes`` (row-major), as index expressions."""
-    out = []
-    for k, size in enumerate(sizes):
-        inner = _prod([str(x) for x in sizes[k + 1:]])
-        if size == 1:
-            out.append(sympy.Integer(0))
-        elif k == 0:
-            out.append(parse_expr(flat if inner == 1 else f"FloorDiv({flat}, {inner})"))
-        else:
-            out.append(parse_expr(f"ModularIndexing({flat}, {inner}, {size})"))
-    return out
-
-
-def _merge(e: Any) -> Any:
-    """Fold ``b*FloorDiv(Y, b) + ModularIndexing(Y, 1, b)`` into ``Y`` (and ``b*ModularIndexing(Y,
-    b, m) + ModularIndexing(Y, 1, b)`` into ``ModularIndexing(Y, 1, b*m)``), so that a
-    multi-dimensional contiguous index is recognised as the flat index."""
-    if not isinstance(e, sympy.Add):
-        return e
-    terms = list(e.args)
-    changed = True
-    while changed:
-        changed = False
-        for t1 in terms:
-            c1, f1 = t1.as_coeff_Mul()
-            if type(f1).__name__ != "ModularIndexing" or f1.args[1] != 1:
-                continue
-            y, _, b = f1.args
-            for t2 in terms:
-                c2, f2 = t2.as_coeff_Mul()
-                if t2 is t1 or f2.args[:2] != (y, b) or c2 != c1 * b:
-                    continue
-                if type(f2).__name__ == "FloorDiv":
-                    new = c1 * y
-                elif type(f2).__name__ == "ModularIndexing":
-                    new = c1 * _MI(y, 1, b * f2.args[2])
-                else:
-                    continue
-                terms = [t for t in terms if t is not t1 and t is not t2] + [new]
-                changed = True
-                break
-            if changed:
-                break
-    return sympy.Add(*terms)
-
-
-# ---- classifying nests into segments -----------------------------------------------------------
-X, C = parse_expr("X"), parse_expr("C")
-_MI = type(parse_expr("ModularIndexing(X, 2, 3)"))
-
-
-@dataclass
-class _Nest:
-    nest: LoopNest
-    role: str                 # "flat", "reduce", "full" (row x col pointwise), "row" (once per row)
-    env: dict[str, Any]       # loop variable -> expression of X (row / flat index) and C (column)
-    row_vars: list[str] = field(default_factory=list)
-    col_vars: list[str] = field(default_factory=list)
-    row_sizes: list[Any] = field(default_factory=list)
-    col_sizes: list[Any] = field(default_factory=list)
-
-
-def _canon(index: str, env: Mapping[str, Any]) -> Any:
-    e = parse_expr(index)
-    return _merge(sympy.expand(e.xreplace({s: env[s.name] for s in e.free_symbols if s.name in env})))
-
-
-def _split(sizes: list[Any], rows: Any) -> int | None:
-    acc = sympy.Integer(1)
-    for k in range(len(sizes) + 1):
-        if sympy.expand(acc - rows) == 0:
-            return k
-        if k < len(sizes):
-            acc = sympy.expand(acc * sizes[k])
-    return None
-
-
-def _classify(nest: LoopNest, shape: tuple[Any, Any] | None) -> _Nest | None:
-    isz = [parse_expr(s) for s in nest.ranges]
-    rsz = [parse_expr(s) for s in nest.reduction_ranges]
-    iv = [f"i{k}" for k in range(len(isz))]
-    rv = [f"r{k}" for k in range(len(rsz))]
-    if shape is None:  # flat pointwise
-        if rsz:
-            return None
-        return _Nest(nest, "flat", dict(zip(iv, _decompose(isz, "X"))), iv, [], isz, [])
-    rows, rlen = shape
-    if rsz:
-        if sympy.expand(_prod(nest.ranges) - rows) or sympy.expand(_prod(nest.reduction_ranges) - rlen):
-            return None
-        env = dict(zip(iv, _decompose(isz, "X")))
-        env.update(zip(rv, _decompose(rsz, "C")))
-        return _Nest(nest, "reduce", env, iv, rv, isz, rsz)
-    k = _split(isz, rows)
-    if k is None:
-        return None
-    if k == len(isz) and rlen != 1:
-        return _Nest(nest, "row", dict(zip(iv, _decompose(isz, "X"))), iv, [], isz, [])
-    if sympy.expand(_prod(nest.ranges[k:]) - rlen):
-        return None
-    env = dict(zip(iv[:k], _decompose(isz[:k], "X")))
-    env.update(zip(iv[k:], _decompose(isz[k:], "C")))
-    return _Nest(nest, "full", env, iv[:k], iv[k:], isz[:k], isz[k:])
-
-
-def _steps(e: Any, rows: Any, rlen: Any) -> tuple[int, int] | None:
-    """(address step from one row to the next, from one column to the next) of index ``e`` of
-    ``X`` (row) and ``C`` (column), or None if it has none. A polynomial index has its
-    coefficients; a static one of ``FloorDiv``/``ModularIndexing`` digits (a row index cut in
-    several dimensions) is sampled: the row step must hold across a warp's 32 rows."""
-    if e.is_polynomial(X, C):
-        if sympy.degree(e, X) > 1 or sympy.degree(e, C) > 1:
-            return None
-        cx, cc = e.coeff(X, 1), e.coeff(C, 1)
-        return (int(cx), int(cc)) if cx.is_Integer and cc.is_Integer else None
-    if not (rows.is_Integer and rlen.is_Integer and int(rows) >= 33 and int(rlen) >= 2):
-        return None
-
-    def at(x: int, col: int) -> int:
-        v = e.xreplace({X: sympy.Integer(x), C: sympy.Integer(col)})
-        return int(v) if v.is_Integer else 0
-    row = {at(x + 1, 0) - at(x, 0) for x in range(32)}
-    return (row.pop(), at(0, 1) - at(0, 0)) if len(row) == 1 else None
-
-
-def _accesses(nest: LoopNest) -> list[tuple[str, str, str, bool]]:
-    """(kind, buffer, index, in column context) of every load/store of a nest."""
-    out: list[tuple[str, str, str, bool]] = []
-    post = _post_names(nest)
-
-    def walk(body: Sequence[Stmt]) -> None:
-        for st in body:
-            if st.op in ("load", "store", "store_reduction"):
-                col = st.op != "store_reduction" and not (st.name in post)
-                out.append((st.op, st.attr("buffer"), st.attr("index"), col))
-            if st.body:
-                walk(st.body)
-    walk(nest.body)
-    return out
-
-
-def _post_names(nest: LoopNest) -> set[str]:
-    """SSA names that depend on a reduction result (run once per row, after the reduction)."""
-    post: set[str] = set()
-    for st in nest.body:
-        if st.op == "reduction" or any(a in post for a in st.args):
-            post.add(st.name) if st.name else None
-    return post
 
 
 # ---- the generator -----------------------------------------------------------------------------
@@ -356,7 +199,7 @@ def _field_type(kind: str, fieldname: str, acc: str) -> str:
 class _Scope:
     """Where :meth:`CudaRenderer._stmts` emits a body, and the C name of each SSA value so far."""
 
-    part: _Nest                        # the nest and its place in the segment
+    part: Part                        # the nest and its place in the segment
     names: dict[str, str]              # loop variable or indirect index -> its C name
     indent: str
     local_buffers: Mapping[str, Any]   # buffers never stored: their loads recompute the value
@@ -443,8 +286,8 @@ class CudaRenderer(CStyleRenderer):
         self.checks: list[str] = []     # the message of each bounds check, by number (tv_fail)
 
     # -- segments --
-    def segments(self) -> list[tuple[tuple[Any, Any] | None, list[_Nest]]]:
-        segs: list[tuple[tuple[Any, Any] | None, list[_Nest]]] = []
+    def segments(self) -> list[tuple[tuple[Any, Any] | None, list[Part]]]:
+        segs: list[tuple[tuple[Any, Any] | None, list[Part]]] = []
         cur: list[LoopNest] = []
         for nest in self.kernel.nests:
             trial = self._plan(cur + [nest])
@@ -461,26 +304,26 @@ class CudaRenderer(CStyleRenderer):
             segs.append(self._plan(cur))  # type: ignore[arg-type]
         return segs
 
-    def _plan(self, nests: list[LoopNest]) -> tuple[tuple[Any, Any] | None, list[_Nest]] | None:
+    def _plan(self, nests: list[LoopNest]) -> tuple[tuple[Any, Any] | None, list[Part]] | None:
         red = next((n for n in nests if n.reduction_ranges), None)
-        shape = None if red is None else (_prod(red.ranges), _prod(red.reduction_ranges))
+        shape = None if red is None else (prod(red.ranges), prod(red.reduction_ranges))
         out = []
         for n in nests:
-            c = _classify(n, shape)
+            c = classify(n, shape)
             if c is None:
                 return None
             out.append(c)
-        if shape is None and any(sympy.expand(_prod(n.ranges) - _prod(nests[0].ranges)) for n in nests):
+        if shape is None and any(sympy.expand(prod(n.ranges) - prod(nests[0].ranges)) for n in nests):
             return None
         # every buffer written in the segment is accessed at one element of its row/flat index
         written: dict[str, Any] = {}
         for c in out:
-            for kind, buf, index, _ in _accesses(c.nest):
-                canon = _canon(index, c.env)
+            for kind, buf, index, _ in accesses(c.nest):
+                canon = canonical(index, c.env)
                 if buf in written and sympy.expand(written[buf] - canon) != 0:
                     return None
                 if kind != "load":
-                    prev = [(_canon(i, o.env)) for o in out[: out.index(c)] for k2, b2, i, _ in _accesses(o.nest)
+                    prev = [(canonical(i, o.env)) for o in out[: out.index(c)] for k2, b2, i, _ in accesses(o.nest)
                             if b2 == buf]
                     if any(sympy.expand(p - canon) != 0 for p in prev):
                         return None
@@ -488,10 +331,10 @@ class CudaRenderer(CStyleRenderer):
         return shape, out
 
     # -- buffers that stay in registers --
-    def _locals(self, nests: list[_Nest]) -> dict[str, tuple[_Nest, Stmt]]:
+    def _locals(self, nests: list[Part]) -> dict[str, tuple[Part, Stmt]]:
         """Buffers written by one 'full'/'flat' nest of the segment and read only later in it, in
         column context: their loads recompute the value instead."""
-        cands: dict[str, tuple[_Nest, Stmt]] = {}
+        cands: dict[str, tuple[Part, Stmt]] = {}
         for c in nests:
             for st in c.nest.body:
                 if st.op == "store" and c.role in ("full", "flat") and st.attr("mode") is None:
@@ -500,10 +343,10 @@ class CudaRenderer(CStyleRenderer):
                         cands[b] = None  # type: ignore[assignment]
                     else:
                         cands[b] = (c, st)
-        loaded = {buf for c in nests for kind, buf, _, _ in _accesses(c.nest) if kind == "load"}
+        loaded = {buf for c in nests for kind, buf, _, _ in accesses(c.nest) if kind == "load"}
         out = {b: v for b, v in cands.items() if v is not None and b in loaded}
         for k, c in enumerate(nests):
-            for kind, buf, index, col in _accesses(c.nest):
+            for kind, buf, index, col in accesses(c.nest):
                 if buf in out:
                     prod_nest = out[buf][0]
                     if kind != "load" and c is not prod_nest:
@@ -521,7 +364,7 @@ class CudaRenderer(CStyleRenderer):
     def run(self) -> CudaKernel:
         segs = self.segments()
         big = any(not (s.is_Integer and int(s) < 2**31) for b in self.buffers.values() for s in
-                  [_prod(b.size), *(parse_expr(x) for x in b.stride)]) or not self.static
+                  [prod(b.size), *(parse_expr(x) for x in b.stride)]) or not self.static
         self.idx = "long long" if big else "int"
         if any(b.dtype == "float16" for b in self.buffers.values()):
             self.lines.append("#include <cuda_fp16.h>")
@@ -555,15 +398,15 @@ class CudaRenderer(CStyleRenderer):
     def _num(self, e: Any) -> str:
         return self.print_index(e)
 
-    def _pointwise(self, name: str, nests: list[_Nest]) -> None:
-        n_expr = _prod(nests[0].nest.ranges)
+    def _pointwise(self, name: str, nests: list[Part]) -> None:
+        n_expr = prod(nests[0].nest.ranges)
         locals_ = self._locals(nests)
         # contiguous accesses (index == flat index) of a single-nest segment are vectorized
         vec_bufs: list[str] = []
         if len(nests) == 1:
-            acc = _accesses(nests[0].nest)
-            cont = {b for _, b, i, _ in acc if sympy.expand(_canon(i, nests[0].env) - X) == 0}
-            bad = {b for _, b, i, _ in acc if sympy.expand(_canon(i, nests[0].env) - X) != 0}
+            acc = accesses(nests[0].nest)
+            cont = {b for _, b, i, _ in acc if sympy.expand(canonical(i, nests[0].env) - X) == 0}
+            bad = {b for _, b, i, _ in acc if sympy.expand(canonical(i, nests[0].env) - X) != 0}
             vec_bufs = sorted((cont - bad) - set(locals_), key=self.order.index)
             vec_bufs = [b for b in vec_bufs if not any(st.op == "store" and st.attr("mode") for st in
                                                        nests[0].nest.stmts() if st.attr("buffer") == b)]
@@ -626,7 +469,7 @@ class CudaRenderer(CStyleRenderer):
             splits = max(1, min((self.sm_count * 4) // max(r, 1), l // (threads * 16)))
         return threads, 1, splits
 
-    def _rows(self, name: str, shape: tuple[Any, Any], nests: list[_Nest]) -> None:
+    def _rows(self, name: str, shape: tuple[Any, Any], nests: list[Part]) -> None:
         rows, rlen = shape
         threads, rpb, splits = self._tiling(rows, rlen)
         reds = [st for c in nests for st in c.nest.body if st.op == "reduction"]
@@ -689,13 +532,13 @@ class CudaRenderer(CStyleRenderer):
             return head + f"if (const idx_t C = {lo} + k * {step}; C < {hi}) {{"
         return f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{"
 
-    def _cached_load(self, c: _Nest, st: Stmt, t: str, nm: str, expr: str) -> str | None:
+    def _cached_load(self, c: Part, st: Stmt, t: str, nm: str, expr: str) -> str | None:
         """In a persistent row segment, a load of a buffer the kernel never writes is read once per
         (buffer, element) and kept in a register array for the later nests."""
         buf = st.attr("buffer")
         if not self.persist or buf in self._written():
             return None
-        key = (buf, str(_canon(st.attr("index"), c.env)))
+        key = (buf, str(canonical(st.attr("index"), c.env)))
         if "C" not in key[1]:
             return None
         arr = self.cache.get(key)
@@ -703,7 +546,7 @@ class CudaRenderer(CStyleRenderer):
             return f"const {t} {nm} = static_cast<{t}>({arr}[k]);"
         arr = f"reg{len(self.cache)}"
         self.cache[key] = arr
-        if self.knobs["stream"] and expr.startswith(f"{buf}[") and X in _canon(st.attr("index"), c.env).free_symbols:
+        if self.knobs["stream"] and expr.startswith(f"{buf}[") and X in canonical(st.attr("index"), c.env).free_symbols:
             # read once, by this row alone: evict first, so that the L2's older lines stay (a
             # kernel after a large write, e.g. do_bench's cache flush, otherwise writes dirty lines
             # back while it reads: var_mean 4096x4096 34.2 -> 28.9 us on the H100)
@@ -711,7 +554,7 @@ class CudaRenderer(CStyleRenderer):
         self.cache_decl.append(f"  {CTYPES[self.buffers[buf].dtype]} {arr}[{self.persist}];")
         return f"const {t} {nm} = static_cast<{t}>({arr}[k] = {expr});"
 
-    def _same_reduction(self, c: _Nest, red: Stmt) -> tuple | None:
+    def _same_reduction(self, c: Part, red: Stmt) -> tuple | None:
         """A key for a reduction of a plain load inside a row segment (None elsewhere): two
         reductions with one key compute the same value (Inductor emits one welford per output)."""
         if self.row_vals is None or len(red.args) != 1:
@@ -719,24 +562,24 @@ class CudaRenderer(CStyleRenderer):
         src = next((st for st in c.nest.body if st.name == red.args[0]), None)
         if src is None or src.op != "load":
             return None
-        return (red.attr("kind"), red.attr("dtype"), src.attr("buffer"), str(_canon(src.attr("index"), c.env)))
+        return (red.attr("kind"), red.attr("dtype"), src.attr("buffer"), str(canonical(src.attr("index"), c.env)))
 
-    def _columnar(self, c: _Nest, rows: Any, rlen: Any) -> bool:
+    def _columnar(self, c: Part, rows: Any, rlen: Any) -> bool:
         """Whether neighbouring rows are neighbouring elements and the reduction strided
         (``x.sum(0)``, or the first half of Inductor's split of it): then a thread per row, walking
         its row, reads coalesced across the warp."""
         any_strided = False
-        for kind, buf, index, col in _accesses(c.nest):
-            e = _canon(index, c.env)
+        for kind, buf, index, col in accesses(c.nest):
+            e = canonical(index, c.env)
             if kind != "load" or not col or C not in e.free_symbols:
                 continue
-            steps = _steps(e, rows, rlen)
+            steps = row_col_steps(e, rows, rlen)
             if steps is None or steps[0] not in (0, 1):
                 return False
             any_strided = any_strided or steps[1] != 1
         return any_strided
 
-    def _column(self, name: str, rows: Any, rlen: Any, c: _Nest, written: set[str]) -> None:
+    def _column(self, name: str, rows: Any, rlen: Any, c: Part, written: set[str]) -> None:
         reds = [st for st in c.nest.body if st.op == "reduction"]
         splits = 1
         if rows.is_Integer and rlen.is_Integer:
@@ -773,7 +616,7 @@ class CudaRenderer(CStyleRenderer):
         self.launches.append(Launch(name, "column", rows=str(rows), rlen=str(rlen), threads=256, splits=splits,
                                     workspace=tuple(ftypes)))
 
-    def _split(self, name: str, rows: Any, rlen: Any, threads: int, splits: int, c: _Nest, red: Stmt,
+    def _split(self, name: str, rows: Any, rlen: Any, threads: int, splits: int, c: Part, red: Stmt,
                written: set[str]) -> None:
         kind = red.attr("kind")
         acc_t = self._acc_type(red)
@@ -802,7 +645,7 @@ class CudaRenderer(CStyleRenderer):
                                     workspace=tuple(ftypes)))
 
     # -- statements --
-    def _nest_body(self, c: _Nest, coords: Mapping[str, str], ind: str, locals_: Mapping[str, Any],
+    def _nest_body(self, c: Part, coords: Mapping[str, str], ind: str, locals_: Mapping[str, Any],
                    lanes: tuple[set[str], str] | None = None, prefix: str = "",
                    recompute: bool = False) -> dict[str, str]:
         """Bind the nest's loop variables from ``coords`` (X: row or flat index, C: column), then
@@ -849,7 +692,7 @@ class CudaRenderer(CStyleRenderer):
             expr = f"vl_{buf}.v[{scope.lanes[1]}]"
         else:
             expr = f"{buf}[{self.index(st.attr('index'), scope.names)}]"
-        key = (buf, str(_canon(st.attr("index"), scope.part.env)))
+        key = (buf, str(canonical(st.attr("index"), scope.part.env)))
         if self.row_vals is not None and key in self.row_vals:
             expr = self.row_vals[key]   # a value this row computed earlier in the kernel
         cached = self._cached_load(scope.part, st, t, nm, expr) if scope.top_level and not scope.once_per_row else None
@@ -871,7 +714,7 @@ class CudaRenderer(CStyleRenderer):
         elif st.attr("mode"):
             raise CodegenError(f"store mode {st.attr('mode')!r} is not supported")
         else:
-            key = (buf, str(_canon(st.attr("index"), scope.part.env)))
+            key = (buf, str(canonical(st.attr("index"), scope.part.env)))
             if scope.once_per_row and scope.top_level and self.row_vals is not None and "C" not in key[1]:
                 rv = f"rv{len(self.row_vals)}"
                 self.cache_decl.append(f"  {bt} {rv};")
@@ -957,7 +800,7 @@ class CudaRenderer(CStyleRenderer):
             expr = self.compute(op, a, st.dtype, t)
         self._declare(scope, st, expr)
 
-    def _reduce_nest(self, c: _Nest, threads: int, ind: str, locals_: Mapping[str, Any], warp: bool,
+    def _reduce_nest(self, c: Part, threads: int, ind: str, locals_: Mapping[str, Any], warp: bool,
                      loop: tuple[str, str] | None = None, partial: bool = False,
                      final: tuple[int, Sequence[str]] | None = None, column: bool = False) -> None:
         """Accumulate over the row (threads stride by ``threads``; ``column``: one thread walks
@@ -992,7 +835,7 @@ class CudaRenderer(CStyleRenderer):
         if partial:
             return
         # the statements after the reduction, once per row (every thread computes, thread 0 stores)
-        post = _post_names(c.nest)
+        post = post_names(c.nest)
         after_roots = [st for st in c.nest.body if st.op != "reduction" and (
             st.name in post or st.op == "store_reduction" or (st.op == "store" and st.args[0] in post))]
         after_set = _closure(c.nest.body, [], after_roots, stop={id(r) for r in reds})
@@ -1000,7 +843,7 @@ class CudaRenderer(CStyleRenderer):
                 for red, kind, *_ in infos}
         self._stmts(_Scope(c, names, ind, locals_, once_per_row=not column, values=vals), c.nest.body, after_set)
 
-    def _accumulators(self, c: _Nest, reds: list[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
+    def _accumulators(self, c: Part, reds: list[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
         """Declare and initialise each reduction's accumulator fields; a reduction equal to one
         earlier in the row (same kind of the same values) reuses that one's (``dups``)."""
         infos, dups = [], []
@@ -1030,7 +873,7 @@ class CudaRenderer(CStyleRenderer):
         registers: then two passes over the registers replace the per-element update."""
         return bool(self.persist) and len(infos) == 1 and infos[0][1] in _TWO_PASS
 
-    def _two_pass(self, c: _Nest, info: tuple, names: dict[str, str], threads: int, warp: bool, ind: str,
+    def _two_pass(self, c: Part, info: tuple, names: dict[str, str], threads: int, warp: bool, ind: str,
                   locals_: Mapping[str, Any]) -> None:
         """A row held in registers reduced in two passes, each with a cheap combine across the row's
         threads, instead of one pass of the online update (whose per-element and per-shuffle steps
@@ -1044,7 +887,7 @@ class CudaRenderer(CStyleRenderer):
         red, kind, acc_t, *_ = info
         a = f"acc_{red.name}_"
         first, second, between, update = _TWO_PASS[kind]
-        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in _post_names(c.nest)]
+        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post_names(c.nest)]
         for k, (fld, comb) in enumerate((first, second)):
             roots = pre_stores if k == 0 else []   # stores before the reduction run in the first pass
             include = _closure(c.nest.body, list(red.args), roots)
@@ -1059,10 +902,10 @@ class CudaRenderer(CStyleRenderer):
             if k == 0 and between:
                 self.lines.append(ind + between.format(a=a, t=acc_t))
 
-    def _accumulate(self, c: _Nest, reds: list[Stmt], infos: list[tuple], names: dict[str, str], threads: int,
+    def _accumulate(self, c: Part, reds: list[Stmt], infos: list[tuple], names: dict[str, str], threads: int,
                     ind: str, locals_: Mapping[str, Any], loop: tuple[str, str] | None, column: bool) -> None:
         """The loop over this thread's columns of the row, updating the accumulators."""
-        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in _post_names(c.nest)]
+        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post_names(c.nest)]
         loop_set = _closure(c.nest.body, [a for r in reds for a in r.args], pre_stores)
         lo, hi = loop or ("0" if column else "tid", "L")
         step = 1 if column else threads
