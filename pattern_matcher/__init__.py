@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .context import MatchContext
 from .errors import PatternError, RewriteError
+from .explain import explain_rule
 from .keymap import COMMUTATIVE_OPS, KEYMAPS, map_keys
 from .match import Match, find_all
 from .matcher import MatchReport, PatternMatcher
@@ -31,5 +32,5 @@ from .template import AttrOf, Fused, T, Template
 __all__ = [
     "P", "W", "Opt", "Star", "Multi", "Pattern", "Op", "Wildcard", "Alt", "Variadic", "MultiPattern",
     "T", "Template", "Fused", "AttrOf", "Rule", "PatternMatcher", "MatchReport", "RewriteResult", "Match",
-    "find_all", "MatchContext", "map_keys", "KEYMAPS", "COMMUTATIVE_OPS", "PatternError", "RewriteError",
+    "find_all", "explain_rule", "MatchContext", "map_keys", "KEYMAPS", "COMMUTATIVE_OPS", "PatternError", "RewriteError",
 ]

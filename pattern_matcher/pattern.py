@@ -336,6 +336,11 @@ class Op(Pattern):
     def anchor_keys(self) -> frozenset[str] | None:
         return self.keys
 
+    @property
+    def label(self) -> str:
+        """The operator as the pattern spells it (a key, keys joined by ``|``, or a predicate's name)."""
+        return self._label
+
     def variadic(self) -> Variadic | None:
         return self.args[self.star_at] if self.star_at >= 0 else None  # type: ignore[return-value]
 

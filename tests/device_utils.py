@@ -1,5 +1,6 @@
-"""The device tests' helpers: the conformance suite's OpInfo runner and tensor helpers, re-exported
-(``tests/`` is on ``sys.path`` under pytest; the code lives in the package so vendors run it too)."""
+"""The device tests' helpers: the device name, tensor helpers, and the conformance suite's OpInfo
+runner re-exported (``tests/`` is on ``sys.path`` under pytest; the runner lives in the package so
+vendors run it too, the helpers here are the tests' own)."""
 from __future__ import annotations
 
 import functools
@@ -7,9 +8,40 @@ import functools
 import torch
 
 from torchvendor.sdk.conformance.opinfo import OpResult
-from torchvendor.sdk.conformance.opinfo import (ALL_DTYPES, DEVICE, REPRESENTATIVE_OPS, dev,  # noqa: F401
-                                                format_failure, make_cpu, opinfo_ops, run_opinfo_corpus,
-                                                run_opinfo_corpus_isolated, run_opinfo_op, summarize)
+from torchvendor.sdk.conformance.opinfo import (REPRESENTATIVE_OPS, format_failure,  # noqa: F401
+                                                opinfo_ops, run_opinfo_corpus, run_opinfo_corpus_isolated,
+                                                run_opinfo_op, summarize)
+
+#: the reference simulated accelerator the device tests register
+DEVICE = "acme"
+
+ALL_DTYPES = [
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.complex64, torch.complex128,
+]
+
+
+def dev(index: int | None = None) -> torch.device:
+    return torch.device(DEVICE if index is None else f"{DEVICE}:{index}")
+
+
+def make_cpu(shape, dtype, *, seed: int = 0, low=None, high=None) -> torch.Tensor:  # noqa: ANN001
+    """A deterministic CPU tensor of any dtype (values in a range that every dtype holds)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_complex:
+        real = torch.randn(shape, generator=g, dtype=torch.float64)
+        imag = torch.randn(shape, generator=g, dtype=torch.float64)
+        return torch.complex(real, imag).to(dtype)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * 4).to(dtype)
+    if dtype == torch.uint8:
+        lo, hi = (0 if low is None else low), (200 if high is None else high)
+    else:
+        lo, hi = (-100 if low is None else low), (100 if high is None else high)
+    return torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(dtype)
 
 
 @functools.lru_cache(maxsize=None)

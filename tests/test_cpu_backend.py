@@ -54,7 +54,9 @@ def test_codegen_reports_what_it_cannot_translate():
 def _kernel_source(fn, *args) -> str:
     from torchvendor.ir import capture
 
-    return "\n".join(generate(lk) for lk in loop_kernels(capture(fn, list(args), level="loop").inference))
+    from torchvendor.ir.loop_ir import validate
+
+    return "\n".join(generate(lk) for lk in loop_kernels(validate(capture(fn, list(args), level="loop").inference)))
 
 
 def test_nests_share_the_outer_loop_only_where_rows_are_independent():

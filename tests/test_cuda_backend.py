@@ -15,7 +15,7 @@ import torch
 
 from ir_corpus import CORPUS
 from torchvendor.ir import capture
-from torchvendor.ir.loop_ir import Kernel
+from torchvendor.ir.loop_ir import Kernel, validate
 from torchvendor.reference_backends.cuda.codegen import CodegenError, generate
 from torchvendor.sdk import loop_kernels
 
@@ -27,7 +27,7 @@ FEW = ("softmax", "layer_norm", "pointwise_chain", "argmax", "var_mean", "dynami
 def _sources(cases) -> list[tuple[str, str]]:  # noqa: ANN001
     out = []
     for case in cases:
-        prog = capture(case.make(), case.inputs(), level="loop", dynamic=case.dynamic).inference
+        prog = validate(capture(case.make(), case.inputs(), level="loop", dynamic=case.dynamic).inference)
         for k in loop_kernels(prog):
             try:
                 code = generate(k.kernel, k.buffers, k.size_vars)
@@ -130,7 +130,7 @@ def _gpu_codes(name: str):  # noqa: ANN202
     from torchvendor.reference_backends.cuda.backend import _generate, _merge_epilogues
 
     with open(GPU_PROGRAMS) as f:
-        program = LoopProgram.from_json(json.load(f)[name])
+        program = validate(LoopProgram.from_json(json.load(f)[name]))
     return [_generate(lk, 132) for lk in loop_kernels(_merge_epilogues(program, 132))]
 
 
@@ -348,3 +348,25 @@ if __name__ == "__main__":
     except Exception as e:  # noqa: BLE001
         result = f"{type(e).__name__}: {str(e)[-1500:]}"
     print(json.dumps({"cuda graphs": result}), flush=True)
+
+
+@gpu
+def test_out_of_range_indices_raise_and_the_process_keeps_working():
+    """Issue 24: gather / scatter_add / index_put with a bad index raise IndexError naming the
+    kernel, the buffer and the index (strict mode: no fallback to eager, whose device assert
+    would poison the context); negative indices wrap as in eager; CUDA keeps working after."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    import torchvendor.reference_backends.cuda  # noqa: F401 - registers the backend
+
+    x, s = torch.randn(8, device="cuda"), torch.ones(3, device="cuda")
+    cases = {"gather": (lambda x, i, s: x[i] * 2, [1, -2, 3]),
+             "scatter_add": (lambda x, i, s: x.scatter_add(0, i, s) + 1, [1, 7, 3]),
+             "index_put": (lambda x, i, s: torch.index_put(x, (i,), s, accumulate=True) * 2, [1, -2, 3])}
+    for name, (fn, good) in cases.items():
+        compiled = torch.compile(fn, backend="torchvendor_cuda", options={"strict": True, "cuda_graphs": False})
+        i = torch.tensor(good, device="cuda")
+        torch.testing.assert_close(compiled(x, i, s), fn(x, i, s), msg=name)
+        with pytest.raises(Exception, match=r"kernel \w+: index out of bounds: buffer .* got 9"):
+            compiled(x, torch.tensor([1, 9, 3], device="cuda"), s)
+        assert torch.ones(4, device="cuda").sum().item() == 4.0, name

@@ -430,3 +430,32 @@ def test_runner_takes_an_extern_returning_a_0d_tensor():
     assert not loop_kernels(program)   # an extern only
     (out,) = ProgramRunner(program, {}, "cpu")(x)
     assert out.item() == 2.0 and out.dim() == 0
+
+
+def test_validate_accepts_captured_programs_and_names_each_broken_invariant():
+    from torchvendor.ir.loop_ir import (Buffer, Kernel, LoopIRValidationError, LoopNest, LoopProgram, Stmt,
+                                        validate)
+
+    prog = capture(lambda x, i: (x[i] * 2).softmax(-1), [torch.randn(8, 4), torch.tensor([1, -2])],
+                   level="loop").inference
+    assert validate(prog) is prog
+    x = Buffer("x", "float32", ("4",), ("1",), "cpu", "input")
+    y = Buffer("y", "float32", ("4",), ("1",), "cpu", "output", view_of="z")
+    body = (Stmt("t0", "load", (), (("buffer", "x"), ("index", "i0 + ind9"))),
+            Stmt("t1", "reduction", ("t0",), (("kind", "median"),), "float32"),
+            Stmt("t2", "masked", ("t0",), (("other", 0.0),), "float32", (Stmt("t3", "exp", ("t0",)),)),
+            Stmt("t1", "neg", ("t5",), (), "float99"),
+            Stmt(None, "store", ("t1",), (("buffer", "w"), ("index", "i1"))))
+    bad = LoopProgram("bad", "cpu", (x, y), ("x", "q"), (), (Kernel("k", (LoopNest("op0", ("4",), (), body),)),))
+    with pytest.raises(LoopIRValidationError) as e:
+        validate(bad)
+    for problem in ("buffer 'y' is a view of 'z', which is not a buffer",
+                    "input 'q' is neither a buffer nor a scalar input",
+                    "k/op0/t0 (load): index 'i0 + ind9' uses ind9",
+                    "k/op0/t1 (reduction): unknown reduction kind 'median'",
+                    "k/op0/t1 (reduction): a reduction in a nest without reduction ranges",
+                    "k/op0/t3 (exp): a masked body must end with yield",
+                    "k/op0/t1 (neg): t5 is used before it is defined", "k/op0/t1 (neg): unknown dtype 'float99'",
+                    "k/op0/t1 (neg): t1 is defined twice", "k/op0/store: no buffer 'w'",
+                    "k/op0/store: index 'i1' uses i1"):
+        assert problem in str(e.value)

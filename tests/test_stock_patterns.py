@@ -166,14 +166,14 @@ def test_explain_names_symbolic_sizes_of_a_naive_view_pattern():
     assert text.startswith("rule 'naive': no match; nearest candidates:"), text
     assert "view_1 (aten.view.default) has 3 input(s), the pattern gives 1" in text
     assert "are symbolic sizes (dynamic shapes): accept them with Star()" in text
-    assert explain("linear_gelu", gm).splitlines()[0] == "rule 'linear_gelu#0': 1 match(es), at gelu"
+    assert patterns.explain("linear_gelu", gm).splitlines()[0] == "rule 'linear_gelu#0': 1 match(es), at gelu"
 
 
 def test_explain_attribute_and_missing_anchor():
     gm = capture(nn.Sequential(nn.Linear(8, 16), nn.GELU()), [x2()], level="aten").graphs()["inference"]
     text = explain(Rule(P("aten.gelu.default", "x", attrs={"approximate": "tanh"}), name="tanh"), gm)
     assert "gelu: has no attribute 'approximate' (the pattern wants 'tanh'); the call leaves it to its default" in text
-    assert "nothing almost matched" in explain("softmax", gm)
+    assert "nothing almost matched" in patterns.explain("softmax", gm)
     ln = capture(nn.Sequential(nn.LayerNorm(8), nn.ReLU()), [x2()], level="aten").graphs()["inference"]
     text = explain(Rule(P("aten.relu.default", P("operator.getitem", "t", attrs={"arg1": 1})), name="r"), ln)
     assert "at relu: getitem: attribute arg1=0, the pattern wants 1 (after 1 pattern op(s) matched)" in text, text

@@ -13,7 +13,7 @@ The same module roles as every IR level (``torch_ir/``, ``aten_ir/``, ``loop_ir/
 and what only this level has: :mod:`.schema`, the dataclasses a vendor's code generator reads
 (:class:`LoopProgram`, :class:`Kernel`, :class:`Stmt`, ...); :mod:`.extract`, the translation
 from Inductor after lowering and fusion; :mod:`.printer`, readable text;
-:mod:`.view`, GraphView adapters.
+:mod:`.view`, GraphView adapters; :mod:`.invariants`, the invariant checker (:func:`validate`).
 
 Example::
 
@@ -31,10 +31,11 @@ from torchvendor.ir.lazy import lazy_getattr
 _LAZY = {
     "LoopProgram": "schema", "Kernel": "schema", "ExternKernel": "schema", "LoopNest": "schema",
     "Stmt": "schema", "Buffer": "schema", "BufferRef": "schema", "SizeExpr": "schema",
-    "TorchValue": "schema", "SCHEMA_VERSION": "schema", "parse_expr": "schema",
+    "TorchValue": "schema", "SCHEMA_VERSION": "schema", "parse_expr": "schema", "INDEX_FUNCTIONS": "schema",
+    "STATEMENT_OPS": "schema", "COMPUTE_OPS": "schema", "REDUCTION_KINDS": "schema",
     "loop_backend": "capture", "LoopIRUnsupported": "extract",
     "run_program": "interpreter", "run_kernel": "interpreter", "LoopIRRuntimeError": "interpreter",
-    "format_program": "printer",
+    "format_program": "printer", "validate": "invariants", "LoopIRValidationError": "invariants",
     "KernelBodyView": "view", "ProgramView": "view",
     "capture_loop": "capture", "loop_ir_hook": "capture", "lower_graph": "capture",
     "inductor_decompositions": "capture", "LoopCapture": "program",

@@ -32,7 +32,7 @@ from typing import Any, Iterator, Literal, Union
 
 __all__ = ["SCHEMA_VERSION", "Buffer", "Stmt", "LoopNest", "Kernel", "ExternKernel", "BufferRef",
            "SizeExpr", "TorchValue", "LoopProgram", "Operation", "BufferKind", "INDEX_FUNCTIONS", "parse_expr",
-           "encode_value", "decode_value"]
+           "encode_value", "decode_value", "STATEMENT_OPS", "COMPUTE_OPS", "REDUCTION_KINDS"]
 
 #: Bumped on any incompatible change of the JSON form; readers reject other versions.
 SCHEMA_VERSION = 1
@@ -46,6 +46,28 @@ INDEX_FUNCTIONS = ("FloorDiv", "ModularIndexing", "CleanDiv", "CeilDiv", "Min", 
                    "PowByNatural")
 
 BufferKind = Literal["input", "output", "intermediate", "constant"]
+
+#: Statement ops with a meaning of their own (memory, structure, conversions, indirect indices).
+STATEMENT_OPS = ("load", "store", "store_reduction", "reduction", "masked", "yield", "constant", "index_expr",
+                 "to_dtype", "to_dtype_bitcast", "getitem", "indirect_indexing", "check_bounds", "load_seed")
+
+#: Compute ops: Inductor's ``ops.*`` names with the semantics of the torch function of that name
+#: (``docs/loop_ir.md``); ``libdevice_<name>`` spells ``<name>``. A code generator renders each
+#: or declares it unsupported (``torchvendor.sdk.CStyleRenderer.unsupported_ops``).
+COMPUTE_OPS = (
+    "add", "sub", "mul", "truediv", "div", "int_truediv", "floordiv", "truncdiv", "mod", "remainder", "fmod",
+    "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not",
+    "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
+    "bitwise_right_shift", "lshift", "rshift", "and_", "or_", "xor", "where", "identity", "relu", "neg", "abs",
+    "reciprocal", "square", "rsqrt", "sigmoid", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt",
+    "cbrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+    "atan2", "hypot", "copysign", "nextafter", "erf", "erfc", "erfinv", "lgamma", "tgamma", "digamma", "floor",
+    "ceil", "trunc", "round", "sign", "signbit", "isinf", "isnan", "fma", "frexp", "round_decimal", "ceil_to_int",
+    "floor_to_int", "trunc_to_int", "round_to_int", "log_ndtr", "ndtri", "rand", "randn", "randint64")
+
+#: ``reduction`` kinds (its ``kind`` attr).
+REDUCTION_KINDS = ("sum", "prod", "max", "min", "any", "xor_sum", "argmax", "argmin", "welford_reduce",
+                   "welford_combine", "online_softmax_reduce")
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from .toolchain import DeviceKernel, HostKernel, build, toolchain_id
 __all__ = ["CpuBackend"]
 
 #: a digest of the code generator's source: a change to it makes new cache keys
-_GENERATOR = hashlib.sha256(Path(codegen.__file__).read_bytes()).hexdigest()
+_GENERATOR = hashlib.sha256(b"".join(p.read_bytes() for p in codegen.generator_sources())).hexdigest()
 
 
 class CpuBackend(Backend):

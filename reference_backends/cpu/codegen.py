@@ -29,19 +29,16 @@ Example::
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Sequence
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
 
 import sympy
 
 from torchvendor.ir.loop_ir import LoopNest, Stmt, parse_expr
-from torchvendor.sdk import LoopKernel
+from torchvendor.sdk import CodegenError, CStyleRenderer, LoopKernel
 
-__all__ = ["generate", "CodegenError", "PRELUDE"]
-
-
-class CodegenError(NotImplementedError):
-    """The kernel uses something this code generator does not handle (named in the message)."""
+__all__ = ["generate", "CodegenError", "CppRenderer", "PRELUDE"]
 
 
 #: element type in memory / type of SSA values
@@ -51,271 +48,84 @@ STORAGE = {"float32": "float", "float64": "double", "float16": "uint16_t", "bflo
 VALUE = {**STORAGE, "float16": "float", "bfloat16": "float"}
 FLOATS = {"float32", "float64", "float16", "bfloat16"}
 
-PRELUDE = r"""
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <limits>
-#include <algorithm>
-#ifdef TV_VECTOR_MATH
-// glibc's vector variants (libmvec) of the math functions, declared as math.h does only under
-// -ffast-math: with them `omp simd` loops calling sin/exp/tanh vectorize (results within 4 ulp).
-#define TV_SIMD __attribute__((__simd__("notinbranch")))
-extern "C" {
-TV_SIMD float sinf(float); TV_SIMD float cosf(float); TV_SIMD float expf(float); TV_SIMD float logf(float);
-TV_SIMD float tanhf(float); TV_SIMD float tanf(float); TV_SIMD float expm1f(float); TV_SIMD float log1pf(float);
-TV_SIMD float erff(float); TV_SIMD float atanf(float); TV_SIMD float sinhf(float); TV_SIMD float coshf(float);
-TV_SIMD float log2f(float); TV_SIMD float exp2f(float); TV_SIMD float log10f(float);
-TV_SIMD double sin(double); TV_SIMD double cos(double); TV_SIMD double exp(double); TV_SIMD double log(double);
-TV_SIMD double tanh(double);
-}
-#endif
-template <class T> static inline T tv_max(T a, T b) { return (a != a || a > b) ? a : b; }
-template <class T> static inline T tv_min(T a, T b) { return (a != a || a < b) ? a : b; }
-static inline int64_t tv_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-static inline int64_t tv_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline double tv_floordiv(double a, double b) { return std::floor(a / b); }
-static inline float tv_floordiv(float a, float b) { return std::floor(a / b); }
-template <class T> static inline T tv_remainder(T a, T b) { T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline int64_t tv_remainder(int64_t a, int64_t b) { return tv_floormod(a, b); }
-static inline int32_t tv_remainder(int32_t a, int32_t b) { return (int32_t)tv_floormod(a, b); }
-static inline int64_t tv_ipow(int64_t b, int64_t e) { int64_t r = 1; while (e-- > 0) r *= b; return r; }
-static inline float tv_h2f(uint16_t h) {
-  uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-  if (e == 0) { if (m == 0) u = s; else { int k = -1; do { k++; m <<= 1; } while (!(m & 0x400)); u = s | ((uint32_t)(112 - k) << 23) | ((m & 0x3ff) << 13); } }
-  else if (e == 31) u = s | 0x7f800000u | (m << 13); else u = s | ((e + 112) << 23) | (m << 13);
-  float f; std::memcpy(&f, &u, 4); return f; }
-static inline uint16_t tv_f2h(float f) {
-  uint32_t u; std::memcpy(&u, &f, 4); uint32_t s = (u >> 16) & 0x8000; int32_t e = (int32_t)((u >> 23) & 0xff) - 112; uint32_t m = u & 0x7fffff;
-  if (((u >> 23) & 0xff) == 0xff) return (uint16_t)(s | 0x7c00 | (m ? 0x200 : 0));
-  if (e >= 31) return (uint16_t)(s | 0x7c00);
-  if (e <= 0) { if (e < -10) return (uint16_t)s; m |= 0x800000; uint32_t sh = (uint32_t)(14 - e); uint32_t r = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
-    if (rem > half || (rem == half && (r & 1))) r++; return (uint16_t)(s | r); }
-  uint32_t r = ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fff; if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++; return (uint16_t)(s | r); }
-static inline float tv_b2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline uint16_t tv_f2b(float f) { uint32_t u; std::memcpy(&u, &f, 4); if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);
-  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }
-template <class T> static inline T tv_sign(T x) { return (x != x) ? x : (T)((x > 0) - (x < 0)); }
-static inline double tv_erfinv(double y) {
-  if (y <= -1) return y == -1 ? -INFINITY : NAN; if (y >= 1) return y == 1 ? INFINITY : NAN;
-  double w = -std::log((1.0 - y) * (1.0 + y)), x;
-  if (w < 6.25) { w -= 3.125; x = -3.6444120640178196996e-21; x = -1.685059138182016589e-19 + x * w; x = 1.2858480715256400167e-18 + x * w;
-    x = 1.115787767802518096e-17 + x * w; x = -1.333171662854620906e-16 + x * w; x = 2.0972767875968561637e-17 + x * w; x = 6.6376381343583238325e-15 + x * w;
-    x = -4.0545662729752068639e-14 + x * w; x = -8.1519341976054721522e-14 + x * w; x = 2.6335093153082322977e-12 + x * w; x = -1.2975133253453532498e-11 + x * w;
-    x = -5.4154120542946279317e-11 + x * w; x = 1.051212273321532285e-09 + x * w; x = -4.1126339803469836976e-09 + x * w; x = -2.9070369957882005086e-08 + x * w;
-    x = 4.2347877827932403518e-07 + x * w; x = -1.3654692000834678645e-06 + x * w; x = -1.3882523362786468719e-05 + x * w; x = 0.0001867342080340571352 + x * w;
-    x = -0.00074070253416626697512 + x * w; x = -0.0060336708714301490533 + x * w; x = 0.24015818242558961693 + x * w; x = 1.6536545626831027356 + x * w; }
-  else if (w < 16.0) { w = std::sqrt(w) - 3.25; x = 2.2137376921775787049e-09; x = 9.0756561938885390979e-08 + x * w; x = -2.7517406297064545428e-07 + x * w;
-    x = 1.8239629214389227755e-08 + x * w; x = 1.5027403968909827627e-06 + x * w; x = -4.013867526981545969e-06 + x * w; x = 2.9234449089955446044e-06 + x * w;
-    x = 1.2475304481671778723e-05 + x * w; x = -4.7318229009055733981e-05 + x * w; x = 6.8284851459573175448e-05 + x * w; x = 2.4031110387097893999e-05 + x * w;
-    x = -0.0003550375203628474796 + x * w; x = 0.00095328937973738049703 + x * w; x = -0.0016882755560235047313 + x * w; x = 0.0024914420961078508066 + x * w;
-    x = -0.0037512085075692412107 + x * w; x = 0.005370914553590063617 + x * w; x = 1.0052589676941592334 + x * w; x = 3.0838856104922207635 + x * w; }
-  else { w = std::sqrt(w) - 5.0; x = -2.7109920616438573243e-11; x = -2.5556418169965252055e-10 + x * w; x = 1.5076572693500548083e-09 + x * w;
-    x = -3.7894654401267369937e-09 + x * w; x = 7.6157012080783393804e-09 + x * w; x = -1.4960026627149240478e-08 + x * w; x = 2.9147953450901080826e-08 + x * w;
-    x = -6.7711997758452339498e-08 + x * w; x = 2.2900482228026654717e-07 + x * w; x = -9.9298272942317002539e-07 + x * w; x = 4.5260625972231537039e-06 + x * w;
-    x = -1.9681778105531670567e-05 + x * w; x = 7.5995277030017761139e-05 + x * w; x = -0.00021503011930044477347 + x * w; x = -0.00013871931833623122026 + x * w;
-    x = 1.0103004648645343977 + x * w; x = 4.8499064014085844221 + x * w; }
-  return x * y; }
-template <class To, class From> static inline To tv_bitcast(From v) { static_assert(sizeof(To) == sizeof(From), "bitcast size"); To t; std::memcpy(&t, &v, sizeof(To)); return t; }
-"""
+PRELUDE = (Path(__file__).parent / "prelude.h").read_text()  # the helpers every kernel calls
 
 
-# ---- index expressions -----------------------------------------------------------------------------
+# ---- the renderer: tables over the SDK's C-style renderer ---------------------------------------------
 
-def _args(e: Any) -> list[str]:
-    return [cexpr(a) for a in e.args]
-
-
-_BINARY = {"StrictLessThan": "<", "LessThan": "<=", "StrictGreaterThan": ">", "GreaterThan": ">=",
-           "Equality": "==", "Unequality": "!=", "BitwiseFn_bitwise_and": "&", "BitwiseFn_bitwise_or": "|",
-           "LShift": "<<", "RShift": ">>"}
+def _std(name: str, n: int = 1, cast: bool = False) -> str:
+    args = ", ".join(("({t})" if cast else "") + f"{{{k}}}" for k in range(n))
+    return f"std::{name}({args})"
 
 
-def cexpr(e: Any) -> str:
-    """A sympy index expression as a C++ int64 expression.
-
-    >>> cexpr(parse_expr("FloorDiv(i0, 4) + 8*s0"))
-    '(8L*s0 + tv_floordiv(i0, 4L))'
-    """
-    if e.is_Integer:
-        return f"{int(e)}L"
-    if e.is_Symbol:
-        return e.name
-    if e.is_Rational or e.is_Float:
-        return repr(float(e))
-    if e is sympy.true or e is sympy.false:
-        return "true" if e is sympy.true else "false"
-    name = type(e).__name__
-    a = _args(e)
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(a) + ")"
-    if isinstance(e, sympy.Mul):
-        return "*".join(a)
-    if isinstance(e, sympy.Pow) or name == "PowByNatural":
-        if e.args[1].is_Integer and int(e.args[1]) >= 0:
-            return "(" + "*".join([a[0]] * int(e.args[1])) + ")" if int(e.args[1]) else "1L"
-        return f"tv_ipow({a[0]}, {a[1]})"
-    if name in ("FloorDiv",):
-        return f"tv_floordiv({a[0]}, {a[1]})"
-    if name == "CleanDiv":
-        return f"({a[0]} / {a[1]})"
-    if name == "CeilDiv":
-        return f"(-tv_floordiv(-({a[0]}), {a[1]}))"
-    if name == "ModularIndexing":
-        return f"tv_floormod(tv_floordiv({a[0]}, {a[1]}), {a[2]})"
-    if name in ("PythonMod", "Mod"):
-        return f"tv_floormod({a[0]}, {a[1]})"
-    if name in ("Min", "Max"):
-        out = a[0]
-        for x in a[1:]:
-            out = f"std::{name.lower()}<int64_t>({out}, {x})"
-        return out
-    if name == "Identity":
-        return a[0]
-    if name == "Abs":
-        return f"std::abs((int64_t)({a[0]}))"
-    if name == "Where":
-        return f"({a[0]} ? {a[1]} : {a[2]})"
-    if name == "IntTrueDiv":
-        return f"((double)({a[0]}) / (double)({a[1]}))"
-    if name in ("TruncToInt", "FloorToInt", "CeilToInt", "RoundToInt"):
-        fn = {"TruncToInt": "std::trunc", "FloorToInt": "std::floor", "CeilToInt": "std::ceil",
-              "RoundToInt": "std::nearbyint"}[name]
-        return f"(int64_t){fn}({a[0]})"
-    if name in _BINARY:
-        return f"({a[0]} {_BINARY[name]} {a[1]})"
-    if name in ("And", "Or"):
-        return "(" + (" && " if name == "And" else " || ").join(a) + ")"
-    if name == "Not":
-        return f"(!{a[0]})"
-    raise CodegenError(f"index function {name} is not supported by the C++ code generator")
-
-
-def _index(text: str) -> str:
-    return cexpr(parse_expr(text))
-
-
-# ---- compute ops -------------------------------------------------------------------------------------
-
-_UNARY_STD = {"exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "sin", "cos", "tan", "asin", "acos",
+_UNARY_STD = ("exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "sin", "cos", "tan", "asin", "acos",
               "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma", "floor", "ceil",
-              "trunc", "abs", "cbrt", "tgamma"}
-_BINARY_STD = {"atan2", "hypot", "copysign", "fmod", "nextafter"}
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
-          "ge": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "and_": "&", "or_": "|", "xor": "^",
-          "logical_and": "&&", "logical_or": "||", "bitwise_left_shift": "<<", "bitwise_right_shift": ">>",
-          "lshift": "<<", "rshift": ">>"}
+              "trunc", "cbrt", "tgamma", "isinf", "isnan", "signbit")
 
 
-def _literal(value: Any, dtype: str) -> str:
-    ctype = VALUE.get(dtype, "double")
-    if isinstance(value, bool) or dtype == "bool":
-        return "true" if value else "false"
-    if isinstance(value, float) or dtype in FLOATS:
-        v = float(value)
-        if math.isnan(v):
-            return f"(({ctype})NAN)"
-        if math.isinf(v):
-            return f"(({ctype})({'-' if v < 0 else ''}INFINITY))"
-        return f"(({ctype}){v!r})"
-    return f"(({ctype}){int(value)}LL)"
+def _index_symbols(text: str) -> set[str]:
+    return {x.name for x in parse_expr(text).free_symbols}
 
 
-def _operands(st: Stmt) -> list[str]:
-    """SSA arguments and constant operands (attrs ``arg<i>``, ``nargs`` in all) in position order."""
-    nargs = st.attr("nargs")
-    if nargs is None:
-        return list(st.args)
-    values, out = iter(st.args), []
-    attrs = dict(st.attrs)
-    for k in range(int(nargs)):
-        key = f"arg{k}"
-        if key not in attrs:
-            out.append(next(values))
-        elif isinstance(attrs[key], bool):
-            out.append("true" if attrs[key] else "false")
-        elif isinstance(attrs[key], int):
-            out.append(f"{attrs[key]}L")
-        elif isinstance(attrs[key], float):
-            out.append(_literal(attrs[key], "float64"))
-        else:
-            raise CodegenError(f"ops.{st.op}: operand {key}={attrs[key]!r} is not a number")
+def _fold(fn: str, args: list[str]) -> str:
+    out = args[0]
+    for x in args[1:]:
+        out = f"{fn}({out}, {x})"
     return out
 
 
-def _compute(op: str, a: list[str], st: Stmt, dtypes: dict[str, str]) -> str:
-    name = op.removeprefix("libdevice_")
-    dtype = st.dtype or "float32"
-    ct = VALUE.get(dtype, "float")
-    if name in _INFIX:
-        return f"({a[0]} {_INFIX[name]} {a[1]})"
-    if name in ("truediv", "div"):
-        return f"(({ct}){a[0]} / ({ct}){a[1]})"
-    if name == "int_truediv":
-        return f"((double){a[0]} / (double){a[1]})"
-    if name == "floordiv":
-        return f"tv_floordiv(({ct}){a[0]}, ({ct}){a[1]})"
-    if name == "truncdiv":
-        return f"({a[0]} / {a[1]})" if dtype not in FLOATS else f"std::trunc({a[0]} / {a[1]})"
-    if name == "mod":
-        return f"({a[0]} % {a[1]})" if dtype not in FLOATS else f"std::fmod({a[0]}, {a[1]})"
-    if name == "remainder":
-        return f"tv_remainder(({ct}){a[0]}, ({ct}){a[1]})"
-    if name == "pow":
-        return f"std::pow(({ct}){a[0]}, ({ct}){a[1]})" if dtype in FLOATS else f"tv_ipow({a[0]}, {a[1]})"
-    if name in ("maximum", "minimum"):
-        return f"tv_{name[:3]}<{ct}>({a[0]}, {a[1]})"
-    if name == "where":
-        return f"({a[0]} ? ({ct}){a[1]} : ({ct}){a[2]})"
-    if name in ("logical_not",):
-        return f"(!{a[0]})"
-    if name == "logical_xor":
-        return f"((bool){a[0]} != (bool){a[1]})"
-    if name == "bitwise_not":
-        return f"(~{a[0]})" if dtype != "bool" else f"(!{a[0]})"
-    if name == "neg":
-        return f"(-{a[0]})"
-    if name == "identity":
-        return a[0]
-    if name == "relu":
-        return f"tv_max<{ct}>({a[0]}, ({ct})0)"
-    if name == "sigmoid":
-        return f"(({ct})1 / (({ct})1 + std::exp(-{a[0]})))"
-    if name == "reciprocal":
-        return f"(({ct})1 / {a[0]})"
-    if name == "square":
-        return f"({a[0]} * {a[0]})"
-    if name == "rsqrt":
-        return f"(({ct})1 / std::sqrt({a[0]}))"
-    if name == "sign":
-        return f"tv_sign<{ct}>({a[0]})"
-    if name == "round":
-        return f"std::nearbyint({a[0]})"
-    if name in ("isinf", "isnan", "signbit"):
-        return f"std::{name}({a[0]})"
-    if name == "erfinv":
-        return f"(({ct})tv_erfinv((double){a[0]}))"
-    if name == "fma":
-        return f"std::fma({a[0]}, {a[1]}, {a[2]})"
-    if name in _UNARY_STD:
-        if name == "abs" and dtype not in FLOATS:
-            return f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
-        return f"std::{name}({a[0]})"
-    if name in _BINARY_STD:
-        return f"std::{name}(({ct}){a[0]}, ({ct}){a[1]})"
-    raise CodegenError(f"ops.{op} is not supported by the C++ code generator")
+def _int_or_float(int_form: str, float_form: str) -> Callable[[list, str, str], str]:
+    """An op whose C form depends on whether its dtype is floating."""
+    return lambda a, dtype, t: (float_form if dtype in FLOATS else int_form).format(*a, t=t)
 
 
-# ---- statements --------------------------------------------------------------------------------------
+class CppRenderer(CStyleRenderer):
+    """C++ (OpenMP, the compiler's vectorizer) of one loop-IR kernel: ``std::`` math, 64-bit
+    ``L`` index literals, 16-bit floats stored as ``uint16_t`` and computed in ``float``."""
 
-class _Writer:
+    language = "C++"
+    storage_types = STORAGE
+    value_types = VALUE
+    index_code = {
+        **CStyleRenderer.index_code, "Abs": "std::abs((int64_t)({0}))", "TruncToInt": "(int64_t)std::trunc({0})",
+        "FloorToInt": "(int64_t)std::floor({0})", "CeilToInt": "(int64_t)std::ceil({0})",
+        "RoundToInt": "(int64_t)std::nearbyint({0})",
+        "Min": lambda a: _fold("std::min<int64_t>", a), "Max": lambda a: _fold("std::max<int64_t>", a)}
+    code_for_op = {
+        **CStyleRenderer.code_for_op, **{k: _std(k) for k in _UNARY_STD},
+        **{k: _std(k, 2, cast=True) for k in ("atan2", "hypot", "copysign", "fmod", "nextafter")},
+        "truediv": "(({t}){0} / ({t}){1})", "div": "(({t}){0} / ({t}){1})",
+        "floordiv": "tv_floordiv(({t}){0}, ({t}){1})", "remainder": "tv_remainder(({t}){0}, ({t}){1})",
+        "truncdiv": _int_or_float("({0} / {1})", "std::trunc({0} / {1})"),
+        "mod": _int_or_float("({0} % {1})", "std::fmod({0}, {1})"),
+        "pow": _int_or_float("tv_ipow({0}, {1})", "std::pow(({t}){0}, ({t}){1})"),
+        "abs": _int_or_float("({0} < 0 ? -{0} : {0})", "std::abs({0})"),
+        "bitwise_not": lambda a, dtype, t: f"(!{a[0]})" if dtype == "bool" else f"(~{a[0]})",
+        "maximum": "tv_max<{t}>({0}, {1})", "minimum": "tv_min<{t}>({0}, {1})", "where": "({0} ? ({t}){1} : ({t}){2})",
+        "logical_xor": "((bool){0} != (bool){1})", "identity": "{0}", "relu": "tv_max<{t}>({0}, ({t})0)",
+        "sigmoid": "(({t})1 / (({t})1 + std::exp(-{0})))", "reciprocal": "(({t})1 / {0})",
+        "rsqrt": "(({t})1 / std::sqrt({0}))", "sign": "tv_sign<{t}>({0})", "round": "std::nearbyint({0})",
+        "erfinv": "(({t})tv_erfinv((double){0}))", "fma": "std::fma({0}, {1}, {2})"}
+    unsupported_ops = {**CStyleRenderer.unsupported_ops,
+                       **dict.fromkeys(("rand", "randn", "randint64", "load_seed"),
+                                       "the SDK keeps random ops as ATen calls; this kernel has one")}
+
     def __init__(self, lk: LoopKernel) -> None:
         self.lk = lk
         self.lines: list[str] = []
         self.depth = 1
         self.dtypes: dict[str, str] = {}  # SSA name -> dtype
         self.buffers = {b.name: b for b in lk.buffers}
+        self.masked_value: tuple[str, str] | None = None  # (name, C type) a ``yield`` assigns
+        self.checks: list[str] = []  # the message of each bounds check, by number
 
+    def int_literal(self, v: int) -> str:
+        return f"{v}L"
+
+    def literal_type(self, dtype: str | None) -> str:
+        return VALUE.get(dtype, "double")  # type: ignore[arg-type]
+
+    # -- emission --
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
 
@@ -327,12 +137,17 @@ class _Writer:
         self.depth -= 1
         self.emit("}")
 
-    def value_type(self, name: str) -> str:
-        return VALUE[self.dtypes.get(name, "float32")]
+    def define(self, name: str | None, dtype: str, expr: str) -> None:
+        if name is None:
+            raise CodegenError(f"statement defines no value: {expr}")
+        self.dtypes[name] = dtype
+        self.emit(f"{VALUE[dtype]} {name} = {expr};")
 
-    def load(self, buffer: str, index: str) -> tuple[str, str]:
+    # -- memory --
+    def loaded(self, buffer: str, index: str) -> tuple[str, str]:
+        """(C expression, dtype) of an element: 16-bit floats widen to float."""
         dtype = self.buffers[buffer].dtype
-        ref = f"{buffer}[{_index(index)}]"
+        ref = f"{buffer}[{self.index(index)}]"
         if dtype == "float16":
             return f"tv_h2f({ref})", dtype
         if dtype == "bfloat16":
@@ -340,6 +155,7 @@ class _Writer:
         return ref, dtype
 
     def stored(self, buffer: str, value: str) -> str:
+        """``value`` converted to the element type of ``buffer`` (16-bit floats rounded)."""
         dtype = self.buffers[buffer].dtype
         if dtype == "float16":
             return f"tv_f2h((float)({value}))"
@@ -347,88 +163,124 @@ class _Writer:
             return f"tv_f2b((float)({value}))"
         return f"({STORAGE[dtype]})({value})"
 
-    def stmt(self, st: Stmt) -> None:
-        op, a = st.op, list(st.args)
-        if op == "load":
-            expr, dtype = self.load(st.attr("buffer"), st.attr("index"))
-            self.define(st.name, dtype, expr)
-        elif op in ("store", "store_reduction"):
-            buffer = st.attr("buffer")
-            target = f"{buffer}[{_index(st.attr('index'))}]"
-            if st.attr("mode") == "atomic_add":
-                if self.buffers[buffer].dtype in ("float16", "bfloat16"):
-                    raise CodegenError("atomic_add into a 16-bit float buffer is not supported")
-                self.emit("#pragma omp atomic")
-                self.emit(f"{target} += {self.stored(buffer, a[0])};")
-            else:
-                self.emit(f"{target} = {self.stored(buffer, a[0])};")
-        elif op == "constant":
-            dtype = st.attr("dtype") or st.dtype or "float32"
-            self.define(st.name, dtype, _literal(st.attr("value"), dtype))
-        elif op == "index_expr":
-            dtype = st.attr("dtype") or st.dtype or "int64"
-            self.define(st.name, dtype, f"({VALUE[dtype]})({_index(st.attr('expr'))})")
-        elif op == "to_dtype":
-            dtype = st.attr("dtype")
-            src = a[0]
-            if dtype == "bool":
-                expr = f"({src} != 0)"
-            elif dtype == "float16":
-                expr = f"tv_h2f(tv_f2h((float)({src})))"
-            elif dtype == "bfloat16":
-                expr = f"tv_b2f(tv_f2b((float)({src})))"
-            else:
-                expr = f"({VALUE[dtype]})({src})"
-            self.define(st.name, dtype, expr)
-        elif op == "to_dtype_bitcast":
-            dtype, src_dtype = st.attr("dtype"), st.attr("src_dtype")
-            if {dtype, src_dtype} & {"float16", "bfloat16"}:
-                raise CodegenError("bitcasts of 16-bit floats are not supported")
-            self.define(st.name, dtype, f"tv_bitcast<{VALUE[dtype]}, {VALUE[src_dtype]}>({a[0]})")
-        elif op == "getitem":
-            src, k = a[0], int(st.attr("index"))
-            self.define(st.name, self.dtypes[f"{src}_{k}"], f"{src}_{k}")
-        elif op == "indirect_indexing":
-            size = _index(st.attr("size"))
-            self.emit(f"int64_t {st.name} = (int64_t)({a[0]});")
-            if st.attr("wrap_neg", True):
-                self.emit(f"if ({st.name} < 0) {st.name} += {size};")
-            if st.attr("check", True):
-                self.emit(f"if ({st.name} < 0 || {st.name} >= {size}) {{ tv_status = 3; {st.name} = 0; }}")
-        elif op == "check_bounds":
-            expr, size = _index(st.attr("expr")), _index(st.attr("size"))
-            self.emit(f"if (({expr}) < 0 || ({expr}) >= {size}) tv_status = 3;")
-        elif op == "masked":
-            self.masked(st)
-        elif op in ("load_seed", "rand", "randn", "randint64"):
-            raise CodegenError(f"random op {op} (the SDK keeps random ops as ATen calls; this kernel has one)")
-        elif op == "reduction":
-            raise AssertionError("reductions are emitted by the nest")
+    # -- statements (dispatched by ``statement``) --
+    def stmt_load(self, st: Stmt) -> None:
+        expr, dtype = self.loaded(st.attr("buffer"), st.attr("index"))
+        self.define(st.name, dtype, expr)
+
+    def stmt_store(self, st: Stmt) -> None:
+        buffer = st.attr("buffer")
+        target = f"{buffer}[{self.index(st.attr('index'))}]"
+        if st.attr("mode") == "atomic_add":
+            if self.buffers[buffer].dtype in ("float16", "bfloat16"):
+                raise CodegenError("atomic_add into a 16-bit float buffer is not supported")
+            self.emit("#pragma omp atomic")
+            self.emit(f"{target} += {self.stored(buffer, st.args[0])};")
         else:
-            a = _operands(st)
-            self.define(st.name, st.dtype or self._promote(a), _compute(op, a, st, self.dtypes))
+            self.emit(f"{target} = {self.stored(buffer, st.args[0])};")
+
+    stmt_store_reduction = stmt_store
+
+    def stmt_constant(self, st: Stmt) -> None:
+        dtype = st.attr("dtype") or st.dtype or "float32"
+        self.define(st.name, dtype, self.literal(st.attr("value"), dtype))
+
+    def stmt_index_expr(self, st: Stmt) -> None:
+        dtype = st.attr("dtype") or st.dtype or "int64"
+        self.define(st.name, dtype, f"({VALUE[dtype]})({self.index(st.attr('expr'))})")
+
+    def stmt_to_dtype(self, st: Stmt) -> None:
+        dtype, src = st.attr("dtype"), st.args[0]
+        if dtype == "bool":
+            expr = f"({src} != 0)"
+        elif dtype == "float16":
+            expr = f"tv_h2f(tv_f2h((float)({src})))"
+        elif dtype == "bfloat16":
+            expr = f"tv_b2f(tv_f2b((float)({src})))"
+        else:
+            expr = f"({VALUE[dtype]})({src})"
+        self.define(st.name, dtype, expr)
+
+    def stmt_to_dtype_bitcast(self, st: Stmt) -> None:
+        dtype, src_dtype = st.attr("dtype"), st.attr("src_dtype")
+        if {dtype, src_dtype} & {"float16", "bfloat16"}:
+            raise CodegenError("bitcasts of 16-bit floats are not supported")
+        self.define(st.name, dtype, f"tv_bitcast<{VALUE[dtype]}, {VALUE[src_dtype]}>({st.args[0]})")
+
+    def stmt_getitem(self, st: Stmt) -> None:
+        src, k = st.args[0], int(st.attr("index"))
+        self.define(st.name, self.dtypes[f"{src}_{k}"], f"{src}_{k}")
+
+    def stmt_indirect_indexing(self, st: Stmt) -> None:
+        """A value used as an index: negative values wrap (as eager indexing does), and where
+        Inductor asks for the check, a value outside ``[0, size)`` is recorded (see
+        :func:`index_check`), the kernel returns 3 and the index becomes 0 (no wild access)."""
+        size, name = self.index(st.attr("size")), st.name
+        self.emit(f"int64_t {name} = (int64_t)({st.args[0]});")
+        if st.attr("wrap_neg", True):
+            self.emit(f"if ({name} < 0) {name} += {size};")
+        if st.attr("check", True):
+            check = self.check(f"{self.indexed(name)} at index {name} = {st.args[0]}", st.attr("size"))
+            self.emit(f"if ({name} < 0 || {name} >= {size}) {{ tv_fail({check}, {name}); tv_status = 3; {name} = 0; }}")
+
+    def stmt_check_bounds(self, st: Stmt) -> None:
+        expr, size = self.index(st.attr("expr")), self.index(st.attr("size"))
+        check = self.check(f"index {st.attr('expr')}", st.attr("size"))
+        self.emit(f"if (({expr}) < 0 || ({expr}) >= {size}) {{ tv_fail({check}, {expr}); tv_status = 3; }}")
+
+    def check(self, what: str, size: str) -> int:
+        """Number a bounds check; its message names what is indexed and the bound."""
+        message = f"{what}: outside [0, {size})"
+        if message not in self.checks:
+            self.checks.append(message)
+        return self.checks.index(message)
+
+    def indexed(self, symbol: str) -> str:
+        """The buffers whose loads or stores use the indirect index ``symbol``."""
+        used = [s.attr("buffer") for n in self.lk.kernel.nests for s in n.stmts()
+                if s.op in ("load", "store", "store_reduction") and symbol in _index_symbols(s.attr("index"))]
+        return "buffer " + ", ".join(dict.fromkeys(used)) if used else "an index expression"
+
+    def stmt_masked(self, st: Stmt) -> None:
+        dtype = st.dtype or "float32"
+        other = st.attr("other")
+        self.define(st.name, dtype, self.literal(other, dtype) if other is not None else f"({VALUE[dtype]})0")
+        self.open(f"if ({st.args[0]})")
+        outer, self.masked_value = self.masked_value, (st.name, VALUE[dtype])  # type: ignore[assignment]
+        for inner in st.body:
+            self.statement(inner)
+        self.masked_value = outer
+        self.close()
+
+    def stmt_yield(self, st: Stmt) -> None:
+        name, ctype = self.masked_value  # type: ignore[misc]
+        self.emit(f"{name} = ({ctype})({st.args[0]});")
+
+    def stmt_reduction(self, st: Stmt) -> None:
+        raise AssertionError("reductions are emitted by the nest")
+
+    def stmt_compute(self, st: Stmt) -> None:
+        a = self.operands(st)
+        dtype = st.dtype or "float32"
+        expr = self.compute(st.op, a, dtype, VALUE.get(dtype, "float"))
+        self.define(st.name, st.dtype or self._promote(a), expr)
+
+    def error_function(self) -> str:
+        """``<kernel>_error(int64_t* value)``: the message of the first failed bounds check since
+        the last call (and the index it saw), or NULL."""
+        whats = ", ".join('"' + m.replace("\\", "\\\\").replace('"', '\\"') + '"' for m in self.checks) or "0"
+        return (f"static int64_t tv_error[2] = {{-1, 0}};\n"
+                f"static inline void tv_fail(int64_t check, int64_t value) {{ if (tv_error[0] < 0) {{ tv_error[1] = value; tv_error[0] = check; }} }}\n"
+                f'extern "C" const char* {self.lk.kernel.name}_error(int64_t* value) {{\n'
+                f"  static const char* what[] = {{{whats}}};\n"
+                f"  if (tv_error[0] < 0) return nullptr;\n"
+                f"  *value = tv_error[1]; const char* out = what[tv_error[0]]; tv_error[0] = -1; return out;\n}}\n")
 
     def _promote(self, args: Sequence[str]) -> str:
         kinds = [self.dtypes.get(x, "float32") for x in args]
         return next((k for k in kinds if k in FLOATS), kinds[0] if kinds else "float32")
 
-    def define(self, name: str | None, dtype: str, expr: str) -> None:
-        if name is None:
-            raise CodegenError(f"statement defines no value: {expr}")
-        self.dtypes[name] = dtype
-        self.emit(f"{VALUE[dtype]} {name} = {expr};")
 
-    def masked(self, st: Stmt) -> None:
-        dtype = st.dtype or "float32"
-        other = st.attr("other")
-        self.define(st.name, dtype, _literal(other, dtype) if other is not None else f"({VALUE[dtype]})0")
-        self.open(f"if ({st.args[0]})")
-        for inner in st.body:
-            if inner.op == "yield":
-                self.emit(f"{st.name} = ({VALUE[dtype]})({inner.args[0]});")
-            else:
-                self.stmt(inner)
-        self.close()
 
 
 # ---- reductions ----------------------------------------------------------------------------------------
@@ -436,7 +288,7 @@ class _Writer:
 _INIT = {"sum": "0", "prod": "1", "xor_sum": "0", "any": "false"}
 
 
-def _acc_dtype(w: _Writer, st: Stmt) -> str:
+def _acc_dtype(w: CppRenderer, st: Stmt) -> str:
     """The accumulator's dtype: the attr for value reductions; the values' own for argmax/argmin
     (whose ``dtype`` is the int64 of the index)."""
     if st.attr("kind") in ("argmax", "argmin"):
@@ -444,7 +296,7 @@ def _acc_dtype(w: _Writer, st: Stmt) -> str:
     return st.attr("dtype") or st.dtype or "float32"
 
 
-def _reduction_open(w: _Writer, st: Stmt) -> None:
+def _reduction_open(w: CppRenderer, st: Stmt) -> None:
     kind, dtype = st.attr("kind"), _acc_dtype(w, st)
     ct, n = VALUE[dtype], st.name
     if kind in _INIT:
@@ -465,7 +317,7 @@ def _reduction_open(w: _Writer, st: Stmt) -> None:
         raise CodegenError(f"reduction kind {kind!r} is not supported by the C++ code generator")
 
 
-def _reduction_update(w: _Writer, st: Stmt, ridx: str) -> None:
+def _reduction_update(w: CppRenderer, st: Stmt, ridx: str) -> None:
     kind, n, v = st.attr("kind"), st.name, st.args[0]
     dtype = _acc_dtype(w, st)
     ct = VALUE[dtype]
@@ -498,7 +350,7 @@ def _reduction_update(w: _Writer, st: Stmt, ridx: str) -> None:
                f"{{ {n}_sum = {n}_sum * std::exp({n}_max - nm) + std::exp(({ct}){v} - nm); }} {n}_max = nm; }}")
 
 
-def _reduction_close(w: _Writer, st: Stmt) -> None:
+def _reduction_close(w: CppRenderer, st: Stmt) -> None:
     kind, n = st.attr("kind"), st.name
     dtype = st.attr("dtype") or st.dtype or "float32"
     if kind in ("welford_reduce", "welford_combine"):
@@ -547,14 +399,14 @@ def _numel(ranges: Sequence[str]) -> int | None:
 _PARALLEL_WORK = 1 << 15
 
 
-def _loops(w: _Writer, variables: Sequence[str], ranges: Sequence[str], parallel: bool, simd: bool | str) -> int:
+def _loops(w: CppRenderer, variables: Sequence[str], ranges: Sequence[str], parallel: bool, simd: bool | str) -> int:
     """Open the loops; ``simd`` marks the innermost one ``omp simd`` (a string: its clauses)."""
     for k, (var, size) in enumerate(zip(variables, ranges)):
         if k == 0 and parallel:
             w.emit("#pragma omp parallel for")
         elif k == len(variables) - 1 and simd:
             w.emit("#pragma omp simd" + (f" {simd}" if isinstance(simd, str) else ""))
-        w.open(f"for (int64_t {var} = 0; {var} < {_index(size)}; ++{var})")
+        w.open(f"for (int64_t {var} = 0; {var} < {w.index(size)}; ++{var})")
     return len(variables)
 
 
@@ -565,7 +417,7 @@ def _parallel(nests: Sequence[LoopNest]) -> bool:
     return (work is None or work >= _PARALLEL_WORK) and (_numel(nests[0].ranges[:1]) or 2) > 1
 
 
-def _simd_reduction_clauses(w: _Writer, reductions: Sequence[Stmt], inner: Sequence[Stmt]) -> str | bool:
+def _simd_reduction_clauses(w: CppRenderer, reductions: Sequence[Stmt], inner: Sequence[Stmt]) -> str | bool:
     """``omp simd`` clauses for the innermost r loop, or False when it must stay scalar.
 
     Floating sums, maxima and minima vectorize only when their order may change (the compiler
@@ -637,7 +489,7 @@ def _coeff(expr: sympy.Expr, var: str) -> sympy.Expr:
     return next((expr.coeff(x) for x in expr.free_symbols if x.name == var), sympy.Integer(0))
 
 
-def _acc_parts(w: _Writer, st: Stmt) -> list[tuple[str, str]]:
+def _acc_parts(w: CppRenderer, st: Stmt) -> list[tuple[str, str]]:
     """(suffix, C type) of each accumulator variable ``_reduction_open`` declares for ``st``."""
     kind, ct = st.attr("kind"), VALUE[_acc_dtype(w, st)]
     if kind in ("argmax", "argmin"):
@@ -651,14 +503,14 @@ def _acc_parts(w: _Writer, st: Stmt) -> list[tuple[str, str]]:
     return [("acc", ct)]
 
 
-def _lane_loop(w: _Writer, var: str, simd: bool = False) -> None:
+def _lane_loop(w: CppRenderer, var: str, simd: bool = False) -> None:
     if simd:
         w.emit("#pragma omp simd")
     w.open("for (int64_t tv_j = 0; tv_j < tv_n; ++tv_j)")
     w.emit(f"const int64_t {var} = {var}_b + tv_j;")
 
 
-def _lanes(w: _Writer, reductions: Sequence[Stmt], load: bool) -> None:
+def _lanes(w: CppRenderer, reductions: Sequence[Stmt], load: bool) -> None:
     """Copy every accumulator between its per-lane array and a local of the usual name."""
     for st in reductions:
         for part, ct in _acc_parts(w, st):
@@ -666,9 +518,9 @@ def _lanes(w: _Writer, reductions: Sequence[Stmt], load: bool) -> None:
             w.emit(f"{ct} {name} = {name}_l[tv_j];" if load else f"{name}_l[tv_j] = {name};")
 
 
-def _outer_reduction(w: _Writer, nest: LoopNest, parts: tuple[list[Stmt], ...]) -> None:
+def _outer_reduction(w: CppRenderer, nest: LoopNest, parts: tuple[list[Stmt], ...]) -> None:
     pre, inner, post, reductions = parts
-    last, size = nest.iter_vars[-1], _index(nest.ranges[-1])
+    last, size = nest.iter_vars[-1], w.index(nest.ranges[-1])
     _loops(w, nest.iter_vars[:-1], nest.ranges[:-1], _parallel([nest]), False)
     if len(nest.ranges) == 1 and _parallel([nest]):
         w.emit("#pragma omp parallel for")
@@ -684,12 +536,12 @@ def _outer_reduction(w: _Writer, nest: LoopNest, parts: tuple[list[Stmt], ...]) 
     w.close()
     ridx = "0L"
     for var, rsize in zip(nest.reduce_vars, nest.reduction_ranges):
-        ridx = f"({ridx} * {_index(rsize)} + {var})"
+        ridx = f"({ridx} * {w.index(rsize)} + {var})"
     r_opened = _loops(w, nest.reduce_vars, nest.reduction_ranges, False, False)
     _lane_loop(w, last, simd=True)
     _lanes(w, reductions, load=True)
     for st in [*pre, *inner]:
-        w.stmt(st)
+        w.statement(st)
     for st in reductions:
         _reduction_update(w, st, ridx)
     _lanes(w, reductions, load=False)
@@ -699,16 +551,16 @@ def _outer_reduction(w: _Writer, nest: LoopNest, parts: tuple[list[Stmt], ...]) 
     _lane_loop(w, last)
     _lanes(w, reductions, load=True)
     for st in pre:
-        w.stmt(st)
+        w.statement(st)
     for st in reductions:
         _reduction_close(w, st)
     for st in post:
-        w.stmt(st)
+        w.statement(st)
     for _ in range(len(nest.ranges) + 1):
         w.close()
 
 
-def _row_invariant(w: _Writer, nest: LoopNest) -> list[Stmt]:
+def _row_invariant(w: CppRenderer, nest: LoopNest) -> list[Stmt]:
     """Statements of a pointwise nest that depend on its outermost variable only: computed once
     per row, before the inner loops (a per-row load there also keeps GCC's PRE from blocking
     the vectorization of the inner loop)."""
@@ -722,7 +574,7 @@ def _row_invariant(w: _Writer, nest: LoopNest) -> list[Stmt]:
     return hoisted
 
 
-def _nest(w: _Writer, nest: LoopNest, bound: int = 0) -> None:
+def _nest(w: CppRenderer, nest: LoopNest, bound: int = 0) -> None:
     """Emit one nest; its first ``bound`` loops are already open (shared with its group)."""
     w.emit(f"// {nest.name}")
     parallel = bool(nest.ranges) and not bound and _parallel([nest])
@@ -733,12 +585,12 @@ def _nest(w: _Writer, nest: LoopNest, bound: int = 0) -> None:
         hoisted = _row_invariant(w, nest) if len(nest.ranges) > 1 else []
         opened = 0 if bound or not hoisted else _loops(w, iter_vars[:1], ranges[:1], parallel, False)
         for st in hoisted:
-            w.stmt(st)
+            w.statement(st)
         skip = 1 - bound if hoisted else 0
         opened += _loops(w, iter_vars[skip:], ranges[skip:], parallel and not skip, simple)
         for st in nest.body:
             if not any(st is h for h in hoisted):
-                w.stmt(st)
+                w.statement(st)
         for _ in range(opened):
             w.close()
         return
@@ -747,25 +599,25 @@ def _nest(w: _Writer, nest: LoopNest, bound: int = 0) -> None:
         return _outer_reduction(w, nest, (pre, inner, post, reductions))
     opened = _loops(w, iter_vars, ranges, parallel, False)
     for st in pre:
-        w.stmt(st)
+        w.statement(st)
     for st in reductions:
         _reduction_open(w, st)
     ridx = "0L"
     for var, size in zip(nest.reduce_vars, nest.reduction_ranges):
-        ridx = f"({ridx} * {_index(size)} + {var})"
+        ridx = f"({ridx} * {w.index(size)} + {var})"
     simd = _simd_reduction_clauses(w, reductions, inner)
     r_opened = _loops(w, nest.reduce_vars, nest.reduction_ranges, False, simd)
     for st in nest.body:
         if st.op == "reduction":
             _reduction_update(w, st, ridx)
         elif any(st is x for x in inner):
-            w.stmt(st)
+            w.statement(st)
     for _ in range(r_opened):
         w.close()
     for st in reductions:
         _reduction_close(w, st)
     for st in post:
-        w.stmt(st)
+        w.statement(st)
     for _ in range(opened):
         w.close()
 
@@ -830,7 +682,7 @@ def _groups(lk: LoopKernel) -> list[list[LoopNest]]:
     return groups
 
 
-def _group(w: _Writer, group: Sequence[LoopNest]) -> None:
+def _group(w: CppRenderer, group: Sequence[LoopNest]) -> None:
     if len(group) == 1:
         return _nest(w, group[0])
     _loops(w, ["i0"], group[0].ranges[:1], _parallel(group), False)
@@ -839,9 +691,15 @@ def _group(w: _Writer, group: Sequence[LoopNest]) -> None:
     w.close()
 
 
+def generator_sources() -> tuple[Path, ...]:
+    """The files whose text decides the generated code: this module, its prelude and the SDK
+    renderer it builds on (the kernel cache's key holds their hash)."""
+    return Path(__file__), Path(__file__).parent / "prelude.h", Path(sys.modules[CStyleRenderer.__module__].__file__)
+
+
 def generate(lk: LoopKernel) -> str:
     """The C++ translation unit of one kernel (see the module docstring)."""
-    w = _Writer(lk)
+    w = CppRenderer(lk)
     name = lk.kernel.name
     w.lines.append(f'extern "C" int32_t {name}(const void* launch, void* args) {{')
     w.emit("(void)launch;")
@@ -855,4 +713,5 @@ def generate(lk: LoopKernel) -> str:
         _group(w, group)
     w.emit("return tv_status;")
     w.lines.append("}")
-    return f"// {name}: generated by torchvendor_cpu from the loop IR\n{PRELUDE}\n" + "\n".join(w.lines) + "\n"
+    checks = w.error_function() if w.checks else ""
+    return f"// {name}: generated by torchvendor_cpu from the loop IR\n{PRELUDE}\n{checks}" + "\n".join(w.lines) + "\n"

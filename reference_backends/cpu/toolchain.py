@@ -118,12 +118,26 @@ class HostKernel:
         self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         self.fn.restype = ctypes.c_int32
         self.name, self.n = name, n_buffers
+        self.error = getattr(self.lib, f"{name}_error", None)  # generated where the kernel checks bounds
+        if self.error is not None:
+            self.error.argtypes, self.error.restype = [ctypes.POINTER(ctypes.c_int64)], ctypes.c_char_p
 
     def __call__(self, *args: Any) -> None:
         block = _pack(args[:self.n], args[self.n:])
         status = self.fn(None, block)
         if status:
-            raise IndexError(f"kernel {self.name}: an index was out of bounds (status {status})")
+            raise IndexError(out_of_bounds(self.name, self.error, status))
+
+
+def out_of_bounds(kernel: str, error: Any, status: int) -> str:
+    """The message of a kernel that returned ``status`` 3: the failed check (which buffer, which
+    index, its bound) and the index value, read through the kernel's ``<name>_error``."""
+    value = ctypes.c_int64(0)
+    what = error(ctypes.byref(value)) if error is not None else None
+    if what is None:
+        return f"kernel {kernel}: an index was out of bounds (status {status})"
+    return (f"kernel {kernel}: index out of bounds: {what.decode()}, got {value.value} "
+            "(as eager indexing raises; the generated kernel read nothing there)")
 
 
 class DeviceKernel:

@@ -1,7 +1,7 @@
 """Loop IR kernel -> CUDA C: the code generator of the reference CUDA backend.
 
 A loop IR :class:`Kernel` is a list of nests run in order. The generator cuts it into
-*segments*, each one ``__global__`` function, launched in order on one stream:
+*segments* (``segments.py``), each one ``__global__`` function, launched in order on one stream:
 
 - **pointwise** segments (nests without reduction ranges over the same number of elements)
   map one flat index to each thread; where every access of a buffer is the flat index itself
@@ -38,18 +38,18 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import sympy
 
 from torchvendor.ir.loop_ir import Buffer, Kernel, LoopNest, Stmt, parse_expr
+from torchvendor.sdk import CodegenError, CStyleRenderer
 
-__all__ = ["generate", "CudaKernel", "Launch", "CodegenError", "CTYPES"]
+from .segments import C, Part, X, accesses, canonical, classify, post_names, prod, row_col_steps
 
-
-class CodegenError(NotImplementedError):
-    """The kernel uses something the generator does not support; the message names it."""
+__all__ = ["generate", "CudaKernel", "CudaRenderer", "Launch", "CodegenError", "CTYPES"]
 
 
 #: Loop IR dtype -> CUDA C type of a buffer element.
@@ -82,18 +82,6 @@ def _knobs() -> dict[str, int]:
                                f"{', '.join(f'{k}=<{v}>' for k, v in kinds.items())}")
         out[key.strip()] = int(value)
     return out
-
-
-def _ctype(dtype: str | None) -> str:
-    """The type values of ``dtype`` are computed in (half and bfloat16 compute in float)."""
-    if dtype is None:
-        return "auto"
-    if dtype in ("float16", "bfloat16"):
-        return "float"
-    try:
-        return CTYPES[dtype]
-    except KeyError:
-        raise CodegenError(f"dtype {dtype} is not supported by the CUDA code generator") from None
 
 
 @dataclass(frozen=True)
@@ -132,299 +120,12 @@ class CudaKernel:
     launches: tuple[Launch, ...]
     buffers: tuple[str, ...]
     size_vars: tuple[str, ...]
-
-
-# ---- index expressions -------------------------------------------------------------------------
-def _cexpr(e: Any, names: Mapping[str, str]) -> str:
-    """Print a sympy index expression as C (symbols renamed through ``names``)."""
-    if e.is_Integer:
-        v = int(e)
-        return f"{v}LL" if abs(v) >= 2**31 else str(v)
-    if e.is_Symbol:
-        return names.get(e.name, e.name)
-    if e is sympy.true or e is sympy.false:
-        return "true" if e is sympy.true else "false"
-    if e.is_Rational:
-        return f"({e.p}.0 / {e.q}.0)"
-    if e.is_Float:
-        return repr(float(e))
-    a = [_cexpr(x, names) for x in e.args]
-    name = type(e).__name__
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(a) + ")"
-    if isinstance(e, sympy.Mul):
-        return "(" + " * ".join(a) + ")"
-    if isinstance(e, sympy.Pow) or name == "PowByNatural":
-        if e.args[1].is_Integer and 0 <= int(e.args[1]) <= 8:
-            return "(" + " * ".join([a[0]] * int(e.args[1])) + ")" if int(e.args[1]) else "1"
-        return f"tv_ipow((long long){a[0]}, (long long){a[1]})"
-    simple = {"FloorDiv": "tv_ifloordiv({0}, {1})", "CleanDiv": "({0} / {1})", "IntTrueDiv": "((double){0} / {1})",
-              "CeilDiv": "(-tv_ifloordiv(-({0}), {1}))", "ModularIndexing": "(({0} / {1}) % {2})",
-              "PythonMod": "tv_ipymod({0}, {1})", "Mod": "tv_ipymod({0}, {1})", "Identity": "({0})",
-              "Where": "({0} ? {1} : {2})", "Abs": "tv_absi({0})", "TruncToInt": "((long long)trunc({0}))",
-              "FloorToInt": "((long long)floor({0}))", "CeilToInt": "((long long)ceil({0}))",
-              "RoundToInt": "((long long)rint({0}))", "BitwiseFn_bitwise_and": "({0} & {1})",
-              "BitwiseFn_bitwise_or": "({0} | {1})", "LShift": "({0} << {1})", "RShift": "({0} >> {1})",
-              "StrictLessThan": "({0} < {1})", "LessThan": "({0} <= {1})", "StrictGreaterThan": "({0} > {1})",
-              "GreaterThan": "({0} >= {1})", "Equality": "({0} == {1})", "Unequality": "({0} != {1})",
-              "Not": "(!{0})"}
-    if name in simple:
-        return simple[name].format(*a)
-    if name in ("Min", "Max"):
-        out = a[0]
-        for x in a[1:]:
-            out = f"tv_{name.lower()}i({out}, {x})"
-        return out
-    if name in ("And", "Or"):
-        return "(" + (" && " if name == "And" else " || ").join(a) + ")"
-    raise CodegenError(f"index function {name} is not supported by the CUDA code generator")
-
-
-def _prod(sizes: Sequence[str]) -> Any:
-    out = sympy.Integer(1)
-    for s in sizes:
-        out = out * parse_expr(s)
-    return sympy.expand(out)
-
-
-def _decompose(sizes: Sequence[Any], flat: str) -> list[Any]:
-    """Mixed-radix digits of the index ``flat`` over ``sizes`` (row-major), as index expressions."""
-    out = []
-    for k, size in enumerate(sizes):
-        inner = _prod([str(x) for x in sizes[k + 1:]])
-        if size == 1:
-            out.append(sympy.Integer(0))
-        elif k == 0:
-            out.append(parse_expr(flat if inner == 1 else f"FloorDiv({flat}, {inner})"))
-        else:
-            out.append(parse_expr(f"ModularIndexing({flat}, {inner}, {size})"))
-    return out
-
-
-def _merge(e: Any) -> Any:
-    """Fold ``b*FloorDiv(Y, b) + ModularIndexing(Y, 1, b)`` into ``Y`` (and ``b*ModularIndexing(Y,
-    b, m) + ModularIndexing(Y, 1, b)`` into ``ModularIndexing(Y, 1, b*m)``), so that a
-    multi-dimensional contiguous index is recognised as the flat index."""
-    if not isinstance(e, sympy.Add):
-        return e
-    terms = list(e.args)
-    changed = True
-    while changed:
-        changed = False
-        for t1 in terms:
-            c1, f1 = t1.as_coeff_Mul()
-            if type(f1).__name__ != "ModularIndexing" or f1.args[1] != 1:
-                continue
-            y, _, b = f1.args
-            for t2 in terms:
-                c2, f2 = t2.as_coeff_Mul()
-                if t2 is t1 or f2.args[:2] != (y, b) or c2 != c1 * b:
-                    continue
-                if type(f2).__name__ == "FloorDiv":
-                    new = c1 * y
-                elif type(f2).__name__ == "ModularIndexing":
-                    new = c1 * _MI(y, 1, b * f2.args[2])
-                else:
-                    continue
-                terms = [t for t in terms if t is not t1 and t is not t2] + [new]
-                changed = True
-                break
-            if changed:
-                break
-    return sympy.Add(*terms)
-
-
-# ---- classifying nests into segments -----------------------------------------------------------
-X, C = parse_expr("X"), parse_expr("C")
-_MI = type(parse_expr("ModularIndexing(X, 2, 3)"))
-
-
-@dataclass
-class _Nest:
-    nest: LoopNest
-    role: str                 # "flat", "reduce", "full" (row x col pointwise), "row" (once per row)
-    env: dict[str, Any]       # loop variable -> expression of X (row / flat index) and C (column)
-    row_vars: list[str] = field(default_factory=list)
-    col_vars: list[str] = field(default_factory=list)
-    row_sizes: list[Any] = field(default_factory=list)
-    col_sizes: list[Any] = field(default_factory=list)
-
-
-def _canon(index: str, env: Mapping[str, Any]) -> Any:
-    e = parse_expr(index)
-    return _merge(sympy.expand(e.xreplace({s: env[s.name] for s in e.free_symbols if s.name in env})))
-
-
-def _split(sizes: list[Any], rows: Any) -> int | None:
-    acc = sympy.Integer(1)
-    for k in range(len(sizes) + 1):
-        if sympy.expand(acc - rows) == 0:
-            return k
-        if k < len(sizes):
-            acc = sympy.expand(acc * sizes[k])
-    return None
-
-
-def _classify(nest: LoopNest, shape: tuple[Any, Any] | None) -> _Nest | None:
-    isz = [parse_expr(s) for s in nest.ranges]
-    rsz = [parse_expr(s) for s in nest.reduction_ranges]
-    iv = [f"i{k}" for k in range(len(isz))]
-    rv = [f"r{k}" for k in range(len(rsz))]
-    if shape is None:  # flat pointwise
-        if rsz:
-            return None
-        return _Nest(nest, "flat", dict(zip(iv, _decompose(isz, "X"))), iv, [], isz, [])
-    rows, rlen = shape
-    if rsz:
-        if sympy.expand(_prod(nest.ranges) - rows) or sympy.expand(_prod(nest.reduction_ranges) - rlen):
-            return None
-        env = dict(zip(iv, _decompose(isz, "X")))
-        env.update(zip(rv, _decompose(rsz, "C")))
-        return _Nest(nest, "reduce", env, iv, rv, isz, rsz)
-    k = _split(isz, rows)
-    if k is None:
-        return None
-    if k == len(isz) and rlen != 1:
-        return _Nest(nest, "row", dict(zip(iv, _decompose(isz, "X"))), iv, [], isz, [])
-    if sympy.expand(_prod(nest.ranges[k:]) - rlen):
-        return None
-    env = dict(zip(iv[:k], _decompose(isz[:k], "X")))
-    env.update(zip(iv[k:], _decompose(isz[k:], "C")))
-    return _Nest(nest, "full", env, iv[:k], iv[k:], isz[:k], isz[k:])
-
-
-def _steps(e: Any, rows: Any, rlen: Any) -> tuple[int, int] | None:
-    """(address step from one row to the next, from one column to the next) of index ``e`` of
-    ``X`` (row) and ``C`` (column), or None if it has none. A polynomial index has its
-    coefficients; a static one of ``FloorDiv``/``ModularIndexing`` digits (a row index cut in
-    several dimensions) is sampled: the row step must hold across a warp's 32 rows."""
-    if e.is_polynomial(X, C):
-        if sympy.degree(e, X) > 1 or sympy.degree(e, C) > 1:
-            return None
-        cx, cc = e.coeff(X, 1), e.coeff(C, 1)
-        return (int(cx), int(cc)) if cx.is_Integer and cc.is_Integer else None
-    if not (rows.is_Integer and rlen.is_Integer and int(rows) >= 33 and int(rlen) >= 2):
-        return None
-
-    def at(x: int, col: int) -> int:
-        v = e.xreplace({X: sympy.Integer(x), C: sympy.Integer(col)})
-        return int(v) if v.is_Integer else 0
-    row = {at(x + 1, 0) - at(x, 0) for x in range(32)}
-    return (row.pop(), at(0, 1) - at(0, 0)) if len(row) == 1 else None
-
-
-def _accesses(nest: LoopNest) -> list[tuple[str, str, str, bool]]:
-    """(kind, buffer, index, in column context) of every load/store of a nest."""
-    out: list[tuple[str, str, str, bool]] = []
-    post = _post_names(nest)
-
-    def walk(body: Sequence[Stmt]) -> None:
-        for st in body:
-            if st.op in ("load", "store", "store_reduction"):
-                col = st.op != "store_reduction" and not (st.name in post)
-                out.append((st.op, st.attr("buffer"), st.attr("index"), col))
-            if st.body:
-                walk(st.body)
-    walk(nest.body)
-    return out
-
-
-def _post_names(nest: LoopNest) -> set[str]:
-    """SSA names that depend on a reduction result (run once per row, after the reduction)."""
-    post: set[str] = set()
-    for st in nest.body:
-        if st.op == "reduction" or any(a in post for a in st.args):
-            post.add(st.name) if st.name else None
-    return post
+    #: what each bounds check of the module guards, by the number ``tv_error[0]`` records
+    checks: tuple[str, ...] = ()
 
 
 # ---- the generator -----------------------------------------------------------------------------
-_PRELUDE = r"""
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
-#ifndef NAN
-#define NAN __int_as_float(0x7fffffff)
-#endif
-template <class T> __device__ __forceinline__ T tv_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
-template <class T> __device__ __forceinline__ T tv_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
-__device__ __forceinline__ long long tv_maxi(long long a, long long b) { return a > b ? a : b; }
-__device__ __forceinline__ long long tv_absi(long long a) { return a < 0 ? -a : a; }
-__device__ __forceinline__ long long tv_mini(long long a, long long b) { return a < b ? a : b; }
-__device__ __forceinline__ long long tv_ifloordiv(long long a, long long b) { long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
-__device__ __forceinline__ long long tv_ipymod(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-template <class T> __device__ __forceinline__ T tv_floordiv(T a, T b) { T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
-template <class T> __device__ __forceinline__ T tv_pymod(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-__device__ __forceinline__ float tv_pymod(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-__device__ __forceinline__ double tv_pymod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-template <class T> __device__ __forceinline__ T tv_cmod(T a, T b) { return a % b; }
-template <class T> __device__ __forceinline__ T tv_ldcs(const T* p) { return *p; }
-__device__ __forceinline__ float tv_ldcs(const float* p) { return __ldcs(p); }
-__device__ __forceinline__ double tv_ldcs(const double* p) { return __ldcs(p); }
-__device__ __forceinline__ int tv_ldcs(const int* p) { return __ldcs(p); }
-__device__ __forceinline__ long long tv_ldcs(const long long* p) { return __ldcs(p); }
-__device__ __forceinline__ float tv_cmod(float a, float b) { return fmodf(a, b); }
-__device__ __forceinline__ double tv_cmod(double a, double b) { return fmod(a, b); }
-template <class T> __device__ __forceinline__ T tv_ffloordiv(T a, T b) { return tv_floordiv(a, b); }
-__device__ __forceinline__ float tv_ffloordiv(float a, float b) { return floorf(a / b); }
-__device__ __forceinline__ double tv_ffloordiv(double a, double b) { return floor(a / b); }
-template <class T> __device__ __forceinline__ T tv_ipow(T a, T b) { T r = 1; while (b > 0) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }
-template <class T> __device__ __forceinline__ T tv_sign(T x) { return (T)((x > 0) - (x < 0)); }
-template <class T> __device__ __forceinline__ T tv_lowest() { return sizeof(T) == 8 ? (T)(-9223372036854775807LL - 1) : sizeof(T) == 4 ? (T)(-2147483647 - 1) : sizeof(T) == 2 ? (T)-32768 : (T)-128; }
-template <> __device__ __forceinline__ float tv_lowest<float>() { return -INFINITY; }
-template <> __device__ __forceinline__ double tv_lowest<double>() { return -(double)INFINITY; }
-template <class T> __device__ __forceinline__ T tv_highest() { return sizeof(T) == 8 ? (T)9223372036854775807LL : sizeof(T) == 4 ? (T)2147483647 : sizeof(T) == 2 ? (T)32767 : (T)127; }
-template <> __device__ __forceinline__ float tv_highest<float>() { return INFINITY; }
-template <> __device__ __forceinline__ double tv_highest<double>() { return (double)INFINITY; }
-template <class T> __device__ __forceinline__ T tv_shfl(T v, int off) { return __shfl_xor_sync(0xffffffffu, v, off); }
-__device__ __forceinline__ bool tv_shfl(bool v, int off) { return __shfl_xor_sync(0xffffffffu, (int)v, off); }
-template <class T> __device__ __forceinline__ void tv_arg(T& v, long long& i, T v2, long long i2, bool is_max) {
-  bool nan2 = v2 != v2, nan1 = v != v;
-  bool better = nan2 ? (!nan1 || i2 < i) : (!nan1 && (is_max ? v2 > v : v2 < v));
-  if (!better && !nan1 && !nan2 && v2 == v && i2 < i) better = true;
-  if (better) { v = v2; i = i2; }
-}
-__device__ __forceinline__ float tv_div(float a, float b) { return __fdividef(a, b); }
-__device__ __forceinline__ double tv_div(double a, double b) { return a / b; }
-template <class T> __device__ __forceinline__ void tv_welford(T& m, T& m2, T& w, T om, T om2, T ow) {
-  T n = w + ow;
-  if (n == 0) return;
-  T d = om - m, f = tv_div(ow, n);
-  m = m + d * f; m2 = m2 + om2 + d * d * w * f; w = n;
-}
-// one value of weight 1 (a thread's own elements): no zero-weight test, one division
-template <class T> __device__ __forceinline__ void tv_welford1(T& m, T& m2, T& w, T x) {
-  w = w + (T)1;
-  const T d = x - m;
-  m = m + tv_div(d, w); m2 = m2 + d * (x - m);
-}
-template <class T> __device__ __forceinline__ void tv_osm(T& m, T& s, T om, T os) {
-  T mx = tv_max(m, om);
-  if (mx == tv_lowest<T>()) return;
-  s = (m == mx ? s : s * exp(m - mx)) + (om == mx ? os : os * exp(om - mx)); m = mx;
-}
-// one value of weight 1 into (max, sum of exp(x - max)): one exp, whichever branch (equal
-// values add 1, as tv_osm does: no exp(inf - inf); a NaN becomes the max and poisons the sum)
-template <class T> __device__ __forceinline__ void tv_osm1(T& m, T& s, T v) {
-  if (v > m) { s = s * exp(m - v) + (T)1; m = v; }
-  else if (v == m) { s = s + (T)1; }
-  else if (v != v) { m = v; }
-  else { s = s + exp(v - m); }
-}
-__device__ __forceinline__ unsigned long long tv_hash(long long seed, long long off) {
-  unsigned long long x = (unsigned long long)seed * 0x9E3779B97F4A7C15ULL + (unsigned long long)off + 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL; x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL; return x ^ (x >> 31);
-}
-__device__ __forceinline__ float tv_rand(long long seed, long long off) { return (float)(tv_hash(seed, off) >> 40) * (1.0f / 16777216.0f); }
-__device__ __forceinline__ float tv_randn(long long seed, long long off) {
-  float u1 = fmaxf(tv_rand(seed, off * 2), 1e-7f), u2 = tv_rand(seed, off * 2 + 1);
-  return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307179586f * u2);
-}
-__device__ __forceinline__ long long tv_randint64(long long seed, long long off, long long lo, long long hi) {
-  return lo + (long long)((tv_hash(seed, off) >> 1) % (unsigned long long)(hi - lo));
-}
-template <class T, int V> struct __align__(sizeof(T) * V) tv_vec { T v[V]; };
-"""
+_PRELUDE = (Path(__file__).parent / "prelude.cuh").read_text()  # the helpers every kernel calls
 
 # op -> C template over the arguments; {t} is the result's compute type.
 _UNARY = {"neg": "(-{0})", "abs": "abs({0})", "exp": "exp({0})", "exp2": "exp2({0})", "expm1": "expm1({0})",
@@ -437,7 +138,8 @@ _UNARY = {"neg": "(-{0})", "abs": "abs({0})", "exp": "exp({0})", "exp2": "exp2({
           "trunc": "trunc({0})", "round": "rint({0})", "sigmoid": "({t})1 / (({t})1 + exp(-{0}))",
           "relu": "tv_max({0}, ({t})0)", "reciprocal": "({t})1 / {0}", "square": "({0} * {0})",
           "sign": "tv_sign({0})", "signbit": "signbit({0})", "isinf": "isinf({0})", "isnan": "isnan({0})",
-          "logical_not": "(!{0})", "bitwise_not": "(~{0})", "identity": "({0})", "cbrt": "cbrt({0})"}
+          "logical_not": "(!{0})", "bitwise_not": "(~{0})", "identity": "({0})", "cbrt": "cbrt({0})",
+          "tgamma": "tgamma({0})"}
 _BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
            "div": "({0} / {1})", "floordiv": "tv_ffloordiv({0}, {1})", "truncdiv": "({0} / {1})",
            "mod": "tv_cmod({0}, {1})", "fmod": "tv_cmod({0}, {1})", "remainder": "tv_pymod({0}, {1})",
@@ -485,15 +187,6 @@ _SPLITTABLE = {"sum", "prod", "max", "min", "any", "xor_sum", "welford_reduce", 
                "argmax", "argmin"}
 
 
-def _acc_type(red: Stmt) -> str:
-    """The C type a reduction accumulates its values in: its dtype's, except that argmax/argmin
-    compare the source values (their dtype is the index's: accumulating values in it would
-    truncate 2.7 and 2.2 to the same 2 and return the first)."""
-    if red.attr("kind") in ("argmax", "argmin") and red.attr("src_dtype"):
-        return _ctype(red.attr("src_dtype"))
-    return _ctype(red.attr("dtype") or red.dtype)
-
-
 def _field_type(kind: str, fieldname: str, acc: str) -> str:
     if fieldname == "i":
         return "long long"
@@ -502,39 +195,75 @@ def _field_type(kind: str, fieldname: str, acc: str) -> str:
     return acc
 
 
-def _const(value: Any, dtype: str | None) -> str:
-    t = _ctype(dtype)
-    if isinstance(value, bool) or dtype == "bool":
-        return "true" if value else "false"
-    if isinstance(value, float) or (dtype or "").startswith(("float", "bfloat")):
-        v = float(value)
-        if math.isnan(v):
-            return f"(({t})NAN)"
-        if math.isinf(v):
-            return f"(({t})INFINITY)" if v > 0 else f"(-({t})INFINITY)"
-        return f"(({t}){v!r})"
-    return f"(({t}){int(value)}LL)"
-
-
 @dataclass
-class _Ctx:
-    """Where :meth:`_Gen._stmts` emits: the nest, C names of loop variables, indentation, local
-    buffers, vector lanes, name prefix, once-per-row guard, SSA values, inline, top level."""
+class _Scope:
+    """Where :meth:`CudaRenderer._stmts` emits a body, and the C name of each SSA value so far."""
 
-    c: _Nest
-    names: dict[str, str]
-    ind: str
-    locals_: Mapping[str, Any]
-    vec: tuple[set[str], str] | None
-    prefix: str
-    guard: bool
-    vals: dict[str, str]
-    inline: bool
-    top: bool
+    part: Part                        # the nest and its place in the segment
+    names: dict[str, str]              # loop variable or indirect index -> its C name
+    indent: str
+    local_buffers: Mapping[str, Any]   # buffers never stored: their loads recompute the value
+    lanes: tuple[set[str], str] | None = None   # (buffers in vector registers, the lane variable)
+    prefix: str = ""                   # prefix of C names (a recomputed local buffer's own values)
+    once_per_row: bool = False         # statements after a reduction: thread 0 stores
+    values: dict[str, str] = field(default_factory=dict)   # SSA name -> C expression
+    recompute: bool = False            # recomputing a local buffer's value: no stores
+    top_level: bool = True             # not inside a ``masked`` body
+
+    def arg(self, name: str) -> str:
+        return self.values.get(name, self.prefix + name)
+
+    def args(self, st: Stmt) -> list[str]:
+        return [self.arg(x) for x in st.args]
 
 
-class _Gen:
-    """Emits the CUDA C of one kernel."""
+_TYPE_OF_INDEX = {"TruncToInt": "trunc", "FloorToInt": "floor", "CeilToInt": "ceil", "RoundToInt": "rint"}
+
+
+class CudaRenderer(CStyleRenderer):
+    """Emits the CUDA C of one kernel: the SDK's C-style renderer with CUDA's tables (``long long``
+    indices, CUDA math, ``__half``/``__nv_bfloat16`` storage) and its launch model (segments of
+    a thread per element, a warp or block per row, split and column reductions)."""
+
+    language = "CUDA"
+    storage_types = CTYPES
+    value_types = {**CTYPES, "float16": "float", "bfloat16": "float"}
+    index_code = {
+        **CStyleRenderer.index_code, "Mul": lambda a: "(" + " * ".join(a) + ")", "FloorDiv": "tv_ifloordiv({0}, {1})",
+        "IntTrueDiv": "((double){0} / {1})", "CeilDiv": "(-tv_ifloordiv(-({0}), {1}))",
+        "ModularIndexing": "(({0} / {1}) % {2})", "PythonMod": "tv_ipymod({0}, {1})", "Mod": "tv_ipymod({0}, {1})",
+        "Identity": "({0})", **{k: f"((long long){fn}({{0}}))" for k, fn in _TYPE_OF_INDEX.items()}}
+    code_for_op = {**CStyleRenderer.code_for_op, **_UNARY, **_BINARY,
+                   "where": "({0} ? static_cast<{t}>({1}) : static_cast<{t}>({2}))",
+                   "rand": "tv_rand({0}, {1})", "randn": "tv_randn({0}, {1})",
+                   "randint64": "tv_randint64({0}, {1}, {2}, {3})"}
+    unsupported_ops = {k: v for k, v in CStyleRenderer.unsupported_ops.items()
+                       if k not in ("rand", "randn", "randint64", "load_seed")}
+
+    def int_literal(self, v: int) -> str:
+        return f"{v}LL" if abs(v) >= 2**31 else str(v)
+
+    def rational_literal(self, e: Any) -> str:
+        return f"({e.p}.0 / {e.q}.0)" if e.is_Rational else repr(float(e))
+
+    def render_pow(self, base: str, exponent: Any, exp_text: str) -> str:
+        if exponent.is_Integer and 0 <= int(exponent) <= 8:
+            return "(" + " * ".join([base] * int(exponent)) + ")" if int(exponent) else "1"
+        return f"tv_ipow((long long){base}, (long long){exp_text})"
+
+    def value_type(self, dtype: str | None) -> str:
+        return "auto" if dtype is None else super().value_type(dtype)
+
+    def inf_literal(self, ctype: str, negative: bool) -> str:
+        return f"(-({ctype})INFINITY)" if negative else f"(({ctype})INFINITY)"
+
+    def _acc_type(self, red: Stmt) -> str:
+        """The C type a reduction accumulates its values in: its dtype's, except that argmax/argmin
+        compare the source values (their dtype is the index's: accumulating values in it would
+        truncate 2.7 and 2.2 to the same 2 and return the first)."""
+        if red.attr("kind") in ("argmax", "argmin") and red.attr("src_dtype"):
+            return self.value_type(red.attr("src_dtype"))
+        return self.value_type(red.attr("dtype") or red.dtype)
 
     def __init__(self, kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str],
                  local_elsewhere: frozenset[str], sm_count: int) -> None:
@@ -554,10 +283,11 @@ class _Gen:
         self.row_vals: dict[tuple[str, str], str] | None = None  # in a row segment: stored per-row values
         self.red_seen: dict[tuple, str] = {}
         self.knobs = _knobs()
+        self.checks: list[str] = []     # the message of each bounds check, by number (tv_fail)
 
     # -- segments --
-    def segments(self) -> list[tuple[tuple[Any, Any] | None, list[_Nest]]]:
-        segs: list[tuple[tuple[Any, Any] | None, list[_Nest]]] = []
+    def segments(self) -> list[tuple[tuple[Any, Any] | None, list[Part]]]:
+        segs: list[tuple[tuple[Any, Any] | None, list[Part]]] = []
         cur: list[LoopNest] = []
         for nest in self.kernel.nests:
             trial = self._plan(cur + [nest])
@@ -574,26 +304,26 @@ class _Gen:
             segs.append(self._plan(cur))  # type: ignore[arg-type]
         return segs
 
-    def _plan(self, nests: list[LoopNest]) -> tuple[tuple[Any, Any] | None, list[_Nest]] | None:
+    def _plan(self, nests: list[LoopNest]) -> tuple[tuple[Any, Any] | None, list[Part]] | None:
         red = next((n for n in nests if n.reduction_ranges), None)
-        shape = None if red is None else (_prod(red.ranges), _prod(red.reduction_ranges))
+        shape = None if red is None else (prod(red.ranges), prod(red.reduction_ranges))
         out = []
         for n in nests:
-            c = _classify(n, shape)
+            c = classify(n, shape)
             if c is None:
                 return None
             out.append(c)
-        if shape is None and any(sympy.expand(_prod(n.ranges) - _prod(nests[0].ranges)) for n in nests):
+        if shape is None and any(sympy.expand(prod(n.ranges) - prod(nests[0].ranges)) for n in nests):
             return None
         # every buffer written in the segment is accessed at one element of its row/flat index
         written: dict[str, Any] = {}
         for c in out:
-            for kind, buf, index, _ in _accesses(c.nest):
-                canon = _canon(index, c.env)
+            for kind, buf, index, _ in accesses(c.nest):
+                canon = canonical(index, c.env)
                 if buf in written and sympy.expand(written[buf] - canon) != 0:
                     return None
                 if kind != "load":
-                    prev = [(_canon(i, o.env)) for o in out[: out.index(c)] for k2, b2, i, _ in _accesses(o.nest)
+                    prev = [(canonical(i, o.env)) for o in out[: out.index(c)] for k2, b2, i, _ in accesses(o.nest)
                             if b2 == buf]
                     if any(sympy.expand(p - canon) != 0 for p in prev):
                         return None
@@ -601,10 +331,10 @@ class _Gen:
         return shape, out
 
     # -- buffers that stay in registers --
-    def _locals(self, nests: list[_Nest]) -> dict[str, tuple[_Nest, Stmt]]:
+    def _locals(self, nests: list[Part]) -> dict[str, tuple[Part, Stmt]]:
         """Buffers written by one 'full'/'flat' nest of the segment and read only later in it, in
         column context: their loads recompute the value instead."""
-        cands: dict[str, tuple[_Nest, Stmt]] = {}
+        cands: dict[str, tuple[Part, Stmt]] = {}
         for c in nests:
             for st in c.nest.body:
                 if st.op == "store" and c.role in ("full", "flat") and st.attr("mode") is None:
@@ -613,10 +343,10 @@ class _Gen:
                         cands[b] = None  # type: ignore[assignment]
                     else:
                         cands[b] = (c, st)
-        loaded = {buf for c in nests for kind, buf, _, _ in _accesses(c.nest) if kind == "load"}
+        loaded = {buf for c in nests for kind, buf, _, _ in accesses(c.nest) if kind == "load"}
         out = {b: v for b, v in cands.items() if v is not None and b in loaded}
         for k, c in enumerate(nests):
-            for kind, buf, index, col in _accesses(c.nest):
+            for kind, buf, index, col in accesses(c.nest):
                 if buf in out:
                     prod_nest = out[buf][0]
                     if kind != "load" and c is not prod_nest:
@@ -634,7 +364,7 @@ class _Gen:
     def run(self) -> CudaKernel:
         segs = self.segments()
         big = any(not (s.is_Integer and int(s) < 2**31) for b in self.buffers.values() for s in
-                  [_prod(b.size), *(parse_expr(x) for x in b.stride)]) or not self.static
+                  [prod(b.size), *(parse_expr(x) for x in b.stride)]) or not self.static
         self.idx = "long long" if big else "int"
         if any(b.dtype == "float16" for b in self.buffers.values()):
             self.lines.append("#include <cuda_fp16.h>")
@@ -648,7 +378,7 @@ class _Gen:
             else:
                 self._rows(name, shape, nests)
         return CudaKernel(self.kernel.name, "\n".join(self.lines) + "\n", tuple(self.launches),
-                          tuple(self.order), self.size_vars)
+                          tuple(self.order), self.size_vars, tuple(self.checks))
 
     def _params(self, written: set[str], extra: str = "") -> str:
         ps = []
@@ -662,24 +392,24 @@ class _Gen:
         return ", ".join(ps) + extra
 
     def _written(self) -> set[str]:
-        return {st.attr("buffer") for n in self.kernel.nests for st in _walk(n.body)
+        return {st.attr("buffer") for n in self.kernel.nests for st in n.stmts()
                 if st.op in ("store", "store_reduction")}
 
     def _num(self, e: Any) -> str:
-        return _cexpr(e, {})
+        return self.print_index(e)
 
-    def _pointwise(self, name: str, nests: list[_Nest]) -> None:
-        n_expr = _prod(nests[0].nest.ranges)
+    def _pointwise(self, name: str, nests: list[Part]) -> None:
+        n_expr = prod(nests[0].nest.ranges)
         locals_ = self._locals(nests)
         # contiguous accesses (index == flat index) of a single-nest segment are vectorized
         vec_bufs: list[str] = []
         if len(nests) == 1:
-            acc = _accesses(nests[0].nest)
-            cont = {b for _, b, i, _ in acc if sympy.expand(_canon(i, nests[0].env) - X) == 0}
-            bad = {b for _, b, i, _ in acc if sympy.expand(_canon(i, nests[0].env) - X) != 0}
+            acc = accesses(nests[0].nest)
+            cont = {b for _, b, i, _ in acc if sympy.expand(canonical(i, nests[0].env) - X) == 0}
+            bad = {b for _, b, i, _ in acc if sympy.expand(canonical(i, nests[0].env) - X) != 0}
             vec_bufs = sorted((cont - bad) - set(locals_), key=self.order.index)
             vec_bufs = [b for b in vec_bufs if not any(st.op == "store" and st.attr("mode") for st in
-                                                       _walk(nests[0].nest.body) if st.attr("buffer") == b)]
+                                                       nests[0].nest.stmts() if st.attr("buffer") == b)]
             if any(_in_masked(nests[0].nest.body, b) for b in vec_bufs):
                 vec_bufs = []
         vec = 1
@@ -697,7 +427,7 @@ class _Gen:
                 self.lines.append(f"  if (base + {v} <= n) {{")
                 for b in vec_bufs:
                     t = CTYPES[self.buffers[b].dtype]
-                    if any(st.op == "load" and st.attr("buffer") == b for st in _walk(nests[0].nest.body)):
+                    if any(st.op == "load" and st.attr("buffer") == b for st in nests[0].nest.stmts()):
                         self.lines.append(f"    const tv_vec<{t}, {v}> vl_{b} = *reinterpret_cast<const tv_vec<{t}, {v}>*>({b} + base);")
                     if b in written:
                         self.lines.append(f"    tv_vec<{t}, {v}> vs_{b};")
@@ -705,7 +435,7 @@ class _Gen:
                 self.lines.append("      const idx_t X = base + k;")
                 for c in nests:
                     self.lines.append("      {")
-                    self._nest_body(c, {"X": "X"}, "        ", locals_, vec=(set(vec_bufs), "k"))
+                    self._nest_body(c, {"X": "X"}, "        ", locals_, lanes=(set(vec_bufs), "k"))
                     self.lines.append("      }")
                 self.lines.append("    }")
                 for b in vec_bufs:
@@ -739,7 +469,7 @@ class _Gen:
             splits = max(1, min((self.sm_count * 4) // max(r, 1), l // (threads * 16)))
         return threads, 1, splits
 
-    def _rows(self, name: str, shape: tuple[Any, Any], nests: list[_Nest]) -> None:
+    def _rows(self, name: str, shape: tuple[Any, Any], nests: list[Part]) -> None:
         rows, rlen = shape
         threads, rpb, splits = self._tiling(rows, rlen)
         reds = [st for c in nests for st in c.nest.body if st.op == "reduction"]
@@ -770,7 +500,7 @@ class _Gen:
         self.lines.append("  if (X >= R) return;")
         for c in nests:
             if c.nest.name in {p[0].nest.name for p in locals_.values()} and all(
-                    st.attr("buffer") in locals_ for st in _walk(c.nest.body) if st.op in ("store", "store_reduction")):
+                    st.attr("buffer") in locals_ for st in c.nest.stmts() if st.op in ("store", "store_reduction")):
                 continue  # every value it stores is recomputed where it is read
             self.lines.append(f"  {{ // {c.nest.name} ({c.role})")
             if c.role == "full":
@@ -802,13 +532,13 @@ class _Gen:
             return head + f"if (const idx_t C = {lo} + k * {step}; C < {hi}) {{"
         return f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{"
 
-    def _cached_load(self, c: _Nest, st: Stmt, t: str, nm: str, expr: str) -> str | None:
+    def _cached_load(self, c: Part, st: Stmt, t: str, nm: str, expr: str) -> str | None:
         """In a persistent row segment, a load of a buffer the kernel never writes is read once per
         (buffer, element) and kept in a register array for the later nests."""
         buf = st.attr("buffer")
         if not self.persist or buf in self._written():
             return None
-        key = (buf, str(_canon(st.attr("index"), c.env)))
+        key = (buf, str(canonical(st.attr("index"), c.env)))
         if "C" not in key[1]:
             return None
         arr = self.cache.get(key)
@@ -816,7 +546,7 @@ class _Gen:
             return f"const {t} {nm} = static_cast<{t}>({arr}[k]);"
         arr = f"reg{len(self.cache)}"
         self.cache[key] = arr
-        if self.knobs["stream"] and expr.startswith(f"{buf}[") and X in _canon(st.attr("index"), c.env).free_symbols:
+        if self.knobs["stream"] and expr.startswith(f"{buf}[") and X in canonical(st.attr("index"), c.env).free_symbols:
             # read once, by this row alone: evict first, so that the L2's older lines stay (a
             # kernel after a large write, e.g. do_bench's cache flush, otherwise writes dirty lines
             # back while it reads: var_mean 4096x4096 34.2 -> 28.9 us on the H100)
@@ -824,7 +554,7 @@ class _Gen:
         self.cache_decl.append(f"  {CTYPES[self.buffers[buf].dtype]} {arr}[{self.persist}];")
         return f"const {t} {nm} = static_cast<{t}>({arr}[k] = {expr});"
 
-    def _same_reduction(self, c: _Nest, red: Stmt) -> tuple | None:
+    def _same_reduction(self, c: Part, red: Stmt) -> tuple | None:
         """A key for a reduction of a plain load inside a row segment (None elsewhere): two
         reductions with one key compute the same value (Inductor emits one welford per output)."""
         if self.row_vals is None or len(red.args) != 1:
@@ -832,24 +562,24 @@ class _Gen:
         src = next((st for st in c.nest.body if st.name == red.args[0]), None)
         if src is None or src.op != "load":
             return None
-        return (red.attr("kind"), red.attr("dtype"), src.attr("buffer"), str(_canon(src.attr("index"), c.env)))
+        return (red.attr("kind"), red.attr("dtype"), src.attr("buffer"), str(canonical(src.attr("index"), c.env)))
 
-    def _columnar(self, c: _Nest, rows: Any, rlen: Any) -> bool:
+    def _columnar(self, c: Part, rows: Any, rlen: Any) -> bool:
         """Whether neighbouring rows are neighbouring elements and the reduction strided
         (``x.sum(0)``, or the first half of Inductor's split of it): then a thread per row, walking
         its row, reads coalesced across the warp."""
         any_strided = False
-        for kind, buf, index, col in _accesses(c.nest):
-            e = _canon(index, c.env)
+        for kind, buf, index, col in accesses(c.nest):
+            e = canonical(index, c.env)
             if kind != "load" or not col or C not in e.free_symbols:
                 continue
-            steps = _steps(e, rows, rlen)
+            steps = row_col_steps(e, rows, rlen)
             if steps is None or steps[0] not in (0, 1):
                 return False
             any_strided = any_strided or steps[1] != 1
         return any_strided
 
-    def _column(self, name: str, rows: Any, rlen: Any, c: _Nest, written: set[str]) -> None:
+    def _column(self, name: str, rows: Any, rlen: Any, c: Part, written: set[str]) -> None:
         reds = [st for st in c.nest.body if st.op == "reduction"]
         splits = 1
         if rows.is_Integer and rlen.is_Integer:
@@ -867,7 +597,7 @@ class _Gen:
             self.launches.append(Launch(name, "column", rows=str(rows), rlen=str(rlen), threads=256))
             return
         kind = reds[0].attr("kind")
-        acc_t = _acc_type(reds[0])
+        acc_t = self._acc_type(reds[0])
         fields = _RED[kind][0]
         ftypes = [_field_type(kind, f, acc_t) for f in fields]
         ws = "".join(f", {t}* ws{j}" for j, t in enumerate(ftypes))
@@ -886,10 +616,10 @@ class _Gen:
         self.launches.append(Launch(name, "column", rows=str(rows), rlen=str(rlen), threads=256, splits=splits,
                                     workspace=tuple(ftypes)))
 
-    def _split(self, name: str, rows: Any, rlen: Any, threads: int, splits: int, c: _Nest, red: Stmt,
+    def _split(self, name: str, rows: Any, rlen: Any, threads: int, splits: int, c: Part, red: Stmt,
                written: set[str]) -> None:
         kind = red.attr("kind")
-        acc_t = _acc_type(red)
+        acc_t = self._acc_type(red)
         fields = _RED[kind][0]
         ftypes = [_field_type(kind, f, acc_t) for f in fields]
         ws = "".join(f", {t}* __restrict__ ws{j}" for j, t in enumerate(ftypes))
@@ -915,153 +645,162 @@ class _Gen:
                                     workspace=tuple(ftypes)))
 
     # -- statements --
-    def _nest_body(self, c: _Nest, coords: Mapping[str, str], ind: str, locals_: Mapping[str, Any],
-                   vec: tuple[set[str], str] | None = None, prefix: str = "", inline: bool = False) -> dict[str, str]:
+    def _nest_body(self, c: Part, coords: Mapping[str, str], ind: str, locals_: Mapping[str, Any],
+                   lanes: tuple[set[str], str] | None = None, prefix: str = "",
+                   recompute: bool = False) -> dict[str, str]:
+        """Bind the nest's loop variables from ``coords`` (X: row or flat index, C: column), then
+        emit its body; returns the C value of each SSA name."""
         names: dict[str, str] = {}
         for v in (*c.row_vars, *c.col_vars):
-            self.lines.append(f"{ind}const idx_t {prefix}{v} = {_cexpr(c.env[v], coords)};")
+            self.lines.append(f"{ind}const idx_t {prefix}{v} = {self.print_index(c.env[v], coords)};")
             names[v] = prefix + v
-        return self._stmts(c, c.nest.body, names, ind, locals_, vec, prefix, inline=inline)
+        return self._stmts(_Scope(c, names, ind, locals_, lanes, prefix, recompute=recompute), c.nest.body)
 
-    def _stmts(self, c: _Nest, body: Sequence[Stmt], names: dict[str, str], ind: str, locals_: Mapping[str, Any],
-               vec: tuple[set[str], str] | None = None, prefix: str = "", include: set[int] | None = None,
-               guard: bool = False, vals: dict[str, str] | None = None, inline: bool = False,
-               top: bool = True) -> dict[str, str]:
+    def _stmts(self, scope: _Scope, body: Sequence[Stmt], include: set[int] | None = None) -> dict[str, str]:
         """Emit the statements of ``body`` (those in ``include``, if given) as C; returns the C
-        value of each SSA name. ``vec``: (buffers read/written through the vector registers, the
-        lane); ``guard``: once-per-row statements, stored by thread 0; ``inline``: recompute a
-        local buffer's value (no stores); ``top``: not inside a ``masked`` body."""
-        ctx = _Ctx(c, names, ind, locals_, vec, prefix, guard, {} if vals is None else vals, inline, top)
+        value of each SSA name."""
         for st in body:
             if include is not None and id(st) not in include:
                 continue
-            if inline and st.op in ("store", "store_reduction"):
+            if scope.recompute and st.op in ("store", "store_reduction"):
                 continue
-            a = [ctx.vals.get(x, prefix + x) for x in st.args]
-            nm, t = prefix + (st.name or ""), _ctype(st.dtype)
-            if st.op == "load":
-                self._load(ctx, st, nm, t)
-            elif st.op in ("store", "store_reduction"):
-                self._store(ctx, st, a)
-            elif st.op == "masked":
-                other = _const(st.attr("other"), st.dtype)
-                self.lines += [f"{ind}{t} {nm} = {other};", f"{ind}if ({a[0]}) {{"]
-                res = self._stmts(c, st.body, dict(names), ind + "  ", locals_, None, prefix, None, guard,
-                                  dict(ctx.vals), inline, top=False)
-                self.lines += [f"{ind}  {nm} = {res['__yield']};", f"{ind}}}"]
-            elif st.op == "yield":
-                ctx.vals["__yield"] = a[0]
-            elif st.op == "indirect_indexing":
-                size = self._index(st.attr("size"), names)
-                self.lines.append(f"{ind}idx_t {nm} = (idx_t)({a[0]});")
-                if st.attr("wrap_neg", True):
-                    self.lines.append(f"{ind}if ({nm} < 0) {nm} += {size};")
-                names[st.name] = ctx.vals[st.name] = nm
-            elif st.op == "reduction":
-                ctx.vals[st.name] = nm  # the accumulator: set by _reduce_nest
-            elif st.op != "check_bounds":
-                self.lines.append(f"{ind}{self._compute(c, st, a, nm, t, names, prefix)}")
-            if st.name and st.name not in ctx.vals:
-                ctx.vals[st.name] = nm
-        return ctx.vals
+            self.statement(st, scope)
+            if st.name and st.name not in scope.values:
+                scope.values[st.name] = scope.prefix + st.name
+        return scope.values
 
-    def _load(self, ctx: "_Ctx", st: Stmt, nm: str, t: str) -> None:
+    def _declare(self, scope: _Scope, st: Stmt, expr: str) -> None:
+        t = self.value_type(st.dtype)
+        self.lines.append(f"{scope.indent}const {t} {scope.prefix}{st.name} = {expr};")
+
+    # -- statements (dispatched by ``statement``) --
+    def stmt_load(self, st: Stmt, scope: _Scope) -> None:
         """A load: recomputed (a local buffer), from the vector registers, from a value this row
         computed earlier, from the persistent row cache, or from memory."""
-        buf, ind = st.attr("buffer"), ctx.ind
-        if buf in ctx.locals_:
-            pc, pst = ctx.locals_[buf]
+        buf, ind, nm, t = st.attr("buffer"), scope.indent, scope.prefix + st.name, self.value_type(st.dtype)
+        if buf in scope.local_buffers:
+            part, store = scope.local_buffers[buf]
             self.counter += 1
             p = f"l{self.counter}_"
             self.lines += [f"{ind}{t} {nm};", f"{ind}{{"]
-            sub = self._nest_body(pc, {"X": "X", "C": "C"}, ind + "  ", ctx.locals_, prefix=p, inline=True)
-            self.lines += [f"{ind}  {nm} = {sub.get(pst.args[0], p + pst.args[0])};", f"{ind}}}"]
-            ctx.vals[st.name] = nm
+            sub = self._nest_body(part, {"X": "X", "C": "C"}, ind + "  ", scope.local_buffers, prefix=p,
+                                  recompute=True)
+            self.lines += [f"{ind}  {nm} = {sub.get(store.args[0], p + store.args[0])};", f"{ind}}}"]
+            scope.values[st.name] = nm
             return
-        if ctx.vec and buf in ctx.vec[0]:
-            expr = f"vl_{buf}.v[{ctx.vec[1]}]"
+        if scope.lanes and buf in scope.lanes[0]:
+            expr = f"vl_{buf}.v[{scope.lanes[1]}]"
         else:
-            expr = f"{buf}[{self._index(st.attr('index'), ctx.names)}]"
-        key = (buf, str(_canon(st.attr("index"), ctx.c.env)))
+            expr = f"{buf}[{self.index(st.attr('index'), scope.names)}]"
+        key = (buf, str(canonical(st.attr("index"), scope.part.env)))
         if self.row_vals is not None and key in self.row_vals:
             expr = self.row_vals[key]   # a value this row computed earlier in the kernel
-        cached = self._cached_load(ctx.c, st, t, nm, expr) if ctx.top and not ctx.guard else None
+        cached = self._cached_load(scope.part, st, t, nm, expr) if scope.top_level and not scope.once_per_row else None
         self.lines.append(f"{ind}{cached or f'const {t} {nm} = static_cast<{t}>({expr});'}")
 
-    def _store(self, ctx: "_Ctx", st: Stmt, a: list[str]) -> None:
+    def stmt_store(self, st: Stmt, scope: _Scope) -> None:
         """A store: to the vector registers, atomic, or plain (once per row: thread 0 stores, and
         the value is kept for later loads of the row)."""
-        buf, ind = st.attr("buffer"), ctx.ind
-        if buf in ctx.locals_:
+        buf, ind = st.attr("buffer"), scope.indent
+        if buf in scope.local_buffers:
             return
         bt = CTYPES[self.buffers[buf].dtype]
-        val = f"static_cast<{bt}>({a[0]})"
-        if ctx.vec and buf in ctx.vec[0]:
-            self.lines.append(f"{ind}vs_{buf}.v[{ctx.vec[1]}] = {val};")
+        val = f"static_cast<{bt}>({scope.arg(st.args[0])})"
+        target = f"{buf}[{self.index(st.attr('index'), scope.names)}]"
+        if scope.lanes and buf in scope.lanes[0]:
+            self.lines.append(f"{ind}vs_{buf}.v[{scope.lanes[1]}] = {val};")
         elif st.attr("mode") == "atomic_add":
-            self.lines.append(f"{ind}atomicAdd(&{buf}[{self._index(st.attr('index'), ctx.names)}], {val});")
+            self.lines.append(f"{ind}atomicAdd(&{target}, {val});")
         elif st.attr("mode"):
             raise CodegenError(f"store mode {st.attr('mode')!r} is not supported")
         else:
-            key = (buf, str(_canon(st.attr("index"), ctx.c.env)))
-            if ctx.guard and ctx.top and self.row_vals is not None and "C" not in key[1]:
+            key = (buf, str(canonical(st.attr("index"), scope.part.env)))
+            if scope.once_per_row and scope.top_level and self.row_vals is not None and "C" not in key[1]:
                 rv = f"rv{len(self.row_vals)}"
                 self.cache_decl.append(f"  {bt} {rv};")
                 self.row_vals[key] = rv
                 self.lines.append(f"{ind}{rv} = {val};")
                 val = rv
-            guard = "if (tid == 0) " if ctx.guard else ""
-            self.lines.append(f"{ind}{guard}{buf}[{self._index(st.attr('index'), ctx.names)}] = {val};")
+            guard = "if (tid == 0) " if scope.once_per_row else ""
+            self.lines.append(f"{ind}{guard}{target} = {val};")
 
-    def _compute(self, c: _Nest, st: Stmt, a: list[str], nm: str, t: str, names: Mapping[str, str],
-                 prefix: str) -> str:
-        """The C declaration of a value statement (constants, casts, math, random numbers)."""
-        op = st.op
-        if op == "constant":
-            return f"const {t} {nm} = {_const(st.attr('value'), st.attr('dtype') or st.dtype)};"
-        if op == "index_expr":
-            return f"const {t} {nm} = static_cast<{t}>({self._index(st.attr('expr'), names)});"
-        if op == "to_dtype":
-            conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
-                    "float16": "__half2float(__float2half({0}))"}.get(st.attr("dtype"), "static_cast<{t}>({0})")
-            return f"const {t} {nm} = {conv.format(a[0], t=t)};"
-        if op == "to_dtype_bitcast":
-            src = _ctype(st.attr("src_dtype"))
-            return f"{t} {nm}; {{ {src} tmp_ = {a[0]}; memcpy(&{nm}, &tmp_, sizeof({nm})); }}"
-        if op == "load_seed":
-            off = a[0] if a else str(st.attr("offset"))
-            return f"const long long {nm} = (long long){st.attr('buffer')}[{off}];"
-        if op in ("rand", "randn"):
-            return f"const {t} {nm} = tv_{op}({a[0]}, {a[1]});"
-        if op == "randint64":
-            return f"const {t} {nm} = tv_randint64({', '.join(a)});"
-        if op == "getitem":
-            red = self._producer(c.nest.body, st.args[0])
-            if red is None or red.op != "reduction":
-                raise CodegenError(f"getitem of {st.args[0]} is not supported")
-            return f"const auto {nm} = acc_{prefix}{red.name}_{_RED[red.attr('kind')][0][st.attr('index')]};"
-        base = op.removeprefix("libdevice_")
-        if op in _UNARY or base in _UNARY:
-            tmpl, tt = _UNARY.get(op) or _UNARY[base], t if t != "auto" else "float"
+    stmt_store_reduction = stmt_store
+
+    def stmt_masked(self, st: Stmt, scope: _Scope) -> None:
+        ind, nm = scope.indent, scope.prefix + st.name
+        self.lines += [f"{ind}{self.value_type(st.dtype)} {nm} = {self.literal(st.attr('other'), st.dtype)};",
+                       f"{ind}if ({scope.arg(st.args[0])}) {{"]
+        inner = replace(scope, names=dict(scope.names), indent=ind + "  ", lanes=None, values=dict(scope.values),
+                        top_level=False)
+        self.lines += [f"{ind}  {nm} = {self._stmts(inner, st.body)['__yield']};", f"{ind}}}"]
+
+    def stmt_yield(self, st: Stmt, scope: _Scope) -> None:
+        scope.values["__yield"] = scope.arg(st.args[0])
+
+    def stmt_indirect_indexing(self, st: Stmt, scope: _Scope) -> None:
+        ind, nm = scope.indent, scope.prefix + st.name
+        size = self.index(st.attr("size"), scope.names)
+        self.lines.append(f"{ind}idx_t {nm} = (idx_t)({scope.arg(st.args[0])});")
+        if st.attr("wrap_neg", True):
+            self.lines.append(f"{ind}if ({nm} < 0) {nm} += {size};")
+        if st.attr("check", True):   # recorded for the host, and no access outside the buffer
+            what = f"{_indexed(self.kernel, st.name)} at index {st.name} = {st.args[0]}: outside [0, {st.attr('size')})"
+            if what not in self.checks:
+                self.checks.append(what)
+            self.lines.append(f"{ind}if ({nm} < 0 || {nm} >= {size}) {{ tv_fail({self.checks.index(what)}, {nm}); {nm} = 0; }}")
+        scope.names[st.name] = scope.values[st.name] = nm
+
+    def stmt_reduction(self, st: Stmt, scope: _Scope) -> None:
+        scope.values[st.name] = scope.prefix + st.name  # the accumulator: set by _reduce_nest
+
+    def stmt_check_bounds(self, st: Stmt, scope: _Scope) -> None:
+        pass
+
+    def stmt_constant(self, st: Stmt, scope: _Scope) -> None:
+        self._declare(scope, st, self.literal(st.attr("value"), st.attr("dtype") or st.dtype))
+
+    def stmt_index_expr(self, st: Stmt, scope: _Scope) -> None:
+        t = self.value_type(st.dtype)
+        self._declare(scope, st, f"static_cast<{t}>({self.index(st.attr('expr'), scope.names)})")
+
+    def stmt_to_dtype(self, st: Stmt, scope: _Scope) -> None:
+        conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
+                "float16": "__half2float(__float2half({0}))"}.get(st.attr("dtype"), "static_cast<{t}>({0})")
+        self._declare(scope, st, conv.format(scope.arg(st.args[0]), t=self.value_type(st.dtype)))
+
+    def stmt_to_dtype_bitcast(self, st: Stmt, scope: _Scope) -> None:
+        nm, src = scope.prefix + st.name, self.value_type(st.attr("src_dtype"))
+        self.lines.append(f"{scope.indent}{self.value_type(st.dtype)} {nm}; {{ {src} tmp_ = {scope.arg(st.args[0])}; "
+                          f"memcpy(&{nm}, &tmp_, sizeof({nm})); }}")
+
+    def stmt_load_seed(self, st: Stmt, scope: _Scope) -> None:
+        off = scope.arg(st.args[0]) if st.args else str(st.attr("offset"))
+        self.lines.append(f"{scope.indent}const long long {scope.prefix}{st.name} = "
+                          f"(long long){st.attr('buffer')}[{off}];")
+
+    def stmt_getitem(self, st: Stmt, scope: _Scope) -> None:
+        red = next((s for s in scope.part.nest.body if s.name == st.args[0]), None)
+        if red is None or red.op != "reduction":
+            raise CodegenError(f"getitem of {st.args[0]} is not supported")
+        field_name = _RED[red.attr("kind")][0][st.attr("index")]
+        self.lines.append(f"{scope.indent}const auto {scope.prefix}{st.name} = acc_{scope.prefix}{red.name}_{field_name};")
+
+    def stmt_compute(self, st: Stmt, scope: _Scope) -> None:
+        """Math: unary ops compute in their result type (``float`` for an unknown one), the
+        arithmetic of :data:`_CAST_ARGS` casts its operands to it."""
+        a, t, op = self.operands(st, scope.arg), self.value_type(st.dtype), st.op
+        if op.removeprefix("libdevice_") in _UNARY:
+            tt = t if t != "auto" else "float"
             x = a[0] if op in ("logical_not", "isnan", "isinf", "signbit", "bitwise_not", "identity") \
                 else f"static_cast<{tt}>({a[0]})"
-            return f"const {t} {nm} = {tmpl.format(x, t=tt)};"
-        if op in _BINARY or base in _BINARY:
-            xs = [f"static_cast<{t}>({x})" for x in a] if op in _CAST_ARGS and t != "auto" else a
-            return f"const {t} {nm} = {(_BINARY.get(op) or _BINARY[base]).format(*xs)};"
-        if op == "where":
-            return f"const {t} {nm} = ({a[0]} ? static_cast<{t}>({a[1]}) : static_cast<{t}>({a[2]}));"
-        if op == "fma":
-            return f"const {t} {nm} = fma({a[0]}, {a[1]}, {a[2]});"
-        raise CodegenError(f"ops.{op} is not supported by the CUDA code generator")
+            expr = self.compute(op, [x], st.dtype, tt)
+        elif op in _CAST_ARGS and t != "auto":
+            expr = self.compute(op, [f"static_cast<{t}>({x})" for x in a], st.dtype, t)
+        else:
+            expr = self.compute(op, a, st.dtype, t)
+        self._declare(scope, st, expr)
 
-    def _producer(self, body: Sequence[Stmt], name: str) -> Stmt | None:
-        return next((s for s in body if s.name == name), None)
-
-    def _index(self, text: str, names: Mapping[str, str]) -> str:
-        return _cexpr(parse_expr(text), names)
-
-    def _reduce_nest(self, c: _Nest, threads: int, ind: str, locals_: Mapping[str, Any], warp: bool,
+    def _reduce_nest(self, c: Part, threads: int, ind: str, locals_: Mapping[str, Any], warp: bool,
                      loop: tuple[str, str] | None = None, partial: bool = False,
                      final: tuple[int, Sequence[str]] | None = None, column: bool = False) -> None:
         """Accumulate over the row (threads stride by ``threads``; ``column``: one thread walks
@@ -1071,7 +810,7 @@ class _Gen:
         reds = [st for st in c.nest.body if st.op == "reduction"]
         names: dict[str, str] = {}
         for v in c.row_vars:
-            self.lines.append(f"{ind}const idx_t {v} = {_cexpr(c.env[v], {'X': 'X'})};")
+            self.lines.append(f"{ind}const idx_t {v} = {self.print_index(c.env[v], {'X': 'X'})};")
             names[v] = v
         infos, dups = self._accumulators(c, reds, ind)
         two = final is None and loop is None and not column and self._two_pass_kind(infos)
@@ -1096,15 +835,15 @@ class _Gen:
         if partial:
             return
         # the statements after the reduction, once per row (every thread computes, thread 0 stores)
-        post = _post_names(c.nest)
+        post = post_names(c.nest)
         after_roots = [st for st in c.nest.body if st.op != "reduction" and (
             st.name in post or st.op == "store_reduction" or (st.op == "store" and st.args[0] in post))]
         after_set = _closure(c.nest.body, [], after_roots, stop={id(r) for r in reds})
         vals = {red.name: f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else _RED[kind][0][0]}"
                 for red, kind, *_ in infos}
-        self._stmts(c, c.nest.body, names, ind, locals_, include=after_set, guard=not column, vals=vals)
+        self._stmts(_Scope(c, names, ind, locals_, once_per_row=not column, values=vals), c.nest.body, after_set)
 
-    def _accumulators(self, c: _Nest, reds: list[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
+    def _accumulators(self, c: Part, reds: list[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
         """Declare and initialise each reduction's accumulator fields; a reduction equal to one
         earlier in the row (same kind of the same values) reuses that one's (``dups``)."""
         infos, dups = [], []
@@ -1112,7 +851,7 @@ class _Gen:
             kind = red.attr("kind")
             if kind not in _RED:
                 raise CodegenError(f"reduction kind {kind!r} is not supported by the CUDA code generator")
-            acc_t = _acc_type(red)
+            acc_t = self._acc_type(red)
             fields, inits, upd, comb = _RED[kind]
             ftypes = [_field_type(kind, f, acc_t) for f in fields]
             same = self._same_reduction(c, red)
@@ -1134,7 +873,7 @@ class _Gen:
         registers: then two passes over the registers replace the per-element update."""
         return bool(self.persist) and len(infos) == 1 and infos[0][1] in _TWO_PASS
 
-    def _two_pass(self, c: _Nest, info: tuple, names: dict[str, str], threads: int, warp: bool, ind: str,
+    def _two_pass(self, c: Part, info: tuple, names: dict[str, str], threads: int, warp: bool, ind: str,
                   locals_: Mapping[str, Any]) -> None:
         """A row held in registers reduced in two passes, each with a cheap combine across the row's
         threads, instead of one pass of the online update (whose per-element and per-shuffle steps
@@ -1148,25 +887,25 @@ class _Gen:
         red, kind, acc_t, *_ = info
         a = f"acc_{red.name}_"
         first, second, between, update = _TWO_PASS[kind]
-        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in _post_names(c.nest)]
+        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post_names(c.nest)]
         for k, (fld, comb) in enumerate((first, second)):
             roots = pre_stores if k == 0 else []   # stores before the reduction run in the first pass
             include = _closure(c.nest.body, list(red.args), roots)
             self.lines.append(self._col_loop(ind, "tid", "L", threads))
             for v in c.col_vars:
-                self.lines.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
+                self.lines.append(f"{ind}  const idx_t {v} = {self.print_index(c.env[v], {'C': 'C'})};")
                 names[v] = v
-            vals = self._stmts(c, c.nest.body, names, ind + "  ", locals_, include=include)
+            vals = self._stmts(_Scope(c, names, ind + "  ", locals_), c.nest.body, include)
             v = f"({acc_t}){vals.get(red.args[0], red.args[0])}"
             self.lines += [ind + "  " + update[k].format(a=a, v=v, t=acc_t), f"{ind}}}"]
             self._combine((red, kind, acc_t, (fld,), (acc_t,), None, comb), threads, warp, ind)
             if k == 0 and between:
                 self.lines.append(ind + between.format(a=a, t=acc_t))
 
-    def _accumulate(self, c: _Nest, reds: list[Stmt], infos: list[tuple], names: dict[str, str], threads: int,
+    def _accumulate(self, c: Part, reds: list[Stmt], infos: list[tuple], names: dict[str, str], threads: int,
                     ind: str, locals_: Mapping[str, Any], loop: tuple[str, str] | None, column: bool) -> None:
         """The loop over this thread's columns of the row, updating the accumulators."""
-        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in _post_names(c.nest)]
+        pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post_names(c.nest)]
         loop_set = _closure(c.nest.body, [a for r in reds for a in r.args], pre_stores)
         lo, hi = loop or ("0" if column else "tid", "L")
         step = 1 if column else threads
@@ -1174,9 +913,9 @@ class _Gen:
         self.lines.append(self._col_loop(ind, lo, hi, step) if not column and loop is None else
                           f"{ind}#pragma unroll {unroll}\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
         for v in c.col_vars:
-            self.lines.append(f"{ind}  const idx_t {v} = {_cexpr(c.env[v], {'C': 'C'})};")
+            self.lines.append(f"{ind}  const idx_t {v} = {self.print_index(c.env[v], {'C': 'C'})};")
             names[v] = v
-        vals = self._stmts(c, c.nest.body, names, ind + "  ", locals_, include=loop_set)
+        vals = self._stmts(_Scope(c, names, ind + "  ", locals_), c.nest.body, loop_set)
         for red, kind, acc_t, fields, ftypes, upd, comb in infos:
             args = [vals.get(x, x) for x in red.args]
             self.lines.append(ind + "  " + upd.format(a=f"acc_{red.name}_", v=args[0], i="C", t=acc_t,
@@ -1229,15 +968,15 @@ def _closure(body: Sequence[Stmt], names: Sequence[str], roots: Sequence[Stmt], 
     return seen
 
 
-def _walk(body: Sequence[Stmt]):  # type: ignore[no-untyped-def]
-    for st in body:
-        yield st
-        if st.body:
-            yield from _walk(st.body)
+def _indexed(kernel: Kernel, symbol: str) -> str:
+    """The buffers whose loads or stores use the indirect index ``symbol``."""
+    used = [s.attr("buffer") for n in kernel.nests for s in n.stmts() if s.op in ("load", "store", "store_reduction")
+            and symbol in {x.name for x in parse_expr(s.attr("index")).free_symbols}]
+    return "buffer " + ", ".join(dict.fromkeys(used)) if used else "an index expression"
 
 
 def _in_masked(body: Sequence[Stmt], buf: str) -> bool:
-    return any(st.op == "masked" and any(s.attr("buffer") == buf for s in _walk(st.body)) for st in body)
+    return any(st.op == "masked" and any(s.attr("buffer") == buf for s in st.walk()) for st in body)
 
 
 def generate(kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str],
@@ -1249,4 +988,4 @@ def generate(kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str]
     program read or write (only buffers outside it may stay in registers); ``sm_count`` steers
     the tiling. See the module docstring for an example.
     """
-    return _Gen(kernel, buffers, size_vars, used_elsewhere, sm_count).run()
+    return CudaRenderer(kernel, buffers, size_vars, used_elsewhere, sm_count).run()

@@ -21,6 +21,7 @@ import torch
 
 from torchvendor.ir.loop_ir import parse_expr
 
+from .checks import BoundsRecord
 from .codegen import CudaKernel, Launch
 from .runtime import cuda_include_dir
 
@@ -158,6 +159,7 @@ class _Args:
 
 
 _driver: _Driver | None = None
+_BOUNDS = "<bounds record>"   # in a module's function table: its BoundsRecord (checks.py)
 
 _WS_DTYPES = {"float": torch.float32, "double": torch.float64, "long long": torch.int64, "int": torch.int32,
               "bool": torch.bool}
@@ -193,6 +195,7 @@ class CompiledKernel:
                 with torch.cuda.device(device):
                     mod = _driver.load(self.image)
                     fns = {n: _driver.function(mod, n) for n in names}
+                    fns[_BOUNDS] = BoundsRecord(_driver.lib, mod) if self.kernel.checks else None
             else:
                 from torchvendor.sdk import get_function, load_module
 
@@ -264,3 +267,5 @@ class CompiledKernel:
                 extra = struct.pack(f"<{len(ws)}Q", *[w.data_ptr() for w in ws])
                 go(l.name, first, block, extra)
                 go(l.name + "_final", *final, extra)
+        if device.type == "cuda" and fns[_BOUNDS] is not None:
+            fns[_BOUNDS].check(self.kernel, stream)  # see checks.py

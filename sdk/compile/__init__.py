@@ -7,6 +7,8 @@
 - ``levels``: :class:`Level` and what each level decides (one :class:`LevelRules` object per level)
 - ``loop_level`` / ``loop_runner``: the LOOP level: a partition lowered to a loop program,
   compiled (``Backend.compile_program``), run by the program runner
+- ``c_renderer``: :class:`CStyleRenderer`, loop IR to C-family source by tables (both reference
+  code generators subclass it)
 - ``cache`` / ``warm``: compiled artifacts on disk, warm starts
 - ``report``: what ran where (:func:`last_report`)
 
@@ -28,6 +30,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(("FusedOp", "fused_op"), "vendor_ops"),
     **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel"), "loop_runner"),
     **dict.fromkeys(("CompiledProgram",), "loop_level"),
+    **dict.fromkeys(("CStyleRenderer", "CodegenError"), "c_renderer"),
 }
 
 __all__ = sorted(_API)

@@ -57,6 +57,7 @@ from torchvendor.partitioner.support import SupportRule, predicate, supported_op
 
 from . import warm
 from .cache import ArtifactCache
+from .cache import graph_key as _graph_key
 from .fx_outline import partition_and_outline
 from .levels import (AtenLevel, BackendDefinitionError, BackendError, BackendFallbackWarning, Level, LevelRules,
                      TorchLevel)
@@ -604,10 +605,3 @@ def _device_module(args: Sequence[Any]) -> Any:
     return None
 
 
-def _graph_key(gm: fx.GraphModule, examples: Sequence[Any], *extra: str) -> str:
-    def describe(v: Any) -> str:
-        if isinstance(v, torch.Tensor):
-            return f"{v.dtype}{tuple(map(str, v.shape))}{tuple(map(str, v.stride()))}{v.storage_offset()}"
-        return repr(v)
-
-    return "\n".join([*extra, gm.code, *map(describe, examples)])

@@ -33,7 +33,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 __all__ = ["ArtifactCache", "default_cache_dir", "content_hash"]
 
@@ -184,3 +184,15 @@ class ArtifactCache:
             Path(path).write_bytes(build())
 
         return Path(self.get_or_build(key, write, suffix)).read_bytes()
+
+
+def graph_key(gm: Any, examples: Sequence[Any], *extra: str) -> str:
+    """The text a graph's compiled artifact is keyed by: ``extra``, the graph's code, and each
+    example's dtype, shape, stride and offset (any other value by its repr)."""
+    def describe(v: Any) -> str:
+        shape, stride = getattr(v, "shape", None), getattr(v, "stride", None)
+        if shape is not None and callable(stride):
+            return f"{v.dtype}{tuple(map(str, shape))}{tuple(map(str, stride()))}{v.storage_offset()}"
+        return repr(v)
+
+    return "\n".join([*extra, gm.code, *map(describe, examples)])

@@ -24,7 +24,6 @@ Example::
 """
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -33,6 +32,7 @@ import torch.fx as fx
 
 from torchvendor.pattern_matcher import (
     Fused, MatchContext, Multi, P, Pattern, PatternError, PatternMatcher, RewriteResult, Rule, T, Template, W,
+    explain_rule,
 )
 from torchvendor.pattern_matcher.multi import MultiPattern
 
@@ -333,7 +333,7 @@ def prepare_graph(graph: fx.Graph | fx.GraphModule, *, dce: bool = True) -> fx.G
     return graph
 
 
-# ---- explain: why a rule does not match ---------------------------------------------------------------
+# ---- explain: why a rule does not match (the diagnosis is pattern_matcher/explain.py's) ---------------------------------------------------------------
 
 _SYMBOLIC_KEYS = ("aten.sym_size.int", "operator.mul", "operator.add", "operator.floordiv", "operator.sub")
 
@@ -343,166 +343,7 @@ def _is_size(ctx: MatchContext, node: Any) -> bool:
     return isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool) or ctx.op(node) in _SYMBOLIC_KEYS
 
 
-def _constraint_failure(ctx: MatchContext, cons: Any, node: Any) -> str | None:
-    """Which of a pattern node's constraints ``node`` fails, in words (None: all hold)."""
-    name = ctx.view.name(node)
-    if cons is None:
-        return None
-    attrs = ctx.attrs(node)
-    for key, want in cons.attrs.items():
-        have = attrs.get(key)
-        if callable(want):
-            if not want(have):
-                return f"{name}: attribute {key}={have!r} fails the pattern's test"
-        elif key not in attrs:
-            sized = any(_is_size(ctx, i) for i in ctx.inputs(node))
-            return (f"{name}: has no attribute {key!r} (the pattern wants {want!r}); " +
-                    ("under dynamic shapes a size is an input node, not an attribute" if sized else
-                     "the call leaves it to its default"))
-        elif have != want:
-            return f"{name}: attribute {key}={have!r}, the pattern wants {want!r}"
-    meta = ctx.meta(node)
-    if cons.dtype is not None and meta.get("dtype") not in cons.dtype:
-        return f"{name}: dtype {meta.get('dtype')}, the pattern wants one of {sorted(cons.dtype)}"
-    if cons.shape is not None:
-        shape = meta.get("shape")
-        ok = shape is not None and (cons.shape(tuple(shape)) if callable(cons.shape) else
-                                    len(shape) == len(cons.shape) and all(w is None or w == d for w, d in
-                                                                          zip(cons.shape, shape)))
-        if not ok:
-            return f"{name}: shape {tuple(shape) if shape is not None else None} fails the pattern's shape={cons.shape!r}"
-    if cons.where is not None and not cons.where(ctx.view, node):
-        return f"{name}: fails the pattern's where= predicate"
-    return None
-
-
-class _Miss(Exception):
-    """A diagnosis: how many pattern operations matched before ``reason``."""
-
-    def __init__(self, depth: int, reason: str) -> None:
-        super().__init__(reason)
-        self.depth, self.reason = depth, reason
-
-
-def _diagnose(ctx: MatchContext, p: Any, node: Any, env: dict, depth: list[int]) -> None:
-    """Match ``p`` at ``node`` greedily (trying alternatives and operand orders); raise the deepest _Miss."""
-    from torchvendor.pattern_matcher.pattern import Alt, Op, Wildcard
-
-    name = ctx.view.name
-    if isinstance(p, Alt):
-        return _first_fit([lambda t, d, b=b: _diagnose(ctx, b, node, t, d) for b in p.branches], env, depth)
-    slot = p.name if isinstance(p, Wildcard) else (p.name or p)
-    if slot is not None and slot in env:
-        if env[slot] is not node:
-            raise _Miss(depth[0], f"{slot if isinstance(slot, str) else p!r} is {name(env[slot])} elsewhere in the "
-                                  f"pattern but {name(node)} here")
-        return
-    if isinstance(p, Wildcard):
-        if p.kinds is not None and ctx.kind(node) not in p.kinds:
-            raise _Miss(depth[0], f"{name(node)} is a graph {ctx.kind(node)}, {p!r} wants {sorted(p.kinds)}")
-        why = _constraint_failure(ctx, p.cons, node)
-        if why:
-            raise _Miss(depth[0], why)
-    else:
-        _diagnose_op(ctx, p, node, env, depth)
-    if slot is not None:
-        env[slot] = node
-
-
-def _diagnose_op(ctx: MatchContext, p: Any, node: Any, env: dict, depth: list[int]) -> None:
-    name, key = ctx.view.name, ctx.op(node)
-    if not (key in p.keys if p.keys is not None else p.pred(key)) or ctx.kind(node) != "op":
-        raise _Miss(depth[0], f"{name(node)} is {key}, the pattern wants {p._label}")
-    why = _constraint_failure(ctx, p.cons, node)
-    if why:
-        raise _Miss(depth[0], why)
-    ins = list(ctx.inputs(node))
-    args = list(p.args)
-    if p.star_at >= 0:
-        star = p.variadic()
-        count = len(ins) - (len(args) - 1)
-        if count < star.min:
-            raise _Miss(depth[0], f"{name(node)} has {len(ins)} inputs, fewer than {p!r} needs")
-        args = args[:p.star_at] + list(star.elements(count)) + args[p.star_at + 1:]
-    elif len(ins) != len(args):
-        extra = [name(i) for i in ins[len(args):] if _is_size(ctx, i)] if len(ins) > len(args) else []
-        hint = (f"; {', '.join(extra)} {'is a symbolic size' if len(extra) == 1 else 'are symbolic sizes'} "
-                f"(dynamic shapes): accept them with Star() after the tensor operands") if extra else ""
-        raise _Miss(depth[0], f"{name(node)} ({key}) has {len(ins)} input(s), the pattern gives {len(args)}{hint}")
-    depth[0] += 1
-    orders = [ins]
-    swap = ctx.op(node) in ctx.commutative if p.commutative is None else p.commutative
-    if swap and len(ins) >= 2 and ins[0] is not ins[1]:
-        orders.append([ins[1], ins[0], *ins[2:]])
-    def operands(order: list[Any], trial: dict, d: list[int]) -> None:
-        for sub, value in zip(args, order):
-            _diagnose(ctx, sub, value, trial, d)
-    _first_fit([functools.partial(operands, order) for order in orders], env, depth)
-
-
-def _first_fit(attempts: list[Callable[[dict, list[int]], None]], env: dict, depth: list[int]) -> None:
-    """Run each attempt on a copy of ``env``; keep the first that fits, else raise the deepest miss."""
-    best: _Miss | None = None
-    for attempt in attempts:
-        trial, d = dict(env), [depth[0]]
-        try:
-            attempt(trial, d)
-        except _Miss as miss:
-            best = miss if best is None or miss.depth > best.depth else best
-            continue
-        env.update(trial)
-        depth[0] = d[0]
-        return
-    raise best  # type: ignore[misc]
-
-
-def _near_misses(ctx: MatchContext, rule: Rule, limit: int) -> list[str]:
-    pattern = rule.pattern
-    root = pattern.outputs[0] if isinstance(pattern, MultiPattern) else pattern
-    keys = rule.anchor_keys()
-    anchors = [n for n in ctx.positions if ctx.kind(n) == "op" and (keys is None or ctx.op(n) in keys)]
-    if not anchors:
-        return [f"no node has its anchor op ({', '.join(sorted(keys or ()))}): nothing almost matched"]
-    misses: list[tuple[int, int, str]] = []
-    for i, node in enumerate(anchors):
-        try:
-            _diagnose(ctx, root, node, {}, [0])
-        except _Miss as miss:
-            misses.append((-miss.depth, i, f"at {ctx.view.name(node)}: {miss.reason} "
-                                           f"(after {miss.depth} pattern op(s) matched)"))
-            continue
-        if isinstance(pattern, MultiPattern):
-            misses.append((-99, i, f"at {ctx.view.name(node)}: the first output matches, but not the others "
-                                   f"({', '.join(map(repr, pattern.outputs[1:]))})"))
-    misses.sort()
-    return [text for _, _, text in misses[:limit]] + (
-        [f"... and {len(misses) - limit} more candidate(s)"] if len(misses) > limit else [])
-
-
-def _explain_rule(view: FxView, rule: Rule, limit: int) -> list[str]:
-    from torchvendor.pattern_matcher import find_all
-
-    matcher = PatternMatcher([rule])
-    ctx = matcher.context(view)
-    report = matcher.match(view, ctx)
-    head = f"rule {rule.name!r}"
-    if report.matches:
-        at = ", ".join(view.name(m.anchor) for m in report.matches[:limit])
-        return [f"{head}: {len(report.matches)} match(es), at {at}" + (" ..." if len(report.matches) > limit else "")]
-    if report.examples:
-        lines = [f"{head}: no valid match; {report.candidates} structural match(es) rejected:"]
-        lines += [f"  {e.split(': ', 1)[-1]}" for e in report.examples[:limit]]
-        if any("used outside the match" in e for e in report.examples):
-            lines.append("  (an interior value used outside: in a training forward graph the backward saves it; "
-                         "make it an extra output of the match and of the fused op, see docs/patterns.md)")
-        return lines
-    structural = find_all(view, rule.pattern, commutative=matcher.commutative)
-    if structural:
-        return [f"{head}: {len(structural)} structural match(es), all refused by the rule's check="]
-    return [f"{head}: no match; nearest candidates:"] + [f"  {t}" for t in _near_misses(ctx, rule, limit)]
-
-
-def explain(rules: Rule | Sequence[Rule] | str, graph: fx.Graph | fx.GraphModule, *, limit: int = 3) -> str:
+def explain(rules: Rule | Sequence[Rule], graph: fx.Graph | fx.GraphModule, *, limit: int = 3) -> str:
     """Why ``rules`` match or do not match ``graph``, in words, one section per rule.
 
     A rule that matches says where. One whose structural matches are all invalid says which
@@ -510,7 +351,8 @@ def explain(rules: Rule | Sequence[Rule] | str, graph: fx.Graph | fx.GraphModule
     anchor op is present says, for the ``limit`` nearest candidates (those that got furthest
     into the pattern), which constraint failed: the op, an attribute, a dtype or shape, an
     input count (naming symbolic-size inputs under dynamic shapes), or a repeated name bound to
-    two nodes. ``rules`` may be a stock pattern name. The graph is prepared as
+    two nodes (:func:`~torchvendor.sdk.compile.patterns.explain` takes a stock pattern's name). The
+    graph is prepared as
     :func:`rewrite_fx` prepares it (:func:`prepare_graph`, in place).
 
     >>> import torch
@@ -520,15 +362,6 @@ def explain(rules: Rule | Sequence[Rule] | str, graph: fx.Graph | fx.GraphModule
     rule 'torch.relu(method.view(x, arg1=4))': no match; nearest candidates:
       at relu: view: attribute arg1=2, the pattern wants 4 (after 1 pattern op(s) matched)
     """
-    if isinstance(rules, str):
-        from .patterns import _get
-
-        stock = _get(rules)
-        rules = stock.rules(None) + ([Rule(stock.training, None, name=f"{rules}[training]")]
-                                     if stock.training is not None else [])
     rule_list = [rules] if isinstance(rules, Rule) else list(rules)
     view = FxView(prepare_graph(graph))
-    lines: list[str] = []
-    for rule in rule_list:
-        lines += _explain_rule(view, rule, limit)
-    return "\n".join(lines)
+    return "\n".join(line for rule in rule_list for line in explain_rule(view, rule, limit=limit, is_size=_is_size))

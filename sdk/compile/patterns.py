@@ -56,7 +56,12 @@ from torchvendor.pattern_matcher import (
 )
 from torchvendor.pattern_matcher.pattern import Alt
 
-__all__ = ["STOCK", "Stock", "SavedOutputs", "rules", "count", "names", "view_of", "VIEW_OPS"]
+from torchvendor.ir.fx_view import FxView
+
+from . import fx_pattern
+from .fx_pattern import prepare_graph
+
+__all__ = ["STOCK", "Stock", "SavedOutputs", "rules", "count", "explain", "names", "view_of", "VIEW_OPS"]
 
 #: The reshaping ops a pattern steps through; under dynamic shapes their sizes are SymInt inputs.
 VIEW_OPS = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
@@ -373,10 +378,6 @@ def count(name: str | Sequence[Rule], gm: Any, *, training: bool = False) -> int
     The graph's shape queries are first moved to the graph inputs
     (:func:`~torchvendor.sdk.compile.fx_pattern.hoist_shape_queries`), as ``rewrite_fx`` does.
     """
-    from torchvendor.ir.fx_view import FxView
-
-    from .fx_pattern import prepare_graph
-
     if isinstance(name, str):
         stock = _get(name)
         rs = stock.rules(None)
@@ -387,3 +388,15 @@ def count(name: str | Sequence[Rule], gm: Any, *, training: bool = False) -> int
         rs = list(name)
     prepare_graph(gm)
     return len(PatternMatcher(rs).match(FxView(gm.graph)).matches)
+
+
+def explain(name: str | Rule | Sequence[Rule], graph: Any, *, limit: int = 3) -> str:
+    """Why stock pattern ``name`` (or ``rules``) matches ``graph`` or not, one section per rule
+    (:func:`~torchvendor.sdk.compile.fx_pattern.explain`; a stock name explains its inference rules
+    and, where it has one, its training form).
+    """
+    if isinstance(name, str):
+        stock = _get(name)
+        name = stock.rules(None) + ([Rule(stock.training, None, name=f"{name}[training]")]
+                                    if stock.training is not None else [])
+    return fx_pattern.explain(name, graph, limit=limit)

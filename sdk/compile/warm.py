@@ -40,7 +40,7 @@ import torch.fx as fx
 from torchvendor.ir import compat
 from torchvendor.ir.fx_graph import graph_from_json, graph_to_json
 
-from .cache import ArtifactCache
+from .cache import ArtifactCache, graph_key
 
 __all__ = ["bypass_key", "store", "load", "inference_function", "SUFFIX"]
 
@@ -61,11 +61,9 @@ def bypass_key(gm: fx.GraphModule, example_inputs: Sequence[Any], *extra: str) -
     why = _not_eligible(gm, example_inputs)
     if why is not None:
         return None, why
-    from .backend import _graph_key
-
     flags = [f"{t.device}/{t.requires_grad}" for t in example_inputs]
     state = f"grad={torch.is_grad_enabled()} deterministic={torch.are_deterministic_algorithms_enabled()}"
-    return _graph_key(gm, example_inputs, _FORMAT, state, *extra, *flags), None
+    return graph_key(gm, example_inputs, _FORMAT, state, *extra, *flags), None
 
 
 def _not_eligible(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:

@@ -1,4 +1,4 @@
-"""The OpInfo corpus runner of the conformance suite (and helpers the device tests share).
+"""The OpInfo corpus runner of the conformance suite.
 
 ``run_opinfo_corpus(device, dtype)`` runs every OpInfo of PyTorch's ``op_db`` that supports
 ``dtype`` on CPU, on ``device``, and compares each sample with CPU eager.  It is written so
@@ -50,13 +50,8 @@ from typing import Any, Callable, Iterable
 import torch
 from torchvendor.ir import compat
 
-DEVICE = "acme"
-
-ALL_DTYPES = [
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-    torch.float16, torch.bfloat16, torch.float32, torch.float64,
-    torch.complex64, torch.complex128,
-]
+#: the reference simulated accelerator: the CLI's default device, registered on first use
+_REFERENCE_DEVICE = "acme"
 
 # Ops whose output memory is uninitialised: only metadata is comparable.
 UNINITIALIZED_OPS = frozenset({
@@ -81,30 +76,13 @@ REPRESENTATIVE_OPS = (
 )
 
 
-# --------------------------------------------------------------------------------------------
-# small helpers used by the test files
-# --------------------------------------------------------------------------------------------
-
-def dev(index: int | None = None) -> torch.device:
-    return torch.device(DEVICE if index is None else f"{DEVICE}:{index}")
-
-
-def make_cpu(shape, dtype, *, seed: int = 0, low=None, high=None) -> torch.Tensor:
-    """A deterministic CPU tensor of any dtype (values in a range that every dtype holds)."""
+def _upstream(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """A fixed random upstream gradient, made on the CPU (floating or complex ``dtype``)."""
     g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
     if dtype.is_complex:
-        real = torch.randn(shape, generator=g, dtype=torch.float64)
-        imag = torch.randn(shape, generator=g, dtype=torch.float64)
-        return torch.complex(real, imag).to(dtype)
-    if dtype.is_floating_point:
-        return (torch.randn(shape, generator=g, dtype=torch.float64) * 4).to(dtype)
-    if dtype == torch.uint8:
-        lo, hi = (0 if low is None else low), (200 if high is None else high)
-    else:
-        lo, hi = (-100 if low is None else low), (100 if high is None else high)
-    return torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(dtype)
+        parts = [torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(2)]
+        return torch.complex(*parts).to(dtype)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * 4).to(dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -483,7 +461,7 @@ def _grads(out, inputs, seed: int, device: torch.device | None):
     outs = [t for t in _tensors(out) if t.requires_grad and (t.is_floating_point() or t.is_complex())]
     if not outs:
         return None
-    ups = [make_cpu(tuple(t.shape), t.dtype, seed=seed + k) for k, t in enumerate(outs)]
+    ups = [_upstream(tuple(t.shape), t.dtype, seed + k) for k, t in enumerate(outs)]
     if device is not None:
         ups = [u.to(device) for u in ups]
     return torch.autograd.grad(outs, inputs, ups, allow_unused=True)
@@ -756,9 +734,9 @@ def run_opinfo_corpus_isolated(device: str, dtype: torch.dtype = torch.float32, 
 def _worker(device: str, dtype: torch.dtype, names: list[str]) -> int:
     import json
 
-    if device.split(":")[0] == DEVICE and not hasattr(torch, DEVICE):
+    if device.split(":")[0] == _REFERENCE_DEVICE and not hasattr(torch, _REFERENCE_DEVICE):
         from torchvendor.sdk import register_device
-        register_device(DEVICE)
+        register_device(_REFERENCE_DEVICE)
     by_name = {op.full_name: op for op in opinfo_ops(dtype, names)}
     for name in names:
         print(f"@@START {name}", flush=True)
@@ -780,7 +758,7 @@ def main(argv=None) -> int:
     import sys
 
     ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--device", default=DEVICE)
+    ap.add_argument("--device", default=_REFERENCE_DEVICE)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json", default=None)
     ap.add_argument("--ops", nargs="*", default=None, help="OpInfo full names (default: all)")
@@ -798,9 +776,9 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     if args.in_process:
-        if args.device.split(":")[0] == DEVICE and not hasattr(torch, DEVICE):
+        if args.device.split(":")[0] == _REFERENCE_DEVICE and not hasattr(torch, _REFERENCE_DEVICE):
             from torchvendor.sdk import register_device
-            register_device(DEVICE)
+            register_device(_REFERENCE_DEVICE)
         results = run_opinfo_corpus(args.device, dtype, names=args.ops, progress=progress)
     else:
         results = run_opinfo_corpus_isolated(args.device, dtype, names=args.ops,
