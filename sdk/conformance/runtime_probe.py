@@ -11,6 +11,7 @@ memsets, and an unordered observer of device memory.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from functools import cache
 from typing import Any
@@ -23,7 +24,7 @@ __all__ = ["load_runtime", "Violation", "Missing", "Probe", "Scratch", "check", 
 
 _vp, _i32 = ctypes.c_void_p, ctypes.c_int32
 #: how long a [blocks] entry may take before its case fails (a backlog takes tens of ms)
-WATCHDOG_S = 20.0
+WATCHDOG_S = float(os.environ.get("TORCHVENDOR_RUNTIME_WATCHDOG_S", "20"))
 
 
 class Violation(AssertionError):
