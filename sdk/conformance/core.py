@@ -4,8 +4,10 @@ A :class:`Target` names what is tested: a device (any registered device, or one 
 the vendor's runtime library), a compile backend, or both. Each *area* is a function that
 lists the :class:`Case` s it has for a target; a *profile* picks areas and variants. Running a
 case gives a :class:`Result`: ``pass``, ``fallback`` (right answer, but some of it ran through
-a CPU fallback instead of the vendor's code), ``fail``, ``skip`` (the target does not claim it)
-or ``xfail`` (the manifest expects the failure, with a reason).
+a CPU fallback instead of the vendor's code), ``fail`` (a wrong answer or a broken contract),
+``unsupported`` (the device does not implement it: ``NotImplementedError``, a fallback the device
+refused, a layout it lacks; a failure instead when the manifest claims the op or area), ``skip``
+(the target does not claim it) or ``xfail`` (the manifest expects the failure, with a reason).
 
 Example::
 
@@ -26,10 +28,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-__all__ = ["Target", "Case", "Result", "Manifest", "ManifestError", "ConformanceError", "PROFILES", "AREAS",
-           "cases_for", "run_case", "load_manifest"]
+__all__ = ["Target", "Case", "Result", "Manifest", "ManifestError", "ConformanceError", "Unsupported", "PROFILES",
+           "AREAS", "STATUSES", "cases_for", "run_case", "load_manifest"]
 
-STATUSES = ("pass", "fallback", "fail", "skip", "xfail")
+STATUSES = ("pass", "fallback", "fail", "unsupported", "skip", "xfail")
+
+
+class Unsupported(Exception):
+    """Raised by a case when the device does not implement what it checks (no kernel, a refused
+    fallback, a layout the device lacks): not a wrong answer. ``NotImplementedError`` counts the same."""
 
 
 class ConformanceError(ValueError):
@@ -133,13 +140,17 @@ class Result:
 @dataclass
 class Manifest:
     """A vendor's claims: areas and op patterns it claims, dtypes, expected failures (id glob ->
-    reason). Unclaimed cases are skipped, so a report shows regressions, not noise."""
+    reason). Unclaimed cases are skipped, so a report shows regressions, not noise. What the
+    manifest names itself (``ops`` for a case of an op, ``areas`` for any other) is *claimed*: an
+    ``unsupported`` result there is a failure; under the defaults it stays ``unsupported``."""
 
     areas: tuple[str, ...] = ()
     ops: tuple[str, ...] = ("*",)
     dtypes: tuple[str, ...] = ("float32",)
     xfail: dict[str, str] = field(default_factory=dict)
     path: str = ""
+    kernels: tuple[str, ...] = ()
+    ops_given: bool = False
 
     def claims(self, case: Case) -> str | None:
         """None if the manifest claims the case, else why it is skipped."""
@@ -152,6 +163,14 @@ class Manifest:
         if dtype and dtype not in self.dtypes:
             return f"dtype {dtype} is not claimed by the manifest"
         return None
+
+    def claims_explicitly(self, case: Case) -> bool:
+        """Whether the manifest names this case's op (its ``ops`` key) or, for a case without an
+        op, its area (its ``areas`` key): the vendor says the device implements it."""
+        op = case.tags.get("op")
+        if op:
+            return self.ops_given and any(fnmatch.fnmatchcase(op, p) for p in self.ops)
+        return case.area in self.areas
 
     def expected_failure(self, case_id: str) -> str | None:
         for pattern, reason in self.xfail.items():
@@ -207,7 +226,7 @@ def load_manifest(path: str | Path) -> Manifest:
     if unknown_areas:
         raise ManifestError(f"{path}, line {line_of('areas')}, field 'areas': unknown area(s) {unknown_areas}; "
                             f"known: {sorted(AREAS)}")
-    return Manifest(areas=tuple(data.get("areas", ())), ops=tuple(data.get("ops", ("*",))),
+    return Manifest(areas=tuple(data.get("areas", ())), ops=tuple(data.get("ops", ("*",))), ops_given="ops" in data,
                     dtypes=tuple(data.get("dtypes", ("float32",))),
                     xfail={str(k): str(v) for k, v in data.get("xfail", {}).items()}, path=str(path))
 
@@ -271,12 +290,14 @@ def run_case(case: Case, target: Target, manifest: Manifest | None = None) -> Re
             elif fallback:
                 status, reason = "fallback", out.get("reason", "ran (partly) through a CPU fallback")
     except Exception as e:  # noqa: BLE001 - a failing case is data
-        status = "fail"
+        status = "unsupported" if isinstance(e, (Unsupported, NotImplementedError)) else "fail"
         reason = f"{type(e).__name__}: {e}".strip()[:2000]
         if not str(e):
             reason += "\n" + traceback.format_exc(limit=4)[-1500:]
+        if status == "unsupported" and manifest is not None and manifest.claims_explicitly(case):
+            status, reason = "fail", f"claimed by the manifest but not implemented on the device: {reason}"
     expected = manifest.expected_failure(case.id) if manifest is not None else None
     if expected is not None:
-        status, reason = ("xfail", f"expected: {expected}") if status == "fail" else \
+        status, reason = ("xfail", f"expected: {expected}") if status in ("fail", "unsupported") else \
             ("fail", f"expected to fail ({expected}) but passed: remove it from the manifest")
     return Result(case.id, case.area, status, reason, time.perf_counter() - start, fallback, case.tags, metrics)
