@@ -52,12 +52,15 @@ class Target:
     """What the suite tests. ``device``: a device type ("cpu", "acme", ...); ``runtime``: the
     vendor runtime library to register the device from (None: already registered, or the
     simulator for a new torchvendor device); ``backend``: a ``torch.compile`` backend name or
-    ``module:Class`` of a ``torchvendor.sdk.Backend`` subclass; ``options``: its options."""
+    ``module:Class`` of a ``torchvendor.sdk.Backend`` subclass; ``options``: its options;
+    ``kernels``: the vendor's eager kernel libraries (``load_kernel_library``), loaded in every
+    process that runs cases."""
 
     device: str = "cpu"
     backend: str | None = None
     runtime: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    kernels: tuple[str, ...] = ()
 
     def setup(self) -> None:
         """Register the device and load the backend in this process (idempotent)."""
@@ -73,8 +76,26 @@ class Target:
                                        f"{f' from {self.runtime}' if self.runtime else ''}: {e}") from e
         elif self.device == "cuda" and not torch.cuda.is_available():
             raise ConformanceError("device 'cuda' was asked for but torch.cuda.is_available() is False")
+        self._load_kernels()
         if self.backend:
             self.backend_name()
+
+    def _load_kernels(self) -> None:
+        if not self.kernels:
+            return
+        if self.device in ("cpu", "cuda", "meta"):
+            raise ConformanceError(f"kernel libraries serve a torchvendor device, not {self.device!r}: "
+                                   f"pass --device NAME of the vendor's device with --kernels")
+        from torchvendor.sdk import load_kernel_library
+
+        for path in self.kernels:
+            full = str(Path(path).resolve())
+            if full in _LOADED_KERNELS:
+                continue  # once per process: a second load would serve the same operators twice
+            try:
+                _LOADED_KERNELS[full] = load_kernel_library(full).operators
+            except (OSError, ValueError, RuntimeError) as e:
+                raise ConformanceError(f"cannot load kernel library {path}: {e}") from e
 
     def backend_name(self) -> str:
         """The ``torch.compile`` name of the backend, importing and registering it if needed."""
@@ -99,7 +120,11 @@ class Target:
 
     def describe(self) -> dict[str, Any]:
         return {"device": self.device, "backend": self.backend, "runtime": self.runtime,
-                "options": dict(self.options)}
+                "options": dict(self.options), "kernels": list(self.kernels)}
+
+
+#: kernel libraries loaded in this process (resolved path -> the operators each serves)
+_LOADED_KERNELS: dict[str, tuple[str, ...]] = {}
 
 
 def _dynamo_backends() -> list[str]:
@@ -179,7 +204,7 @@ class Manifest:
         return None
 
 
-_MANIFEST_FIELDS = {"areas": list, "ops": list, "dtypes": list, "xfail": dict}
+_MANIFEST_FIELDS = {"areas": list, "ops": list, "dtypes": list, "xfail": dict, "kernels": list}
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -188,6 +213,7 @@ def load_manifest(path: str | Path) -> Manifest:
         areas = ["device", "ops", "compile"]
         ops = ["aten.*", "add", "nn.functional.*"]
         dtypes = ["float32", "bfloat16"]
+        kernels = ["build/libacme_kernels.so"]   # relative to the manifest's directory
         [xfail]
         "ops/nn.functional.conv2d/*" = "no grouped convolution yet"
 
@@ -222,13 +248,18 @@ def load_manifest(path: str | Path) -> Manifest:
         if not isinstance(value, _MANIFEST_FIELDS[key]):
             raise ManifestError(f"{path}, line {line_of(key)}, field {key!r}: expected a "
                                 f"{_MANIFEST_FIELDS[key].__name__}, got {type(value).__name__}")
+    missing = [k for k in data.get("kernels", ()) if not (path.parent / str(k)).is_file()]
+    if missing:
+        raise ManifestError(f"{path}, line {line_of('kernels')}, field 'kernels': no such file {missing[0]!r} "
+                            f"(paths are relative to the manifest's directory; build the library first)")
     unknown_areas = sorted(set(data.get("areas", [])) - set(AREAS))
     if unknown_areas:
         raise ManifestError(f"{path}, line {line_of('areas')}, field 'areas': unknown area(s) {unknown_areas}; "
                             f"known: {sorted(AREAS)}")
     return Manifest(areas=tuple(data.get("areas", ())), ops=tuple(data.get("ops", ("*",))), ops_given="ops" in data,
                     dtypes=tuple(data.get("dtypes", ("float32",))),
-                    xfail={str(k): str(v) for k, v in data.get("xfail", {}).items()}, path=str(path))
+                    xfail={str(k): str(v) for k, v in data.get("xfail", {}).items()}, path=str(path),
+                    kernels=tuple(str(path.parent / k) for k in data.get("kernels", ())))
 
 
 # ---- areas and profiles ------------------------------------------------------------------------------
