@@ -311,7 +311,7 @@ def test_report_document_counts():
     results = [Result("a/x", "a", "pass"), Result("a/y", "a", "fail", "boom"), Result("b/z", "b", "fallback",
                                                                                         fallback={"aten.mm": 2})]
     doc = to_dict(SuiteRun(Target(), "minimal", results, 1.0, "."))
-    assert doc["summary"] == {"pass": 1, "fallback": 1, "fail": 1, "skip": 0, "xfail": 0}
+    assert doc["summary"] == {"pass": 1, "fallback": 1, "fail": 1, "unsupported": 0, "skip": 0, "xfail": 0}
     assert doc["areas"]["a"]["fail"] == 1 and doc["fallback"] == {"aten.mm": 2}
 
 

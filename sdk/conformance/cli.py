@@ -2,6 +2,7 @@
 
     $ torchvendor conformance --backend torchvendor_cpu --device acme --profile minimal --report out/
     $ torchvendor conformance --runtime ./libacme_tv.so --device acme --profile device --report out/
+    $ torchvendor conformance --device acme --kernels build/libacme_kernels.so --profile device --report out/
     $ torchvendor conformance diff out-old/ out/
 """
 from __future__ import annotations
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--manifest", help="vendor manifest (TOML): claimed areas, ops, dtypes, expected failures")
     p.add_argument("--option", action="append", default=[], type=_parse_option, help="backend option KEY=VALUE")
+    p.add_argument("--kernels", action="append", default=[], metavar="LIB",
+                   help="a vendor kernel library to load in every worker (repeatable; also the manifest's 'kernels')")
     p.add_argument("--only", action="append", default=[], help="run only case ids matching this glob")
     p.add_argument("--resume", action="store_true", help="keep the finished cases of an interrupted run")
     p.add_argument("--timeout", type=float, help="seconds per case (default: 120, models 600)")
@@ -63,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         manifest = load_manifest(args.manifest) if args.manifest else None
-        target = Target(device=args.device, backend=args.backend, runtime=args.runtime, options=tuple(args.option))
+        kernels = (*(manifest.kernels if manifest else ()), *args.kernels)
+        target = Target(device=args.device, backend=args.backend, runtime=args.runtime, options=tuple(args.option),
+                        kernels=tuple(dict.fromkeys(kernels)))
         run = run_suite(target, args.profile, args.report, jobs=args.jobs, manifest=manifest, only=args.only,
                         resume=args.resume, progress=not args.no_progress, timeout=args.timeout)
     except ConformanceError as e:

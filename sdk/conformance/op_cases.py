@@ -24,7 +24,7 @@ from torchvendor.ir import compat
 
 from .zoo import leaves as _leaves
 from . import opinfo
-from .core import Case, Target
+from .core import Case, Target, Unsupported
 
 __all__ = ["cases", "MINIMAL_OPS"]
 
@@ -88,6 +88,8 @@ def _eager_case(op: Any, dtype: torch.dtype, variant: str) -> Callable[[Target],
         else:
             res = _run_variant(op, dtype, target.device, variant)
         if res.status == "fail":
+            if opinfo.all_not_implemented(res):
+                raise Unsupported(f"{res.failure_class}: {res.reason}")
             raise AssertionError(f"{res.failure_class}: {res.reason}")
         if res.status == "skip":
             return {"skip": res.reason}

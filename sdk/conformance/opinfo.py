@@ -336,11 +336,19 @@ def _first_line(exc: BaseException, limit: int = 300) -> str:
     return (lines[0] if lines else text)[:limit]
 
 
+NOT_IMPLEMENTED = "device error: not implemented (no kernel / fallback refused)"
+
+
+def all_not_implemented(res: "OpResult") -> bool:
+    """Whether every failure of ``res`` is the device's "not implemented" (no wrong answer)."""
+    return bool(res.failures) and all(f.kind == NOT_IMPLEMENTED for f in res.failures)
+
+
 def classify_exception(exc: BaseException) -> str:
     """A stable, coarse failure class for an exception raised on the device."""
     msg = str(exc)
     if isinstance(exc, NotImplementedError) or "Could not run" in msg:
-        return "device error: not implemented (no kernel / fallback refused)"
+        return NOT_IMPLEMENTED
     if isinstance(exc, torch.OutOfMemoryError):
         return "device error: out of memory"
     if "Expected all tensors to be on the same device" in msg or "device type" in msg.lower():

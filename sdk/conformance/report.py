@@ -23,7 +23,7 @@ from .core import STATUSES
 
 __all__ = ["to_dict", "write_reports", "summary_table", "diff", "opdb_fingerprint"]
 
-COLORS = {"pass": "#2ca02c", "fallback": "#e6a100", "fail": "#d62728", "skip": "#9e9e9e", "xfail": "#7b5ea7"}
+COLORS = {"pass": "#2ca02c", "fallback": "#e6a100", "fail": "#d62728", "unsupported": "#1f77b4", "skip": "#9e9e9e", "xfail": "#7b5ea7"}
 
 
 def opdb_fingerprint() -> str:
