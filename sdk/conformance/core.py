@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import sys
 import time
 import tomllib
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from .reasons import describe_exception
 
 __all__ = ["Target", "Case", "Result", "Manifest", "ManifestError", "ConformanceError", "Unsupported", "PROFILES",
            "AREAS", "STATUSES", "cases_for", "run_case", "load_manifest"]
@@ -157,6 +159,9 @@ class Result:
     fallback: dict[str, int] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    #: what the device's CPU fallback cost during the case, per op: calls, to_host_bytes,
+    #: to_device_bytes, seconds (torchvendor devices; see fallback_costs())
+    fallback_cost: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -310,6 +315,7 @@ def run_case(case: Case, target: Target, manifest: Manifest | None = None) -> Re
     if skip:
         return Result(case.id, case.area, "skip", skip, tags=case.tags)
     start = time.perf_counter()
+    costs_before = _fallback_costs(target.device)
     status, reason, fallback, metrics = "pass", "", {}, {}
     try:
         out = case.run(target)
@@ -322,13 +328,29 @@ def run_case(case: Case, target: Target, manifest: Manifest | None = None) -> Re
                 status, reason = "fallback", out.get("reason", "ran (partly) through a CPU fallback")
     except Exception as e:  # noqa: BLE001 - a failing case is data
         status = "unsupported" if isinstance(e, (Unsupported, NotImplementedError)) else "fail"
-        reason = f"{type(e).__name__}: {e}".strip()[:2000]
-        if not str(e):
-            reason += "\n" + traceback.format_exc(limit=4)[-1500:]
+        reason = describe_exception(e)
         if status == "unsupported" and manifest is not None and manifest.claims_explicitly(case):
             status, reason = "fail", f"claimed by the manifest but not implemented on the device: {reason}"
     expected = manifest.expected_failure(case.id) if manifest is not None else None
     if expected is not None:
         status, reason = ("xfail", f"expected: {expected}") if status in ("fail", "unsupported") else \
             ("fail", f"expected to fail ({expected}) but passed: remove it from the manifest")
-    return Result(case.id, case.area, status, reason, time.perf_counter() - start, fallback, case.tags, metrics)
+    return Result(case.id, case.area, status, reason, time.perf_counter() - start, fallback, case.tags, metrics,
+                  _cost_since(costs_before, _fallback_costs(target.device)))
+
+
+def _fallback_costs(device: str) -> dict[str, dict[str, float]]:
+    """The device module's fallback_costs() (torchvendor devices), else {} (never imports torch)."""
+    torch = sys.modules.get("torch")
+    module = getattr(torch, device, None) if torch is not None and device.isidentifier() else None
+    costs = getattr(module, "fallback_costs", None)
+    return costs() if callable(costs) else {}
+
+
+def _cost_since(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for op, cost in after.items():
+        delta = {k: v - before.get(op, {}).get(k, 0) for k, v in cost.items()}
+        if delta.get("calls"):
+            out[op] = delta
+    return out
