@@ -29,6 +29,26 @@ def _parse_option(text: str) -> tuple[str, object]:
     return key, {"true": True, "false": False}.get(value.lower(), value)
 
 
+def _diff(args: list[str]) -> int:
+    """``diff OLD NEW``: every status change; exit 1 when something regressed, 2 on bad input."""
+    if len(args) != 2:
+        print("usage: torchvendor conformance diff OLD NEW (report directories or report.json files)")
+        return 2
+    try:
+        d = diff(args[0], args[1])
+    except ConformanceError as e:
+        print(f"torchvendor conformance diff: {e}")
+        return 2
+    print(f"{len(d.regressions)} regression(s) ({len(d.lost_native)} lost native), {len(d.fixes)} fix(es), "
+          f"{len(d.coverage)} coverage change(s)")
+    if d.transitions:
+        print("transitions: " + ", ".join(f"{a} -> {b}: {n}" for (a, b), n in sorted(d.transitions.items())))
+    for what, lines in (("REGRESSION", d.regressions), ("fixed     ", d.fixes), ("coverage  ", d.coverage)):
+        for line in lines:
+            print(f"  {what} {line}")
+    return 1 if d.regressions else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the conformance CLI; returns the exit status (1 when a case failed).
 
@@ -38,16 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["diff"]:
-        if len(argv) != 3:
-            print("usage: torchvendor conformance diff OLD NEW (report directories or report.json files)")
-            return 2
-        regressions, fixes = diff(argv[1], argv[2])
-        print(f"{len(regressions)} regression(s), {len(fixes)} fix(es)")
-        for line in regressions:
-            print(f"  REGRESSION {line}")
-        for line in fixes:
-            print(f"  fixed      {line}")
-        return 1 if regressions else 0
+        return _diff(argv[1:])
     p = argparse.ArgumentParser(prog="torchvendor conformance", description=__doc__.splitlines()[0])
     p.add_argument("--backend", help="torch.compile backend name, or module:Class of a torchvendor Backend")
     p.add_argument("--device", default="cpu", help="device to test: cpu, cuda or a torchvendor device name")
