@@ -26,8 +26,11 @@ def _not_vendor_roots() -> tuple[str, ...]:
     which are vendor code to copy) and the standard library."""
     import torchvendor
 
-    roots = [os.path.dirname(os.path.abspath(torchvendor.__file__)) + os.sep,
-             sysconfig.get_paths()["stdlib"] + os.sep]
+    package = os.path.dirname(os.path.abspath(torchvendor.__file__))
+    roots = [package + os.sep, sysconfig.get_paths()["stdlib"] + os.sep]
+    # an editable install links the subpackages in from the source tree: their real places too
+    roots += [os.path.realpath(os.path.join(package, d)) + os.sep for d in os.listdir(package)
+              if os.path.isdir(os.path.join(package, d))]
     try:
         import torch
 
@@ -40,10 +43,10 @@ def _not_vendor_roots() -> tuple[str, ...]:
 def _is_vendor(filename: str) -> bool:
     if filename.startswith("<"):
         return False
-    path = os.path.abspath(filename)
-    if f"{os.sep}reference_backends{os.sep}" in path:
+    paths = (os.path.abspath(filename), os.path.realpath(filename))
+    if any(f"{os.sep}reference_backends{os.sep}" in p for p in paths):
         return True
-    return not path.startswith(_not_vendor_roots())
+    return not any(p.startswith(_not_vendor_roots()) for p in paths)
 
 
 def vendor_frame(exc: BaseException) -> traceback.FrameSummary | None:
