@@ -38,14 +38,21 @@ def test_minimal_profile_on_the_reference_setup(tmp_path):
     doc = json.loads((tmp_path / "report.json").read_text())
     assert set(doc["areas"]) == {"runtime", "device", "ops", "compile", "models"}
     assert doc["summary"]["fail"] == 0 and doc["summary"]["pass"] > 50
-    assert doc["target"] == {"device": "acme", "backend": "torchvendor_cpu", "runtime": None, "options": {}}
+    assert doc["target"] == {"device": "acme", "backend": "torchvendor_cpu", "runtime": None, "options": {},
+                             "kernels": []}
     assert doc["torch"] == torch.__version__ and len(doc["opdb_fingerprint"]) == 16
     # the silent CPU fallback is visible: the simulator has no native kernels for eager ops
     assert doc["summary"]["fallback"] > 0 and doc["fallback"]
-    assert "report.html" in run.stdout and "pass" in run.stdout
+    rates = doc["rates"]["total"]
+    assert rates["claimed"] == sum(doc["summary"].values()) - doc["summary"]["skip"]
+    assert rates["native_rate"] < rates["pass_rate"] == 1.0  # the fallback is right, but it is not native
+    top = doc["implement_next"][0]  # priced: calls, bytes each way, time
+    assert top["calls"] > 0 and top["to_host_bytes"] > 0 and top["to_device_bytes"] > 0 and top["seconds"] > 0
+    assert "report.html" in run.stdout and "pass" in run.stdout and "implement next" in run.stdout
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<script" not in page
-    assert "| runtime |" in (tmp_path / "report.md").read_text()
+    md = (tmp_path / "report.md").read_text()
+    assert "| runtime |" in md and md.index("## Failures (0)") < md.index("## Per area") < md.index("## Implement next")
 
 
 # ---- the runner: parallel, crashes, hangs, resume ------------------------------------------------------

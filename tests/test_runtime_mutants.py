@@ -4,8 +4,11 @@ reason names the entry the mutant broke. The default tier checks a sample and th
 in docs/conformance.md is the harness's; the slow tier runs the whole table."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,19 +56,21 @@ def test_sample_mutant_is_killed(name, tmp_path):
 
 
 @needs_cc
-def test_the_issues_example_names_stream_synchronize_through_the_runner(tmp_path):
-    """A stream_synchronize that returns at once, run as a vendor would (the minimal profile's
-    runtime area, in a worker that brings the device up from the mutant)."""
-    from torchvendor.sdk.conformance.runner import run_suite
-
+def test_the_issues_example_names_stream_synchronize_through_the_cli(tmp_path):
+    """A stream_synchronize that returns at once, run as a vendor would: the minimal profile on a
+    device brought up from the mutant runtime (its runtime area), through the CLI."""
     lib = rm.build("stream_synchronize_returns_early", tmp_path)
-    run = run_suite(Target(device="acme", runtime=str(lib)), "minimal", tmp_path / "r", progress=False,
-                    only=["runtime/stream_synchronize_waits", "runtime/device_count"])
-    status = {r.id: r for r in run.results}
-    assert status["runtime/device_count"].status == "pass"
+    run = subprocess.run([sys.executable, "-m", "torchvendor.sdk.cli", "conformance", "--device", "acme", "--runtime",
+                          str(lib), "--profile", "minimal", "--only", "runtime/stream_synchronize_waits", "--only",
+                          "runtime/device_count", "--report", str(tmp_path / "r"), "--no-progress"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    status = {c["id"]: c for c in json.loads((tmp_path / "r" / "report.json").read_text())["cases"]}
+    assert status["runtime/device_count"]["status"] == "pass"
     bad = status["runtime/stream_synchronize_waits"]
-    assert bad.status == "fail" and bad.reason.endswith("Suspect: stream_synchronize."), bad.reason
-    assert "it returned while the stream's work was still running" in bad.reason
+    assert bad["status"] == "fail" and bad["reason"].endswith("Suspect: stream_synchronize."), bad["reason"]
+    assert "it returned while the stream's work was still running" in bad["reason"]
+    assert "FAIL runtime/stream_synchronize_waits" in run.stdout  # the terminal summary shows it too
 
 
 @pytest.mark.slow
