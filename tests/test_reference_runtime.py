@@ -1,8 +1,9 @@
 """The reference simulated runtime (libtorchvendor_sim.so), driven directly through its C table.
 
-The bindings below mirror csrc/include/torchvendor/runtime.h; ``test_table_layout`` checks that
-they agree with the library's own ``struct_size``. The library keeps process-wide state (it may
-also be loaded by the device layer in this process), so every test frees what it allocates,
+The bindings are the SDK's one mirror of csrc/include/torchvendor/runtime.h
+(torchvendor.sdk.conformance.runtime_abi, checked against the header by tests/test_runtime_abi.py).
+The library keeps process-wide state (it may also be loaded by the device layer in this process),
+so every test frees what it allocates,
 destroys its streams, and leaves the thread's current device at 0. Gated tests use the sample
 kernel ``tv_wait_flag``: its stream stays busy until the test opens a flag in host memory, which
 makes "still running" observable without relying on timing.
@@ -21,63 +22,23 @@ from pathlib import Path
 
 import pytest
 
+from torchvendor.sdk.conformance import runtime_abi as abi
+
 ROOT = Path(__file__).resolve().parents[1]
 
-SUCCESS, INVALID_VALUE, INVALID_DEVICE, OUT_OF_MEMORY, NOT_READY = 0, 1, 2, 3, 4
-NOT_FOUND, INVALID_IMAGE, LAUNCH_FAILED, NOT_SUPPORTED, INVALID_HANDLE = 5, 6, 7, 8, 9
-H2D, D2H, D2D, H2H = 1, 2, 3, 4
-TIMING = 1
+from torchvendor.sdk.conformance.runtime_abi import (D2D, D2H, H2D, H2H, INVALID_DEVICE,  # noqa: E402,F401
+                                                     INVALID_HANDLE, INVALID_IMAGE, INVALID_VALUE, LAUNCH_FAILED,
+                                                     NOT_FOUND, NOT_READY, NOT_SUPPORTED, OUT_OF_MEMORY, SUCCESS)
+
+TIMING = abi.EVENT_ENABLE_TIMING
 
 st, i32, u32, u64, sz, vp = C.c_int32, C.c_int32, C.c_uint32, C.c_uint64, C.c_size_t, C.c_void_p
 P = C.POINTER
-F = C.CFUNCTYPE
 
 
-class Props(C.Structure):
-    _fields_ = [("struct_size", u32), ("name", C.c_char * 256), ("total_memory", u64),
-                ("capability_major", i32), ("capability_minor", i32),
-                ("multiprocessor_count", i32), ("reserved", i32 * 9)]
-
-
-class LaunchConfig(C.Structure):
-    _fields_ = [("grid", u32 * 3), ("block", u32 * 3), ("shared_memory_bytes", u32),
-                ("pointer_offsets", P(u32)), ("num_pointer_offsets", u32)]
-
-
-class Runtime(C.Structure):
-    _fields_ = [
-        ("abi_major", u32), ("abi_minor", u32), ("struct_size", u64), ("name", C.c_char_p),
-        ("device_count", F(st, P(i32))), ("get_device_properties", F(st, i32, P(Props))),
-        ("set_device", F(st, i32)), ("get_device", F(st, P(i32))),
-        ("device_synchronize", F(st, i32)),
-        ("malloc", F(st, i32, sz, P(vp))), ("free", F(st, i32, vp)),
-        ("host_malloc", F(st, sz, P(vp))), ("host_free", F(st, vp)),
-        ("memcpy", F(st, vp, vp, sz, C.c_int)), ("memcpy_async", F(st, vp, vp, sz, C.c_int, vp)),
-        ("memset", F(st, vp, C.c_int, sz)), ("memset_async", F(st, vp, C.c_int, sz, vp)),
-        ("stream_create", F(st, i32, i32, P(vp))), ("stream_destroy", F(st, vp)),
-        ("stream_query", F(st, vp)), ("stream_synchronize", F(st, vp)),
-        ("stream_priority_range", F(st, P(i32), P(i32))),
-        ("event_create", F(st, i32, u32, P(vp))), ("event_destroy", F(st, vp)),
-        ("event_record", F(st, vp, vp)), ("event_query", F(st, vp)),
-        ("event_synchronize", F(st, vp)), ("stream_wait_event", F(st, vp, vp)),
-        ("event_elapsed_time", F(st, vp, vp, P(C.c_float))),
-        ("module_load_file", F(st, i32, C.c_char_p, P(vp))),
-        ("module_load_data", F(st, i32, vp, sz, P(vp))),
-        ("module_unload", F(st, vp)), ("module_get_function", F(st, vp, C.c_char_p, P(vp))),
-        ("launch", F(st, vp, P(LaunchConfig), vp, sz, vp)),
-        ("get_error_string", F(C.c_char_p, st)), ("last_error_message", F(C.c_char_p)),
-        # minor 1: collectives
-        ("comm_create", F(st, C.c_char_p, i32, i32, i32, P(vp))), ("comm_destroy", F(st, vp)),
-        ("all_reduce", F(st, vp, vp, sz, C.c_int, C.c_int, vp, vp)),
-        ("broadcast", F(st, vp, vp, sz, C.c_int, i32, vp, vp)),
-        ("all_gather", F(st, vp, vp, sz, C.c_int, vp, vp)),
-        ("reduce_scatter", F(st, vp, vp, sz, C.c_int, C.c_int, vp, vp)),
-        ("send", F(st, vp, sz, C.c_int, i32, vp, vp)), ("recv", F(st, vp, sz, C.c_int, i32, vp, vp)),
-    ]
-
-
-FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL = range(9)
-SUM, PROD, MAX, MIN, AVG = range(5)
+Props, LaunchConfig, Runtime = abi.DeviceProperties, abi.LaunchConfig, abi.RuntimeTable
+FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL = abi.DTYPES.values()
+SUM, PROD, MAX, MIN, AVG = abi.REDUCE_OPS.values()
 
 
 def lib_path(name: str) -> str:

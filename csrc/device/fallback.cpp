@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -337,6 +338,8 @@ struct OpInfo {
   // view (immutable alias) returns, only Tensor returns.
   bool direct = false;
   std::atomic<int64_t> calls{0};
+  // What the calls cost, never reset (fallback_costs): calls, bytes to the host and back, ns.
+  std::atomic<int64_t> priced_calls{0}, to_host{0}, to_device{0}, nanos{0};
 };
 
 bool is_tensor_type(const c10::TypePtr& type) {
@@ -436,7 +439,7 @@ void warn_once(const std::string& name) {
   }
 }
 
-void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
   if (!info.written.empty()) check_overlap(info, *stack, stack->size() - op.schema().arguments().size());
   info.calls.fetch_add(1, std::memory_order_relaxed);
@@ -480,6 +483,36 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
   run_cpu_fallback(op, stack, info.direct);
+}
+
+// Bytes of the device tensors on the stack from `begin` on: what the fallback copies one way.
+int64_t device_bytes(const torch::jit::Stack& stack, size_t begin) {
+  int64_t n = 0;
+  auto add = [&n](const at::Tensor& t) {
+    if (t.defined() && t.is_privateuseone()) n += static_cast<int64_t>(t.nbytes());
+  };
+  for (size_t i = begin; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) add(stack[i].toTensor());
+    else if (stack[i].isTensorList())
+      for (const at::Tensor& t : stack[i].toTensorVector()) add(t);
+  }
+  return n;
+}
+
+// The boxed fallback, priced: the device tensors among the arguments go to the host, those among
+// the results come back, and the call takes its time (fallback_costs() reports them per operator).
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const int64_t to_host = device_bytes(*stack, stack->size() - op.schema().arguments().size());
+  const auto start = std::chrono::steady_clock::now();
+  run_fallback(op, stack);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - start).count();
+  OpInfo& info = op_info(op);
+  info.priced_calls.fetch_add(1, std::memory_order_relaxed);
+  info.to_host.fetch_add(to_host, std::memory_order_relaxed);
+  info.to_device.fetch_add(device_bytes(*stack, stack->size() - op.schema().returns().size()),
+                           std::memory_order_relaxed);
+  info.nanos.fetch_add(ns, std::memory_order_relaxed);
 }
 
 // ---- kernels that compute on CPU copies ------------------------------------------------------
@@ -660,6 +693,19 @@ std::map<std::string, int64_t> fallback_counts() {
   std::lock_guard<std::mutex> lock(g_info_mutex);
   for (const auto& [schema, info] : g_infos)
     if (int64_t n = info->calls.load(std::memory_order_relaxed)) out[info->name] += n;
+  return out;
+}
+
+std::map<std::string, std::vector<int64_t>> fallback_costs() {
+  std::map<std::string, std::vector<int64_t>> out;
+  std::lock_guard<std::mutex> lock(g_info_mutex);
+  for (const auto& [schema, info] : g_infos) {
+    if (!info->priced_calls.load(std::memory_order_relaxed)) continue;
+    std::vector<int64_t>& row = out[info->name];
+    row.resize(4);
+    row[0] += info->priced_calls.load(), row[1] += info->to_host.load();
+    row[2] += info->to_device.load(), row[3] += info->nanos.load();
+  }
   return out;
 }
 

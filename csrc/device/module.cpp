@@ -68,6 +68,7 @@ void bind_info(py::module_& m) {
   m.def("is_in_bad_fork", [] { return torch::utils::is_device_in_bad_fork(at::kPrivateUse1); });
   m.def("fallback_counts", &fallback_counts);
   m.def("reset_fallback_counts", &reset_fallback_counts);
+  m.def("fallback_costs", &fallback_costs);
 }
 
 // Devices, their properties and their default generators.

@@ -158,6 +158,8 @@ const void* default_generator_ptr(c10::DeviceIndex device);  // const at::Genera
 void install();
 std::map<std::string, int64_t> fallback_counts();
 void reset_fallback_counts();
+// Per operator, since the process started: {calls, bytes to host, bytes to device, nanoseconds}.
+std::map<std::string, std::vector<int64_t>> fallback_costs();
 std::vector<std::string> registered_pieces();  // for diagnose()
 // Counts one call of `name` computed on the CPU (and warns once), as the boxed fallback does.
 void count_cpu_fallback(const std::string& name);

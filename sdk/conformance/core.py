@@ -4,8 +4,10 @@ A :class:`Target` names what is tested: a device (any registered device, or one 
 the vendor's runtime library), a compile backend, or both. Each *area* is a function that
 lists the :class:`Case` s it has for a target; a *profile* picks areas and variants. Running a
 case gives a :class:`Result`: ``pass``, ``fallback`` (right answer, but some of it ran through
-a CPU fallback instead of the vendor's code), ``fail``, ``skip`` (the target does not claim it)
-or ``xfail`` (the manifest expects the failure, with a reason).
+a CPU fallback instead of the vendor's code), ``fail`` (a wrong answer or a broken contract),
+``unsupported`` (the device does not implement it: ``NotImplementedError``, a fallback the device
+refused, a layout it lacks; a failure instead when the manifest claims the op or area), ``skip``
+(the target does not claim it) or ``xfail`` (the manifest expects the failure, with a reason).
 
 Example::
 
@@ -19,17 +21,24 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import sys
 import time
 import tomllib
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-__all__ = ["Target", "Case", "Result", "Manifest", "ManifestError", "ConformanceError", "PROFILES", "AREAS",
-           "cases_for", "run_case", "load_manifest"]
+from .reasons import describe_exception
 
-STATUSES = ("pass", "fallback", "fail", "skip", "xfail")
+__all__ = ["Target", "Case", "Result", "Manifest", "ManifestError", "ConformanceError", "Unsupported", "PROFILES",
+           "AREAS", "STATUSES", "cases_for", "run_case", "load_manifest"]
+
+STATUSES = ("pass", "fallback", "fail", "unsupported", "skip", "xfail")
+
+
+class Unsupported(Exception):
+    """Raised by a case when the device does not implement what it checks (no kernel, a refused
+    fallback, a layout the device lacks): not a wrong answer. ``NotImplementedError`` counts the same."""
 
 
 class ConformanceError(ValueError):
@@ -45,12 +54,15 @@ class Target:
     """What the suite tests. ``device``: a device type ("cpu", "acme", ...); ``runtime``: the
     vendor runtime library to register the device from (None: already registered, or the
     simulator for a new torchvendor device); ``backend``: a ``torch.compile`` backend name or
-    ``module:Class`` of a ``torchvendor.sdk.Backend`` subclass; ``options``: its options."""
+    ``module:Class`` of a ``torchvendor.sdk.Backend`` subclass; ``options``: its options;
+    ``kernels``: the vendor's eager kernel libraries (``load_kernel_library``), loaded in every
+    process that runs cases."""
 
     device: str = "cpu"
     backend: str | None = None
     runtime: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    kernels: tuple[str, ...] = ()
 
     def setup(self) -> None:
         """Register the device and load the backend in this process (idempotent)."""
@@ -66,8 +78,26 @@ class Target:
                                        f"{f' from {self.runtime}' if self.runtime else ''}: {e}") from e
         elif self.device == "cuda" and not torch.cuda.is_available():
             raise ConformanceError("device 'cuda' was asked for but torch.cuda.is_available() is False")
+        self._load_kernels()
         if self.backend:
             self.backend_name()
+
+    def _load_kernels(self) -> None:
+        if not self.kernels:
+            return
+        if self.device in ("cpu", "cuda", "meta"):
+            raise ConformanceError(f"kernel libraries serve a torchvendor device, not {self.device!r}: "
+                                   f"pass --device NAME of the vendor's device with --kernels")
+        from torchvendor.sdk import load_kernel_library
+
+        for path in self.kernels:
+            full = str(Path(path).resolve())
+            if full in _LOADED_KERNELS:
+                continue  # once per process: a second load would serve the same operators twice
+            try:
+                _LOADED_KERNELS[full] = load_kernel_library(full).operators
+            except (OSError, ValueError, RuntimeError) as e:
+                raise ConformanceError(f"cannot load kernel library {path}: {e}") from e
 
     def backend_name(self) -> str:
         """The ``torch.compile`` name of the backend, importing and registering it if needed."""
@@ -92,7 +122,11 @@ class Target:
 
     def describe(self) -> dict[str, Any]:
         return {"device": self.device, "backend": self.backend, "runtime": self.runtime,
-                "options": dict(self.options)}
+                "options": dict(self.options), "kernels": list(self.kernels)}
+
+
+#: kernel libraries loaded in this process (resolved path -> the operators each serves)
+_LOADED_KERNELS: dict[str, tuple[str, ...]] = {}
 
 
 def _dynamo_backends() -> list[str]:
@@ -125,6 +159,9 @@ class Result:
     fallback: dict[str, int] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    #: what the device's CPU fallback cost during the case, per op: calls, to_host_bytes,
+    #: to_device_bytes, seconds (torchvendor devices; see fallback_costs())
+    fallback_cost: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,13 +170,17 @@ class Result:
 @dataclass
 class Manifest:
     """A vendor's claims: areas and op patterns it claims, dtypes, expected failures (id glob ->
-    reason). Unclaimed cases are skipped, so a report shows regressions, not noise."""
+    reason). Unclaimed cases are skipped, so a report shows regressions, not noise. What the
+    manifest names itself (``ops`` for a case of an op, ``areas`` for any other) is *claimed*: an
+    ``unsupported`` result there is a failure; under the defaults it stays ``unsupported``."""
 
     areas: tuple[str, ...] = ()
     ops: tuple[str, ...] = ("*",)
     dtypes: tuple[str, ...] = ("float32",)
     xfail: dict[str, str] = field(default_factory=dict)
     path: str = ""
+    kernels: tuple[str, ...] = ()
+    ops_given: bool = False
 
     def claims(self, case: Case) -> str | None:
         """None if the manifest claims the case, else why it is skipped."""
@@ -153,6 +194,14 @@ class Manifest:
             return f"dtype {dtype} is not claimed by the manifest"
         return None
 
+    def claims_explicitly(self, case: Case) -> bool:
+        """Whether the manifest names this case's op (its ``ops`` key) or, for a case without an
+        op, its area (its ``areas`` key): the vendor says the device implements it."""
+        op = case.tags.get("op")
+        if op:
+            return self.ops_given and any(fnmatch.fnmatchcase(op, p) for p in self.ops)
+        return case.area in self.areas
+
     def expected_failure(self, case_id: str) -> str | None:
         for pattern, reason in self.xfail.items():
             if fnmatch.fnmatchcase(case_id, pattern):
@@ -160,7 +209,7 @@ class Manifest:
         return None
 
 
-_MANIFEST_FIELDS = {"areas": list, "ops": list, "dtypes": list, "xfail": dict}
+_MANIFEST_FIELDS = {"areas": list, "ops": list, "dtypes": list, "xfail": dict, "kernels": list}
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -169,6 +218,7 @@ def load_manifest(path: str | Path) -> Manifest:
         areas = ["device", "ops", "compile"]
         ops = ["aten.*", "add", "nn.functional.*"]
         dtypes = ["float32", "bfloat16"]
+        kernels = ["build/libacme_kernels.so"]   # relative to the manifest's directory
         [xfail]
         "ops/nn.functional.conv2d/*" = "no grouped convolution yet"
 
@@ -203,13 +253,18 @@ def load_manifest(path: str | Path) -> Manifest:
         if not isinstance(value, _MANIFEST_FIELDS[key]):
             raise ManifestError(f"{path}, line {line_of(key)}, field {key!r}: expected a "
                                 f"{_MANIFEST_FIELDS[key].__name__}, got {type(value).__name__}")
+    missing = [k for k in data.get("kernels", ()) if not (path.parent / str(k)).is_file()]
+    if missing:
+        raise ManifestError(f"{path}, line {line_of('kernels')}, field 'kernels': no such file {missing[0]!r} "
+                            f"(paths are relative to the manifest's directory; build the library first)")
     unknown_areas = sorted(set(data.get("areas", [])) - set(AREAS))
     if unknown_areas:
         raise ManifestError(f"{path}, line {line_of('areas')}, field 'areas': unknown area(s) {unknown_areas}; "
                             f"known: {sorted(AREAS)}")
-    return Manifest(areas=tuple(data.get("areas", ())), ops=tuple(data.get("ops", ("*",))),
+    return Manifest(areas=tuple(data.get("areas", ())), ops=tuple(data.get("ops", ("*",))), ops_given="ops" in data,
                     dtypes=tuple(data.get("dtypes", ("float32",))),
-                    xfail={str(k): str(v) for k, v in data.get("xfail", {}).items()}, path=str(path))
+                    xfail={str(k): str(v) for k, v in data.get("xfail", {}).items()}, path=str(path),
+                    kernels=tuple(str(path.parent / k) for k in data.get("kernels", ())))
 
 
 # ---- areas and profiles ------------------------------------------------------------------------------
@@ -260,6 +315,7 @@ def run_case(case: Case, target: Target, manifest: Manifest | None = None) -> Re
     if skip:
         return Result(case.id, case.area, "skip", skip, tags=case.tags)
     start = time.perf_counter()
+    costs_before = _fallback_costs(target.device)
     status, reason, fallback, metrics = "pass", "", {}, {}
     try:
         out = case.run(target)
@@ -271,12 +327,30 @@ def run_case(case: Case, target: Target, manifest: Manifest | None = None) -> Re
             elif fallback:
                 status, reason = "fallback", out.get("reason", "ran (partly) through a CPU fallback")
     except Exception as e:  # noqa: BLE001 - a failing case is data
-        status = "fail"
-        reason = f"{type(e).__name__}: {e}".strip()[:2000]
-        if not str(e):
-            reason += "\n" + traceback.format_exc(limit=4)[-1500:]
+        status = "unsupported" if isinstance(e, (Unsupported, NotImplementedError)) else "fail"
+        reason = describe_exception(e)
+        if status == "unsupported" and manifest is not None and manifest.claims_explicitly(case):
+            status, reason = "fail", f"claimed by the manifest but not implemented on the device: {reason}"
     expected = manifest.expected_failure(case.id) if manifest is not None else None
     if expected is not None:
-        status, reason = ("xfail", f"expected: {expected}") if status == "fail" else \
+        status, reason = ("xfail", f"expected: {expected}") if status in ("fail", "unsupported") else \
             ("fail", f"expected to fail ({expected}) but passed: remove it from the manifest")
-    return Result(case.id, case.area, status, reason, time.perf_counter() - start, fallback, case.tags, metrics)
+    return Result(case.id, case.area, status, reason, time.perf_counter() - start, fallback, case.tags, metrics,
+                  _cost_since(costs_before, _fallback_costs(target.device)))
+
+
+def _fallback_costs(device: str) -> dict[str, dict[str, float]]:
+    """The device module's fallback_costs() (torchvendor devices), else {} (never imports torch)."""
+    torch = sys.modules.get("torch")
+    module = getattr(torch, device, None) if torch is not None and device.isidentifier() else None
+    costs = getattr(module, "fallback_costs", None)
+    return costs() if callable(costs) else {}
+
+
+def _cost_since(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for op, cost in after.items():
+        delta = {k: v - before.get(op, {}).get(k, 0) for k, v in cost.items()}
+        if delta.get("calls"):
+            out[op] = delta
+    return out

@@ -24,7 +24,7 @@ from torchvendor.ir import compat
 
 from .zoo import leaves as _leaves
 from . import opinfo
-from .core import Case, Target
+from .core import Case, Target, Unsupported
 
 __all__ = ["cases", "MINIMAL_OPS"]
 
@@ -88,6 +88,8 @@ def _eager_case(op: Any, dtype: torch.dtype, variant: str) -> Callable[[Target],
         else:
             res = _run_variant(op, dtype, target.device, variant)
         if res.status == "fail":
+            if opinfo.all_not_implemented(res):
+                raise Unsupported(f"{res.failure_class}: {res.reason}")
             raise AssertionError(f"{res.failure_class}: {res.reason}")
         if res.status == "skip":
             return {"skip": res.reason}
@@ -126,7 +128,7 @@ def _errors_case(op: Any) -> Callable[[Target], Any]:
                 except ei.error_type:
                     continue
                 except Exception as e:  # noqa: BLE001
-                    raise AssertionError(f"raised {type(e).__name__} ({str(e)[:200]}) where the CPU raises "
+                    raise AssertionError(f"raised {type(e).__name__} ({e}) where the CPU raises "
                                          f"{ei.error_type.__name__} ({ei.error_regex})") from None
             raise AssertionError(f"no error for an input the CPU rejects with {ei.error_type.__name__} "
                                  f"({ei.error_regex})")
@@ -263,7 +265,8 @@ def _run_variant(op: Any, dtype: torch.dtype, device: str, variant: str) -> Any:
                 _drop_unreproducible(res, op, samples)
     res.fallback_ops = counts()
     if res.failed:
-        res.status, res.failure_class, res.reason = "fail", res.failures[0].kind, res.failures[0].message
+        res.status, res.failure_class = "fail", res.failures[0].kind
+        res.reason = f"sample {res.failures[0].index}: {res.failures[0].message}"
     elif res.samples == 0:
         res.status, res.reason = "skip", ("no 4-D or 5-D input" if variant == "channels_last" and not samples
                                           else "no sample ran")
@@ -306,7 +309,7 @@ def _eager_calls(op: Any, batch: list[Any], device: str) -> tuple[list[_Call], l
         try:
             call.expected = op.op(inp, *args, **kwargs)
         except Exception as e:  # noqa: BLE001 - nothing to compare with on this device
-            rejected.append(f"{type(e).__name__}: {str(e)[:120]}")
+            rejected.append(f"{type(e).__name__}: {e}")
             continue
         calls.append(call)
     return calls, rejected

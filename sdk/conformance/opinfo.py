@@ -50,6 +50,8 @@ from typing import Any, Callable, Iterable
 import torch
 from torchvendor.ir import compat
 
+from .reasons import describe_exception
+
 #: the reference simulated accelerator: the CLI's default device, registered on first use
 _REFERENCE_DEVICE = "acme"
 
@@ -308,17 +310,11 @@ def _tensors(obj) -> Iterable[torch.Tensor]:
             yield from _tensors(o)
 
 
-def _first_line(exc: BaseException, limit: int = 300) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return (lines[0] if lines else text)[:limit]
-
-
 def classify_exception(exc: BaseException) -> str:
     """A stable, coarse failure class for an exception raised on the device."""
     msg = str(exc)
     if isinstance(exc, NotImplementedError) or "Could not run" in msg:
-        return "device error: not implemented (no kernel / fallback refused)"
+        return NOT_IMPLEMENTED
     if isinstance(exc, torch.OutOfMemoryError):
         return "device error: out of memory"
     if "Expected all tensors to be on the same device" in msg or "device type" in msg.lower():
@@ -366,7 +362,7 @@ def _move_sample(sample, device: torch.device, keep_positions=(), copy: bool = F
     try:
         return mover(sample.input), mover(sample.args), mover(sample.kwargs), mover
     except Exception as exc:
-        raise _SampleFailed("copy to device failed", _first_line(exc)) from None
+        raise _SampleFailed("copy to device failed", describe_exception(exc)) from None
 
 
 def _assert_close(actual, expected, what: str, tol_kwargs: dict) -> None:
@@ -388,7 +384,7 @@ def _compare_sample(sample, actual_dev, expected, d_inputs, device: torch.device
     try:
         actual, d_inputs_back = to_cpu(actual_dev), to_cpu(d_inputs)
     except Exception as exc:
-        raise _SampleFailed("copy to host failed", _first_line(exc)) from None
+        raise _SampleFailed("copy to host failed", describe_exception(exc)) from None
     if meta_only:
         _compare_meta(actual, expected, device.type)
         return
@@ -419,11 +415,11 @@ def _run_one_sample(res: OpResult, fn: Callable, sample, device: torch.device, o
     try:
         actual_dev = fn(d_input, *d_args, **d_kwargs)
     except Exception as exc:
-        raise _SampleFailed(classify_exception(exc), _first_line(exc)) from None
+        raise _SampleFailed(classify_exception(exc), describe_exception(exc)) from None
     try:
         _compare_sample(sample, actual_dev, expected, (d_input, d_args, d_kwargs), device, meta_only, tol_kwargs)
     except AssertionError as exc:
-        raise _SampleFailed(_failure_kind(str(exc)), _first_line(exc, 600)) from None
+        raise _SampleFailed(_failure_kind(str(exc)), describe_exception(exc)) from None
     if meta_only:
         res.meta_only_reason = res.meta_only_reason or meta_only
         return "meta"
@@ -486,7 +482,7 @@ def _run_one_backward(res: OpResult, fn: Callable, sample, device: torch.device,
     try:
         actual = _grads(sample.output_process_fn_grad(fn(d_input, *d_args, **d_kwargs)), d_wrt, seed, device)
     except Exception as exc:
-        raise _SampleFailed(classify_exception(exc), _first_line(exc)) from None
+        raise _SampleFailed(classify_exception(exc), describe_exception(exc)) from None
     try:
         if actual is None:
             raise AssertionError("gradient mismatch: the device's outputs do not require grad")
@@ -497,7 +493,7 @@ def _run_one_backward(res: OpResult, fn: Callable, sample, device: torch.device,
         _assert_close(to_cpu([a for a in actual if a is not None]), [e for e in expected if e is not None],
                       "gradient mismatch", tol_kwargs)
     except AssertionError as exc:
-        raise _SampleFailed(_failure_kind(str(exc)), _first_line(exc, 600)) from None
+        raise _SampleFailed(_failure_kind(str(exc)), describe_exception(exc)) from None
     return "pass"
 
 
@@ -543,7 +539,7 @@ def run_opinfo_op(op, device: str | torch.device, dtype: torch.dtype = torch.flo
     try:
         samples = op_samples(op, dtype)
     except Exception as exc:  # the corpus itself cannot produce samples
-        res.status, res.reason = "skip", f"sample generation failed: {_first_line(exc)}"
+        res.status, res.reason = "skip", f"sample generation failed: {describe_exception(exc)}"
         res.seconds = time.perf_counter() - t0
         return res
     if max_samples is not None:
@@ -569,11 +565,11 @@ def run_opinfo_op(op, device: str | torch.device, dtype: torch.dtype = torch.flo
         res.status = "fail"
         res.failure_class = res.failures[0].kind
         res.reason = ("(OpInfo marks TestCommon.test_compare_cpu as an expected failure) "
-                      + res.failures[0].message)
+                      + f"sample {res.failures[0].index}: {res.failures[0].message}")
     elif res.failed:
         res.status = "fail"
         res.failure_class = res.failures[0].kind
-        res.reason = res.failures[0].message
+        res.reason = f"sample {res.failures[0].index}: {res.failures[0].message}"
     elif res.samples == 0:
         res.status, res.reason = "skip", "no sample could run on the device (CPU ref raised)"
     res.seconds = time.perf_counter() - t0
@@ -602,7 +598,7 @@ def run_opinfo_corpus(device: str | torch.device, dtype: torch.dtype = torch.flo
             r = run_opinfo_op(op, device, dtype, max_samples=max_samples)
         except Exception as exc:  # a bug in the runner, never in the device: keep going
             r = OpResult(name=op.full_name, status="fail", failure_class="runner error",
-                         reason=_first_line(exc) + "\n" + traceback.format_exc(limit=3))
+                         reason=describe_exception(exc) + "\n" + traceback.format_exc(limit=3))
         results[op.full_name] = r
         if progress is not None:
             progress(r)
@@ -744,7 +740,7 @@ def _worker(device: str, dtype: torch.dtype, names: list[str]) -> int:
             r = run_opinfo_op(by_name[name], device, dtype)
         except Exception as exc:
             r = OpResult(name=name, status="fail", failure_class="runner error",
-                         reason=_first_line(exc))
+                         reason=describe_exception(exc))
         print("@@RESULT " + json.dumps(r.as_dict()), flush=True)
     return 0
 

@@ -8,7 +8,8 @@ and one test file::
 
 then ``pytest --tv-device acme --tv-backend acme_torch.backend:Acme --tv-profile minimal``: one test
 per case id (``-k`` selects them); a failing case fails, an unclaimed one skips, a manifest's
-expected failure xfails, and a case that ran through a CPU fallback passes with a warning.
+expected failure xfails, one the device does not implement skips as unsupported, and a case
+that ran through a CPU fallback passes with a warning.
 
     >>> isinstance(CaseRunner.__doc__, str)
     True
@@ -46,6 +47,8 @@ class CaseRunner:
             pytest.fail(f"{result.id}: {result.reason}", pytrace=False)
         if result.status == "skip":
             pytest.skip(result.reason)
+        if result.status == "unsupported":
+            pytest.skip(f"unsupported on the device: {result.reason}")
         if result.status == "xfail":
             pytest.xfail(result.reason)
         if result.status == "fallback":

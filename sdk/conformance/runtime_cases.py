@@ -1,289 +1,891 @@
-"""The runtime ABI itself: each entry of ``runtime.h``'s table called directly (through ctypes on
-the vendor's runtime library, no torch involved) against the contract its comment states:
-results, error codes, ordering on a stream, events, modules, and thread safety.
+"""The runtime ABI itself: one case per normative statement of ``runtime.h`` (every "must", every
+range, every return value), each entry of the table called directly through ctypes on the vendor's
+runtime library (no torch involved). A failure quotes the sentence of the header that was broken,
+says what was observed, and names the entries to suspect::
 
-    >>> import os
+    runtime.h, stream_synchronize: "[blocks] Wait for all work on the stream": it returned while
+    the stream's work was still running (the last memset's byte was not written yet). Suspect:
+    stream_synchronize.
+
+Ordering checks queue a backlog of memsets (tens of milliseconds) and read device memory with an
+*unordered* observer (a one-byte copy on an idle stream of its own): an entry that returned before
+the work it must wait for shows as a byte the backlog has not written yet. An observation a very
+fast device makes inconclusive passes; a wrong one never does. Blocking entries run under a
+watchdog, so an event that never completes fails its case instead of hanging the suite. The
+mutation harness (``tests/runtime_mutants.py``) proves each case can fail.
+
     >>> from torchvendor.sdk.conformance.core import Target
     >>> [c.id for c in cases(Target(device="cpu"), "minimal")]
     []
+    >>> len(CHECKS) >= 35
+    True
 """
 from __future__ import annotations
 
 import ctypes
+import os
+import tempfile
 import threading
-from functools import cache
+import time
 from typing import Any, Callable
 
-from .core import Case, ConformanceError, Target
+from . import runtime_abi as abi
+from .core import Case, Target, run_case
+from .runtime_abi import (D2D, D2H, H2D, H2H, INVALID_DEVICE, INVALID_HANDLE, INVALID_IMAGE, INVALID_VALUE,
+                          NOT_FOUND, NOT_READY, NOT_SUPPORTED, OUT_OF_MEMORY, SUCCESS, DeviceProperties,
+                          LaunchConfig)
+from .runtime_probe import (BACKLOG_BYTES, Missing, Probe, Scratch, check, load_runtime, need_devices)
 
-__all__ = ["cases", "load_runtime", "RuntimeTable"]
+__all__ = ["cases", "CHECKS", "load_runtime"]
 
-SUCCESS, INVALID_VALUE, INVALID_DEVICE, OUT_OF_MEMORY, NOT_READY, NOT_FOUND, INVALID_IMAGE = 0, 1, 2, 3, 4, 5, 6
-INVALID_HANDLE = 9
-H2D, D2H, D2D = 1, 2, 3
-
-_st, _i32, _u32, _sz, _vp = ctypes.c_int32, ctypes.c_int32, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_void_p
-_P = ctypes.POINTER
-
-
-class DeviceProperties(ctypes.Structure):
-    _fields_ = [("struct_size", _u32), ("name", ctypes.c_char * 256), ("total_memory", ctypes.c_uint64),
-                ("capability_major", _i32), ("capability_minor", _i32), ("multiprocessor_count", _i32),
-                ("reserved", _i32 * 9)]
+_vp, _i32, _u8 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint8
+CHECKS: dict[str, Callable[[Probe], None]] = {}
 
 
-def _fn(*args: Any) -> Any:
-    return ctypes.CFUNCTYPE(_st, *args)
+def _case(fn: Callable[[Probe], None]) -> Callable[[Probe], None]:
+    CHECKS[fn.__name__.lstrip("_")] = fn
+    return fn
 
 
-class RuntimeTable(ctypes.Structure):
-    """``tv_runtime`` (ABI 1.0), field by field as ``runtime.h`` declares it."""
-
-    _fields_ = [
-        ("abi_major", _u32), ("abi_minor", _u32), ("struct_size", ctypes.c_uint64), ("name", ctypes.c_char_p),
-        ("device_count", _fn(_P(_i32))), ("get_device_properties", _fn(_i32, _P(DeviceProperties))),
-        ("set_device", _fn(_i32)), ("get_device", _fn(_P(_i32))), ("device_synchronize", _fn(_i32)),
-        ("malloc", _fn(_i32, _sz, _P(_vp))), ("free", _fn(_i32, _vp)),
-        ("host_malloc", _fn(_sz, _P(_vp))), ("host_free", _fn(_vp)),
-        ("memcpy", _fn(_vp, _vp, _sz, _i32)), ("memcpy_async", _fn(_vp, _vp, _sz, _i32, _vp)),
-        ("memset", _fn(_vp, ctypes.c_int, _sz)), ("memset_async", _fn(_vp, ctypes.c_int, _sz, _vp)),
-        ("stream_create", _fn(_i32, _i32, _P(_vp))), ("stream_destroy", _fn(_vp)), ("stream_query", _fn(_vp)),
-        ("stream_synchronize", _fn(_vp)), ("stream_priority_range", _fn(_P(_i32), _P(_i32))),
-        ("event_create", _fn(_i32, _u32, _P(_vp))), ("event_destroy", _fn(_vp)), ("event_record", _fn(_vp, _vp)),
-        ("event_query", _fn(_vp)), ("event_synchronize", _fn(_vp)), ("stream_wait_event", _fn(_vp, _vp)),
-        ("event_elapsed_time", _fn(_vp, _vp, _P(ctypes.c_float))),
-        ("module_load_file", _fn(_i32, ctypes.c_char_p, _P(_vp))), ("module_load_data", _fn(_i32, _vp, _sz, _P(_vp))),
-        ("module_unload", _fn(_vp)), ("module_get_function", _fn(_vp, ctypes.c_char_p, _P(_vp))),
-        ("launch", _fn(_vp, _vp, _vp, _sz, _vp)),
-        ("get_error_string", ctypes.CFUNCTYPE(ctypes.c_char_p, _st)),
-        ("last_error_message", ctypes.CFUNCTYPE(ctypes.c_char_p)),
-    ]
+def _sync(rt: Probe, stream: Any, suspects: tuple[str, ...] = ("stream_synchronize",)) -> None:
+    status = rt.blocking("stream_synchronize", stream, statement="[blocks] Wait for all work on the stream",
+                         suspects=suspects)
+    check(status == SUCCESS, "stream_synchronize", "Wait for all work on the stream",
+          f"returned {rt.name(status)}{rt.detail()}")
 
 
-@cache
-def load_runtime(path: str | None) -> RuntimeTable:
-    """The runtime table of the library at ``path`` (None: the reference simulator)."""
-    if path is None:
-        from torchvendor.sdk import default_runtime_path
+# ---- the table and its entry point -----------------------------------------------------------------------
 
-        path = default_runtime_path()
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise ConformanceError(f"cannot load the runtime library {path}: {e}") from e
-    try:
-        entry = lib.torchvendor_get_runtime
-    except AttributeError:
-        raise ConformanceError(f"{path} exports no torchvendor_get_runtime: is it a torchvendor runtime?") from None
-    entry.argtypes = [_u32, _P(_P(RuntimeTable))]
-    entry.restype = _st
-    table = _P(RuntimeTable)()
-    status = entry(1, ctypes.byref(table))
-    if status != SUCCESS or not table:
-        raise ConformanceError(f"{path}: torchvendor_get_runtime(1) returned status {status}")
-    load_runtime.libraries = getattr(load_runtime, "libraries", []) + [lib]  # keep it loaded
-    return table.contents
+@_case
+def _abi_version(rt: Probe) -> None:
+    t = rt.t
+    check(t.abi_major == abi.ABI_MAJOR, "abi_major", "TV_RUNTIME_ABI_MAJOR the library was built with",
+          f"abi_major is {t.abi_major}, the suite speaks {abi.ABI_MAJOR}", "torchvendor_get_runtime")
+    need = abi.minor_size(t.abi_minor)
+    check(t.struct_size >= need, "struct_size", "sizeof(tv_runtime) the library was built with",
+          f"struct_size {t.struct_size} is smaller than a minor-{t.abi_minor} table ({need} bytes)",
+          "torchvendor_get_runtime")
+    check(bool(t.name), "name", "runtime name for diagnostics", "the table's name is NULL or empty",
+          "torchvendor_get_runtime")
 
 
-def _ok(status: int, what: str, rt: RuntimeTable) -> None:
-    if status != SUCCESS:
-        raise AssertionError(f"{what} returned {rt.get_error_string(status).decode()} ({status}): "
-                             f"{rt.last_error_message().decode()}")
+@_case
+def _entry_point(rt: Probe) -> None:
+    from .runtime_probe import _library
+    from torchvendor.sdk import default_runtime_path
+
+    _, entry = _library(rt.path or default_runtime_path())
+    table = ctypes.POINTER(abi.RuntimeTable)()
+    status = entry(abi.ABI_MAJOR + 1, ctypes.byref(table))
+    check(status == NOT_SUPPORTED, "torchvendor_get_runtime",
+          "a library that cannot serve it returns TV_ERROR_NOT_SUPPORTED",
+          f"asked for major {abi.ABI_MAJOR + 1}, it returned {rt.name(status)}")
+    again = ctypes.POINTER(abi.RuntimeTable)()
+    check(entry(abi.ABI_MAJOR, ctypes.byref(again)) == SUCCESS and
+          ctypes.addressof(again.contents) == ctypes.addressof(rt.t), "torchvendor_get_runtime",
+          "The table is static: valid until unload", "a second call returned another table")
 
 
-def _expect(status: int, wanted: tuple[int, ...], what: str, rt: RuntimeTable) -> None:
-    if status not in wanted:
-        names = [rt.get_error_string(w).decode() for w in wanted]
-        raise AssertionError(f"{what} returned {rt.get_error_string(status).decode()} ({status}), expected "
-                             f"{' or '.join(names)}")
+@_case
+def _required_entries(rt: Probe) -> None:
+    entries = [name for name, _ in abi.RuntimeTable._fields_[4:]]
+    in_table = [e for e in entries if getattr(abi.RuntimeTable, e).offset < rt.t.struct_size]
+    missing = [e for e in in_table if e not in abi.OPTIONAL and not getattr(rt.t, e)]
+    check(not missing, missing[0] if missing else "", "Every other entry is required",
+          f"NULL: {', '.join(missing)}", *missing)
+    given = [e for e in abi.COLLECTIVES if e in in_table and getattr(rt.t, e)]
+    check(len(given) in (0, len(abi.COLLECTIVES)), "collectives", "provided together or not at all",
+          f"only {', '.join(given)} of the collective entries are set", *abi.COLLECTIVES)
 
 
-def _header(rt: RuntimeTable) -> None:
-    assert rt.abi_major == 1, f"abi_major {rt.abi_major}"
-    size = ctypes.sizeof(RuntimeTable)
-    assert rt.struct_size >= size, f"struct_size {rt.struct_size} < {size}"
-    assert rt.name, "the table has no name"
-    missing = [name for name, _ in RuntimeTable._fields_[4:] if not getattr(rt, name)]
-    assert not missing, f"NULL entries: {missing}"
+# ---- devices ---------------------------------------------------------------------------------------------
+
+@_case
+def _device_count(rt: Probe) -> None:
+    n, m = _i32(-1), _i32(-1)
+    rt.ok("device_count", ctypes.byref(n), statement="Must not fail once the library is loaded")
+    rt.ok("device_count", ctypes.byref(m), statement="Must not fail once the library is loaded")
+    check(n.value >= 0 and n.value == m.value, "device_count", "Number of devices; 0 is valid",
+          f"it said {n.value}, then {m.value}")
+    rt.expect("device_count", (None,), (INVALID_VALUE,), "a bad argument: NULL out-pointer", "device_count(NULL)")
 
 
-def _devices(rt: RuntimeTable) -> None:
-    n = _i32()
-    _ok(rt.device_count(ctypes.byref(n)), "device_count", rt)
-    assert n.value >= 1, "no device"
+@_case
+def _device_properties(rt: Probe) -> None:
+    need_devices(rt)
+    for dev in range(rt.ndev):
+        props = DeviceProperties(struct_size=ctypes.sizeof(DeviceProperties))
+        rt.ok("get_device_properties", dev, ctypes.byref(props), why=f"device {dev}")
+        check(0 < len(props.name) < 256 and props.total_memory > 0, "get_device_properties",
+              "Fill props", f"device {dev}: name {props.name!r}, total_memory {props.total_memory}")
     props = DeviceProperties(struct_size=ctypes.sizeof(DeviceProperties))
-    _ok(rt.get_device_properties(0, ctypes.byref(props)), "get_device_properties(0)", rt)
-    assert props.name and props.total_memory > 0, "empty properties"
-    _expect(rt.get_device_properties(n.value, ctypes.byref(props)), (INVALID_DEVICE,), "get_device_properties(count)", rt)
-    _expect(rt.set_device(-1), (INVALID_DEVICE,), "set_device(-1)", rt)
-    _ok(rt.set_device(0), "set_device(0)", rt)
+    for bad in (rt.ndev, -1):
+        rt.expect("get_device_properties", (bad, ctypes.byref(props)), (INVALID_DEVICE,),
+                  "An out-of-range device is TV_ERROR_INVALID_DEVICE", f"device {bad} of {rt.ndev}")
+    rt.expect("get_device_properties", (0, None), (INVALID_VALUE,), "a bad argument: NULL out-pointer",
+              "props NULL")
+
+
+@_case
+def _set_device_range(rt: Probe) -> None:
+    need_devices(rt)
+    for bad in (-1, rt.ndev, 1 << 20):
+        rt.expect("set_device", (bad,), (INVALID_DEVICE,), "An out-of-range index is TV_ERROR_INVALID_DEVICE",
+                  f"set_device({bad}) with {rt.ndev} device(s)")
+    for dev in range(rt.ndev):
+        rt.ok("set_device", dev)
+        cur = _i32(-1)
+        rt.ok("get_device", ctypes.byref(cur))
+        check(cur.value == dev, "get_device", "The calling host thread's current device",
+              f"after set_device({dev}) it says {cur.value}", "get_device", "set_device")
+    rt.expect("get_device", (None,), (INVALID_VALUE,), "a bad argument: NULL out-pointer", "get_device(NULL)")
+
+
+@_case
+def _current_device_per_thread(rt: Probe) -> None:
+    need_devices(rt, 2)
+    rt.ok("set_device", 1)
+    seen: list[int] = []
+
+    def other() -> None:
+        cur = _i32(-1)
+        seen.append(rt.t.get_device(ctypes.byref(cur)) == SUCCESS and cur.value)
+        rt.t.set_device(0)
+    worker = threading.Thread(target=other)
+    worker.start()
+    worker.join()
+    check(seen == [0], "get_device", "0 until set_device is called", f"a new thread's current device is {seen}",
+          "get_device", "set_device")
     cur = _i32(-1)
-    _ok(rt.get_device(ctypes.byref(cur)), "get_device", rt)
-    assert cur.value == 0
-    _expect(rt.device_count(None), (INVALID_VALUE,), "device_count(NULL)", rt)
+    rt.ok("get_device", ctypes.byref(cur))
+    check(cur.value == 1, "set_device", '"Current device" state is per host thread',
+          f"set_device(0) on another thread changed this thread's device from 1 to {cur.value}",
+          "set_device", "get_device")
 
 
-def _memory(rt: RuntimeTable) -> None:
-    ptr = _vp()
-    _ok(rt.malloc(0, 4096, ctypes.byref(ptr)), "malloc", rt)
-    src = (ctypes.c_uint8 * 4096)(*[i % 251 for i in range(4096)])
-    dst = (ctypes.c_uint8 * 4096)()
-    _ok(rt.memcpy(ptr, ctypes.addressof(src), 4096, H2D), "memcpy H2D", rt)
-    _ok(rt.memcpy(ctypes.addressof(dst), ptr, 4096, D2H), "memcpy D2H", rt)
-    assert bytes(dst) == bytes(src), "memcpy round trip changed the bytes"
-    _ok(rt.memset(ptr, 7, 100), "memset", rt)
-    _ok(rt.memcpy(ctypes.addressof(dst), ptr, 4096, D2H), "memcpy D2H", rt)
-    assert bytes(dst[:100]) == b"\x07" * 100 and bytes(dst[100:]) == bytes(src[100:]), "memset wrote the wrong bytes"
-    _ok(rt.free(0, ptr), "free", rt)
-    # live blocks never overlap: two allocations keep their own contents
-    a, b = _vp(), _vp()
-    _ok(rt.malloc(0, 4096, ctypes.byref(a)), "malloc", rt)
-    _ok(rt.malloc(0, 4096, ctypes.byref(b)), "malloc", rt)
-    _ok(rt.memset(a, 1, 4096), "memset", rt)
-    _ok(rt.memset(b, 2, 4096), "memset", rt)
-    _ok(rt.memcpy(ctypes.addressof(dst), a, 4096, D2H), "memcpy D2H", rt)
-    assert bytes(dst) == b"\x01" * 4096, "two live allocations share memory (writing one changed the other)"
-    for p in (a, b):
-        _ok(rt.free(0, p), "free", rt)
-    _expect(rt.malloc(-5, 16, ctypes.byref(ptr)), (INVALID_DEVICE,), "malloc on device -5", rt)
-    _expect(rt.malloc(0, 1 << 62, ctypes.byref(ptr)), (OUT_OF_MEMORY,), "malloc(2**62)", rt)
-    _expect(rt.memcpy(ctypes.addressof(dst), ctypes.addressof(src), 16, 99), (INVALID_VALUE,), "memcpy kind 99", rt)
-    host = _vp()
-    _ok(rt.host_malloc(1024, ctypes.byref(host)), "host_malloc", rt)
-    ctypes.memset(host, 1, 1024)  # pinned host memory is host-accessible
-    _ok(rt.host_free(host), "host_free", rt)
+@_case
+def _device_synchronize(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s = sc.alloc(BACKLOG_BYTES), sc.stream()
+        last = sc.backlog(ptr, s)
+        status = rt.blocking("device_synchronize", 0, statement="[blocks] Wait for all work on all streams",
+                             suspects=("device_synchronize",))
+        check(status == SUCCESS, "device_synchronize", "Wait for all work on all streams of `device`",
+              f"returned {rt.name(status)}")
+        got = sc.peek(ptr)
+        check(got == last, "device_synchronize", "Wait for all work on all streams of `device`",
+              f"it returned while a stream's work was still running (the last memset's byte reads {got}, "
+              f"not {last})")
+    rt.expect("device_synchronize", (rt.ndev,), (INVALID_DEVICE,), "device index out of range",
+              f"device_synchronize({rt.ndev})")
 
 
-#: a backlog of memsets on a stream, long enough (tens of milliseconds) that work which ignores the
-#: stream's order or fires before it is reached reads bytes the backlog has not written yet
-_BACKLOG_BYTES, _BACKLOG_DEPTH, _ROUNDS = 32 << 20, 8, 3
+# ---- memory ----------------------------------------------------------------------------------------------
+
+@_case
+def _malloc_alignment(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        for size in (1, 3, 100, 255, 257, 4097, 1 << 20):
+            p = sc.alloc(size)
+            check(p.value is not None and p.value % 256 == 0, "malloc", "aligned to at least 256 bytes",
+                  f"malloc({size}) returned {p.value and hex(p.value)}")
 
 
-def _backlog(rt: RuntimeTable, ptr: _vp, stream: _vp, round_: int) -> int:
-    """Queue the backlog on ``stream``; returns the value its last memset writes."""
-    values = [(round_ * _BACKLOG_DEPTH + k) % 250 + 1 for k in range(_BACKLOG_DEPTH)]
-    for value in values:
-        _ok(rt.memset_async(ptr, value, _BACKLOG_BYTES, stream), "memset_async", rt)
-    return values[-1]
+@_case
+def _malloc_zero_size(rt: Probe) -> None:
+    need_devices(rt)
+    p = _vp(1)
+    rt.ok("malloc", 0, 0, ctypes.byref(p), why="malloc(0)")
+    check(p.value is None, "malloc", "size 0 yields *ptr == NULL", f"malloc(0) gave {p.value and hex(p.value)}")
+    if rt.has("host_malloc"):
+        rt.ok("host_malloc", 0, ctypes.byref(p), why="host_malloc(0)")
+        check(p.value is None, "host_malloc", "size 0 yields NULL", f"host_malloc(0) gave {p.value}")
 
 
-def _read_tail(rt: RuntimeTable, ptr: _vp, out: Any, stream: _vp) -> None:
-    """Copy the backlog buffer's last bytes into ``out`` on ``stream`` (its end is written last)."""
-    tail = ctypes.c_void_p(ptr.value + _BACKLOG_BYTES - ctypes.sizeof(out))
-    _ok(rt.memcpy_async(ctypes.addressof(out), tail, ctypes.sizeof(out), D2H, stream), "memcpy_async", rt)
+@_case
+def _malloc_errors(rt: Probe) -> None:
+    need_devices(rt)
+    p = _vp()
+    for bad in (-1, rt.ndev):
+        rt.expect("malloc", (bad, 16, ctypes.byref(p)), (INVALID_DEVICE,), "device index out of range",
+                  f"malloc on device {bad}")
+    rt.expect("malloc", (0, 16, None), (INVALID_VALUE,), "a bad argument: NULL out-pointer", "malloc(ptr=NULL)")
+    rt.expect("malloc", (0, 1 << 62, ctypes.byref(p)), (OUT_OF_MEMORY,),
+              "Exhaustion is TV_ERROR_OUT_OF_MEMORY", "malloc(2**62)")
+    with Scratch(rt) as sc:
+        sc.alloc(4096)  # the failed allocation left the allocator usable
 
 
-def _stream_order(rt: RuntimeTable) -> None:
-    """Later work on a stream sees all earlier work: a copy queued behind a backlog of memsets reads
-    what the last memset wrote (a copy that ignores its stream reads earlier bytes)."""
-    stream, ptr = _vp(), _vp()
-    _ok(rt.stream_create(0, 0, ctypes.byref(stream)), "stream_create", rt)
-    _ok(rt.malloc(0, _BACKLOG_BYTES, ctypes.byref(ptr)), "malloc", rt)
-    out = (ctypes.c_uint8 * 4096)()
-    for round_ in range(_ROUNDS):
-        last = _backlog(rt, ptr, stream, round_)
-        _read_tail(rt, ptr, out, stream)
-        _ok(rt.stream_synchronize(stream), "stream_synchronize", rt)
-        assert out[0] == last and out[-1] == last, \
-            f"stream order broken: a copy queued after memset({last}) read {out[0]}"
-    _ok(rt.stream_query(stream), "stream_query after synchronize", rt)
-    _ok(rt.free(0, ptr), "free", rt)
-    _ok(rt.stream_destroy(stream), "stream_destroy", rt)
+@_case
+def _allocations_disjoint(rt: Probe) -> None:
+    need_devices(rt)
+    sizes = [4096, 1, 300, 256, 8191, 65536, 17, 1000]
+    with Scratch(rt) as sc:
+        blocks = [sc.alloc(n) for n in sizes]
+        for k, (p, n) in enumerate(zip(blocks, sizes)):
+            status = rt("memset", p, k + 1, n)
+            check(status == SUCCESS, "malloc", "Device memory on `device`", f"memset of the whole {n}-byte block "
+                  f"returned {rt.name(status)}{rt.detail()}", "malloc (a block smaller than asked)", "memset")
+        for k, (p, n) in enumerate(zip(blocks, sizes)):
+            got = sc.read(p, n)
+            check(got == bytes([k + 1]) * n, "malloc", "Device memory on `device`",
+                  f"block {k} ({n} bytes) reads {sorted(set(got))[:4]} after memset({k + 1}): two live "
+                  f"allocations overlap", "malloc", "memset")
 
 
-def _event_orders_streams(rt: RuntimeTable, stream: _vp, other: _vp) -> None:
-    """An event completes only when the work before it has: a stream that waits on it and then
-    copies reads what that work wrote (an event that fires early lets the copy read earlier bytes)."""
-    gate, ptr = _vp(), _vp()
-    _ok(rt.event_create(0, 0, ctypes.byref(gate)), "event_create", rt)
-    _ok(rt.malloc(0, _BACKLOG_BYTES, ctypes.byref(ptr)), "malloc", rt)
-    out = (ctypes.c_uint8 * 4096)()
-    for round_ in range(_ROUNDS):
-        last = _backlog(rt, ptr, stream, round_)
-        _ok(rt.event_record(gate, stream), "event_record", rt)
-        _ok(rt.stream_wait_event(other, gate), "stream_wait_event", rt)
-        _read_tail(rt, ptr, out, other)
-        _ok(rt.stream_synchronize(other), "stream_synchronize", rt)
-        assert out[0] == last, f"an event fired early: a stream waiting on it read {out[0]}, not {last}"
-        _ok(rt.event_synchronize(gate), "event_synchronize", rt)
-    _ok(rt.stream_synchronize(stream), "stream_synchronize", rt)
-    _ok(rt.event_destroy(gate), "event_destroy", rt)
-    _ok(rt.free(0, ptr), "free", rt)
+@_case
+def _free(rt: Probe) -> None:
+    need_devices(rt)
+    rt.ok("free", 0, None, statement="NULL succeeds")
+    p = rt.new("malloc", 0, 4096)
+    rt.expect("free", (0, _vp(p.value + 256)), (INVALID_VALUE,), "a pointer that is not a live allocation of "
+              "`device` is TV_ERROR_INVALID_VALUE", "free of an interior pointer")
+    host = (_u8 * 16)()
+    rt.expect("free", (0, ctypes.addressof(host)), (INVALID_VALUE,), "a pointer that is not a live allocation of "
+              "`device` is TV_ERROR_INVALID_VALUE", "free of a host pointer")
+    if rt.ndev >= 2:
+        rt.expect("free", (1, p), (INVALID_VALUE,), "a pointer that is not a live allocation of `device` is "
+                  "TV_ERROR_INVALID_VALUE", "free(1, a block of device 0)")
+    rt.ok("free", 0, p)
+    rt.expect("free", (0, p), (INVALID_VALUE,), "a pointer that is not a live allocation of `device` is "
+              "TV_ERROR_INVALID_VALUE", "a second free of one block")
 
 
-def _events(rt: RuntimeTable) -> None:
-    stream, start, end, plain = _vp(), _vp(), _vp(), _vp()
-    _ok(rt.stream_create(0, 0, ctypes.byref(stream)), "stream_create", rt)
-    _ok(rt.event_create(0, 1, ctypes.byref(start)), "event_create(timing)", rt)
-    _ok(rt.event_create(0, 1, ctypes.byref(end)), "event_create(timing)", rt)
-    _ok(rt.event_create(0, 0, ctypes.byref(plain)), "event_create(default)", rt)
-    ptr = _vp()
-    _ok(rt.malloc(0, 1 << 22, ctypes.byref(ptr)), "malloc", rt)
-    _ok(rt.event_record(start, stream), "event_record", rt)
-    _ok(rt.memset_async(ptr, 1, 1 << 22, stream), "memset_async", rt)
-    _ok(rt.event_record(end, stream), "event_record", rt)
-    _ok(rt.event_record(plain, stream), "event_record", rt)
-    _ok(rt.event_synchronize(end), "event_synchronize", rt)
-    _ok(rt.event_query(end), "event_query after synchronize", rt)
-    ms = ctypes.c_float(-1)
-    _ok(rt.event_elapsed_time(start, end, ctypes.byref(ms)), "event_elapsed_time", rt)
-    assert ms.value >= 0, f"elapsed time {ms.value} < 0"
-    _ok(rt.event_synchronize(plain), "event_synchronize", rt)
-    _expect(rt.event_elapsed_time(start, plain, ctypes.byref(ms)), (INVALID_HANDLE, INVALID_VALUE),
-            "event_elapsed_time with an event created without timing", rt)
-    other = _vp()
-    _ok(rt.stream_create(0, 0, ctypes.byref(other)), "stream_create", rt)
-    _ok(rt.stream_wait_event(other, end), "stream_wait_event", rt)
-    _ok(rt.stream_synchronize(other), "stream_synchronize", rt)
-    _event_orders_streams(rt, stream, other)
-    for e in (start, end, plain):
-        _ok(rt.event_destroy(e), "event_destroy", rt)
-    _ok(rt.free(0, ptr), "free", rt)
-    for s in (stream, other):
-        _ok(rt.stream_destroy(s), "stream_destroy", rt)
+@_case
+def _host_memory(rt: Probe) -> None:
+    rt.need("host_malloc", "host_free")
+    p = rt.new("host_malloc", 4096)
+    check(p.value is not None, "host_malloc", "Page-locked host memory", "host_malloc(4096) gave NULL")
+    ctypes.memset(p, 0x5A, 4096)  # host-accessible
+    check(ctypes.string_at(p, 4096) == b"\x5a" * 4096, "host_malloc", "Page-locked host memory",
+          "the host cannot write and read it back")
+    rt.ok("host_free", None, statement="NULL succeeds")
+    plain = (_u8 * 16)()
+    rt.expect("host_free", (ctypes.addressof(plain),), (INVALID_VALUE,), "any other pointer is "
+              "TV_ERROR_INVALID_VALUE", "host_free of memory host_malloc did not return")
+    rt.ok("host_free", p)
+    rt.expect("host_free", (p,), (INVALID_VALUE,), "any other pointer is TV_ERROR_INVALID_VALUE",
+              "a second host_free of one block")
 
 
-def _modules(rt: RuntimeTable) -> None:
-    module = _vp()
-    _expect(rt.module_load_file(0, b"/nonexistent/kernels.so", ctypes.byref(module)), (INVALID_IMAGE, NOT_FOUND),
-            "module_load_file of a missing file", rt)
-    _expect(rt.module_load_data(0, None, 0, ctypes.byref(module)), (INVALID_VALUE, INVALID_IMAGE),
-            "module_load_data of an empty image", rt)
+def _exact_copy(sc: Scratch, kind: int, n: int, offset: int) -> None:
+    """Copy n bytes of ``kind`` to dst+offset, with sentinels around the destination range."""
+    rt = sc.rt
+    pattern = bytes((i * 7 + n) % 251 + 1 for i in range(n))
+    size = n + offset + 64
+    src_host, dst_host = (_u8 * size)(*([0] * offset + list(pattern))), (_u8 * size)(*([0xEE] * size))
+    src_dev, dst_dev = sc.alloc(size), sc.alloc(size)
+    rt.ok("memcpy", src_dev, ctypes.addressof(src_host), size, H2D)
+    rt.ok("memset", dst_dev, 0xEE, size)
+    src = ctypes.addressof(src_host) + offset if kind in (H2D, H2H) else src_dev.value + offset
+    dst = ctypes.addressof(dst_host) + offset if kind in (D2H, H2H) else dst_dev.value + offset
+    rt.ok("memcpy", dst, src, n, kind, why=f"memcpy of {n} bytes, kind {kind}")
+    got = bytes(dst_host) if kind in (D2H, H2H) else sc.read(dst_dev, size)
+    expected = b"\xee" * offset + pattern + b"\xee" * 64
+    if got != expected:
+        first = next(i for i in range(size) if got[i] != expected[i])
+        where = "before" if first < offset else "after" if first >= offset + n else "inside"
+        check(False, "memcpy", "Copy n bytes of the given kind", f"kind {kind}, n={n}: byte {first - offset} "
+              f"({where} the copied range) is {got[first]}, expected {expected[first]}")
 
 
-def _errors(rt: RuntimeTable) -> None:
-    for status in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 999, 12345):
-        assert rt.get_error_string(status) is not None, f"get_error_string({status}) is NULL"
-    assert rt.last_error_message() is not None
+@_case
+def _memcpy_exact_bytes(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        for kind in (H2D, D2H, D2D, H2H):
+            for n, offset in ((1, 0), (255, 3), (4097, 1)):
+                _exact_copy(sc, kind, n, offset)
 
 
-def _threads(rt: RuntimeTable) -> None:
+@_case
+def _memcpy_across_devices(rt: Probe) -> None:
+    need_devices(rt, 2)
+    with Scratch(rt) as sc:
+        a, b = sc.alloc(4096, 0), sc.alloc(4096, 1)
+        rt.ok("memset", a, 0x3C, 4096)
+        rt.ok("memset", b, 0, 4096)
+        rt.ok("memcpy", b, a, 4096, D2D, why="a device-to-device copy between devices 0 and 1")
+        check(sc.read(b, 4096) == b"\x3c" * 4096, "memcpy", "TV_MEMCPY_DEVICE_TO_DEVICE: same or different "
+              "devices", "a copy from device 0 to device 1 did not arrive")
+
+
+@_case
+def _memcpy_errors(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        dev, host = sc.alloc(4096), (_u8 * 8192)()
+        h = ctypes.addressof(host)
+        for kind in (0, 5, 99):
+            rt.expect("memcpy", (h, dev, 16, kind), (INVALID_VALUE,), "a bad argument: ... kind", f"kind {kind}")
+        rule = ("A host pointer where the kind says device (or the reverse), or a range outside a live "
+                "allocation, is TV_ERROR_INVALID_VALUE")
+        rt.expect("memcpy", (h, h + 4096, 16, H2D), (INVALID_VALUE,), rule, "H2D to a host pointer")
+        rt.expect("memcpy", (dev, dev, 16, H2H), (INVALID_VALUE,), rule, "H2H between device pointers")
+        rt.expect("memcpy", (dev, h, 4097, H2D), (INVALID_VALUE,), rule, "4097 bytes into a 4096-byte block")
+        rt.expect("memcpy", (h, _vp(dev.value + 4000), 200, D2H), (INVALID_VALUE,), rule,
+                  "200 bytes from 96 before the block's end")
+
+
+@_case
+def _memcpy_orders_after_streams(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s = sc.alloc(BACKLOG_BYTES), sc.stream()
+        last = sc.backlog(ptr, s)
+        got = sc.read(_vp(ptr.value + BACKLOG_BYTES - 64), 64)
+        check(got == bytes([last]) * 64, "memcpy", "ordered after all work enqueued earlier on every stream",
+              f"a blocking copy behind a backlog of memsets on another stream read {got[0]}, not {last}",
+              "memcpy", "memset_async")
+
+
+def _memset_checks(sc: Scratch, entry: str, stream: Any) -> None:
+    rt = sc.rt
+    for value, byte in ((0x1AB, 0xAB), (-1, 0xFF), (0x100, 0x00), (0x7F, 0x7F)):
+        p = sc.alloc(1024)
+        rt.ok("memset", p, 0xEE, 1024)
+        args = (_vp(p.value + 3), value, 513) + ((stream,) if entry == "memset_async" else ())
+        rt.ok(entry, *args)
+        if entry == "memset_async":
+            _sync(rt, stream, ("stream_synchronize", "memset_async"))
+        got = sc.read(p, 1024)
+        expected = b"\xee" * 3 + bytes([byte]) * 513 + b"\xee" * 508
+        if got != expected:
+            first = next(i for i in range(1024) if got[i] != expected[i])
+            check(False, entry, "Set n bytes of device memory to (unsigned char)value",
+                  f"{entry}(p+3, {value:#x}, 513): byte {first - 3} is {got[first]:#x}, expected {expected[first]:#x}")
+
+
+@_case
+def _memset_value_and_size(rt: Probe) -> None:
+    rt.need("memset")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        _memset_checks(sc, "memset", None)
+
+
+@_case
+def _memset_async_value_and_size(rt: Probe) -> None:
+    rt.need("memset_async")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        _memset_checks(sc, "memset_async", sc.stream())
+
+
+@_case
+def _memset_orders_after_streams(rt: Probe) -> None:
+    rt.need("memset", "memset_async")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s = sc.alloc(BACKLOG_BYTES), sc.stream()
+        sc.backlog(ptr, s)
+        tail = _vp(ptr.value + BACKLOG_BYTES - 64)
+        rt.ok("memset", tail, 0xFE, 64)
+        _sync(rt, s)
+        got = sc.read(tail, 64)
+        check(got == b"\xfe" * 64, "memset", "[blocks] Set n bytes ..., ordered like memcpy",
+              f"a blocking memset behind a backlog on another stream was overwritten by it (reads {got[0]})",
+              "memset", "memset_async")
+
+
+# ---- streams ---------------------------------------------------------------------------------------------
+
+@_case
+def _stream_order(rt: Probe) -> None:
+    rt.need("memcpy_async", "memset_async")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s = sc.alloc(BACKLOG_BYTES), sc.stream()
+        out = (_u8 * 4096)()
+        for _ in range(3):
+            last = sc.backlog(ptr, s)
+            rt.ok("memcpy_async", ctypes.addressof(out), _vp(ptr.value + BACKLOG_BYTES - 4096), 4096, D2H, s)
+            _sync(rt, s)
+            check(out[0] == last and out[-1] == last, "memcpy_async", "streams: in-order queues of device work",
+                  f"a copy queued after memset({last}) on the same stream read {out[0]}",
+                  "memcpy_async", "memset_async", "stream_synchronize")
+
+
+@_case
+def _stream_synchronize_waits(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s = sc.alloc(BACKLOG_BYTES), sc.stream()
+        for _ in range(3):
+            last = sc.backlog(ptr, s)
+            _sync(rt, s)
+            status, got = rt("stream_query", s), sc.peek(ptr)
+            check(got == last and status == SUCCESS, "stream_synchronize", "[blocks] Wait for all work on the "
+                  "stream", f"it returned while the stream's work was still running (the last memset's byte "
+                  f"reads {got}, not {last}; stream_query says {rt.name(status)})")
+
+
+@_case
+def _stream_query(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s = sc.alloc(BACKLOG_BYTES), sc.stream()
+        last = sc.backlog(ptr, s)
+        status = rt("stream_query", s)
+        check(status in (SUCCESS, NOT_READY), "stream_query", "TV_SUCCESS if all work is done, "
+              "TV_ERROR_NOT_READY while work is pending", f"returned {rt.name(status)}")
+        if status == SUCCESS:
+            got = sc.peek(ptr)
+            check(got == last, "stream_query", "TV_ERROR_NOT_READY while work is pending",
+                  f"it said TV_SUCCESS while the last memset had not run (its byte reads {got}, not {last})")
+        _sync(rt, s)
+        status = rt("stream_query", s)
+        check(status == SUCCESS, "stream_query", "TV_SUCCESS if all work is done",
+              f"after stream_synchronize it says {rt.name(status)}", "stream_query", "stream_synchronize")
+
+
+@_case
+def _default_stream(rt: Probe) -> None:
+    rt.need("memcpy_async", "memset_async")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr = sc.alloc(BACKLOG_BYTES)
+        out = (_u8 * 64)()
+        last = sc.backlog(ptr, None)
+        rt.ok("memcpy_async", ctypes.addressof(out), _vp(ptr.value + BACKLOG_BYTES - 64), 64, D2H, None)
+        _sync(rt, None)
+        check(out[0] == last, "memcpy_async", "a NULL `tv_stream` names the default stream of the calling "
+              "thread's current device", f"a copy queued on NULL after memsets on NULL read {out[0]}, not {last}",
+              "memcpy_async", "memset_async", "stream_synchronize")
+
+
+@_case
+def _stream_destroy_finishes_work(rt: Probe) -> None:
+    rt.need("memcpy_async")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, out = sc.alloc(BACKLOG_BYTES), (_u8 * 64)()
+        s = rt.new("stream_create", 0, 0)
+        last = sc.backlog(ptr, s)
+        rt.ok("memcpy_async", ctypes.addressof(out), _vp(ptr.value + BACKLOG_BYTES - 64), 64, D2H, s)
+        rt.ok("stream_destroy", s)
+        status = rt.blocking("device_synchronize", 0, statement="Wait for all work on all streams",
+                             suspects=("device_synchronize", "stream_destroy"))
+        check(status == SUCCESS and out[0] == last, "stream_destroy", "pending work on the stream still "
+              "finishes", f"after destroying a busy stream and device_synchronize, its last copy read {out[0]}, "
+              f"not {last}", "stream_destroy", "device_synchronize")
+
+
+@_case
+def _stream_priorities(rt: Probe) -> None:
+    rt.need("memset_async")
+    need_devices(rt)
+    least, greatest = _i32(0), _i32(0)
+    if rt.has("stream_priority_range"):
+        rt.ok("stream_priority_range", ctypes.byref(least), ctypes.byref(greatest))
+        check(greatest.value <= least.value, "stream_priority_range", "greatest <= least",
+              f"least {least.value}, greatest {greatest.value}")
+    with Scratch(rt) as sc:
+        for prio in (greatest.value - 5, least.value + 5, 0):
+            s = sc.stream(0, prio)  # outside the range: clamped, not refused
+            p = sc.alloc(256)
+            rt.ok("memset_async", p, 9, 256, s)
+            _sync(rt, s)
+            check(sc.read(p, 256) == b"\x09" * 256, "stream_create", "priorities outside stream_priority_range "
+                  "are clamped", f"a stream of priority {prio} did not run its work", "stream_create")
+
+
+@_case
+def _async_returns_promptly(rt: Probe) -> None:
+    """Entries not marked [blocks] enqueue and return: each, called behind a long backlog, must take
+    much less than the backlog (a blocking one takes all of it)."""
+    rt.need("memcpy_async", "memset_async")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s, other = sc.alloc(BACKLOG_BYTES), sc.stream(), sc.stream()
+        event, host = sc.event(), (_u8 * 64)()
+        start = time.perf_counter()
+        sc.backlog(ptr, s, depth=16)
+        took = {"memset_async": time.perf_counter() - start}
+        calls = {
+            "memcpy_async": lambda: rt.t.memcpy_async(ctypes.addressof(host), ptr, 64, D2H, s),
+            "event_record": lambda: rt.t.event_record(event, s),
+            "stream_wait_event": lambda: rt.t.stream_wait_event(other, event),
+            "stream_query": lambda: rt.t.stream_query(s),
+            "event_query": lambda: rt.t.event_query(event),
+        }
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            took[name] = time.perf_counter() - t0
+        doomed = rt.new("stream_create", 0, 0)
+        rt.ok("stream_wait_event", doomed, event)
+        t0 = time.perf_counter()
+        rt.ok("stream_destroy", doomed)
+        took["stream_destroy"] = time.perf_counter() - t0
+        _sync(rt, s)
+        total = time.perf_counter() - start
+    slow = [f"{k} took {v * 1e3:.0f} ms" for k, v in took.items() if v > 0.002 and v > total / 2]
+    check(not slow, slow[0].split()[0] if slow else "", "all others must return promptly (enqueue and return)",
+          f"{'; '.join(slow)} of a {total * 1e3:.0f} ms backlog", *(x.split()[0] for x in slow))
+
+
+# ---- events ----------------------------------------------------------------------------------------------
+
+@_case
+def _event_create_flags(rt: Probe) -> None:
+    need_devices(rt)
+    e = _vp()
+    for flags in (2, 0x80, 0x80000000):
+        rt.expect("event_create", (0, flags, ctypes.byref(e)), (INVALID_VALUE,),
+                  "any other bit is TV_ERROR_INVALID_VALUE", f"flags {flags:#x}")
+    rt.expect("event_create", (0, 0, None), (INVALID_VALUE,), "a bad argument: NULL out-pointer",
+              "event_create(event=NULL)")
+    rt.expect("event_create", (rt.ndev, 0, ctypes.byref(e)), (INVALID_DEVICE,), "device index out of range",
+              f"event_create on device {rt.ndev}")
+
+
+@_case
+def _event_never_recorded(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        e = sc.event()
+        status = rt("event_query", e)
+        check(status == SUCCESS, "event_query", "TV_SUCCESS if ... the event was never recorded",
+              f"returned {rt.name(status)}")
+        status = rt.blocking("event_synchronize", e, statement="returns at once if never recorded",
+                             suspects=("event_synchronize",))
+        check(status == SUCCESS, "event_synchronize", "returns at once if never recorded",
+              f"returned {rt.name(status)}")
+
+
+@_case
+def _event_completion(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s, e = sc.alloc(BACKLOG_BYTES), sc.stream(), sc.event()
+        last = sc.backlog(ptr, s)
+        rt.ok("event_record", e, s)
+        status = rt("event_query", e)
+        check(status in (SUCCESS, NOT_READY), "event_query", "TV_SUCCESS if the captured work is done, "
+              "TV_ERROR_NOT_READY otherwise", f"returned {rt.name(status)}")
+        if status == SUCCESS:
+            got = sc.peek(ptr)
+            check(got == last, "event_query", "TV_ERROR_NOT_READY otherwise",
+                  f"it said TV_SUCCESS before the captured work ran (the last memset's byte reads {got})",
+                  "event_query", "event_record")
+        status = rt.blocking("event_synchronize", e, statement="[blocks] Wait for the captured work",
+                             suspects=("event_record (the event never completes)", "event_synchronize"))
+        got = sc.peek(ptr)
+        check(status == SUCCESS and got == last, "event_synchronize", "[blocks] Wait for the captured work",
+              f"it returned {rt.name(status)} while the captured work was still running (the last memset's "
+              f"byte reads {got}, not {last})", "event_synchronize", "event_record")
+        status = rt("event_query", e)
+        check(status == SUCCESS, "event_query", "TV_SUCCESS if the captured work is done",
+              f"after event_synchronize it says {rt.name(status)}", "event_query", "event_record")
+
+
+@_case
+def _event_rerecord(rt: Probe) -> None:
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, busy, idle, e = sc.alloc(BACKLOG_BYTES), sc.stream(), sc.stream(), sc.event()
+        sc.backlog(ptr, busy, depth=16)
+        rt.ok("event_record", e, busy)
+        rt.ok("event_record", e, idle)
+        status = rt.blocking("event_synchronize", e, statement="Wait for the captured work",
+                             suspects=("event_record", "event_synchronize"))
+        still_busy = rt("stream_query", busy) == NOT_READY
+        check(status == SUCCESS, "event_synchronize", "Wait for the captured work", f"returned {rt.name(status)}")
+        if not still_busy:
+            return  # the device finished the backlog first: inconclusive
+        check(rt("event_query", e) == SUCCESS, "event_record", "re-recording replaces the capture",
+              "an event re-recorded on an idle stream still waits for the work of its first capture")
+
+
+@_case
+def _event_record_device(rt: Probe) -> None:
+    need_devices(rt, 2)
+    with Scratch(rt) as sc:
+        e, s1 = sc.event(dev=0), sc.stream(dev=1)
+        rt.expect("event_record", (e, s1), (INVALID_VALUE,), "The stream must belong to the event's device, else "
+                  "TV_ERROR_INVALID_VALUE", "recording a device-0 event on a device-1 stream")
+
+
+@_case
+def _stream_wait_event(rt: Probe) -> None:
+    rt.need("memcpy_async")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s, other, gate = sc.alloc(BACKLOG_BYTES), sc.stream(), sc.stream(), sc.event()
+        out = (_u8 * 64)()
+        for _ in range(3):
+            last = sc.backlog(ptr, s)
+            rt.ok("event_record", gate, s)
+            rt.ok("stream_wait_event", other, gate)
+            rt.ok("memcpy_async", ctypes.addressof(out), _vp(ptr.value + BACKLOG_BYTES - 64), 64, D2H, other)
+            _sync(rt, other)
+            check(out[0] == last, "stream_wait_event", "Make future work on `stream` wait for the event's "
+                  f"captured work", f"a copy queued after the wait read {out[0]}, not {last}",
+                  "stream_wait_event", "event_record (completes early)")
+
+
+@_case
+def _event_destroy_pending(rt: Probe) -> None:
+    rt.need("memcpy_async")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s, other, out = sc.alloc(BACKLOG_BYTES), sc.stream(), sc.stream(), (_u8 * 64)()
+        e = rt.new("event_create", 0, 0)
+        last = sc.backlog(ptr, s)
+        rt.ok("event_record", e, s)
+        rt.ok("stream_wait_event", other, e)
+        rt.ok("event_destroy", e, statement="May be called while the event is pending")
+        rt.ok("memcpy_async", ctypes.addressof(out), _vp(ptr.value + BACKLOG_BYTES - 64), 64, D2H, other)
+        _sync(rt, other)
+        check(out[0] == last, "event_destroy", "May be called while the event is pending; waits on it stay valid",
+              f"a wait on a destroyed pending event let a copy read {out[0]}, not {last}", "event_destroy")
+
+
+def _timed_backlog(rt: Probe, sc: Scratch, s: Any, start: Any, end: Any, ptr: Any) -> float:
+    t0 = time.perf_counter()
+    rt.ok("event_record", start, s)
+    sc.backlog(ptr, s)
+    rt.ok("event_record", end, s)
+    rt.blocking("event_synchronize", end, statement="Wait for the captured work",
+                suspects=("event_record", "event_synchronize"))
+    return (time.perf_counter() - t0) * 1e3
+
+
+@_case
+def _elapsed_time(rt: Probe) -> None:
+    rt.need("event_elapsed_time")
+    need_devices(rt)
+    with Scratch(rt) as sc:
+        ptr, s = sc.alloc(BACKLOG_BYTES), sc.stream()
+        start, end, plain = sc.event(1), sc.event(1), sc.event(0)
+        ms = ctypes.c_float(-1)
+        rt.expect("event_elapsed_time", (start, end, ctypes.byref(ms)), (INVALID_HANDLE,),
+                  "TV_ERROR_INVALID_HANDLE if either was never recorded", "two timing events never recorded")
+        host_ms = _timed_backlog(rt, sc, s, start, end, ptr)
+        rt.ok("event_elapsed_time", start, end, ctypes.byref(ms))
+        check(0 <= ms.value <= host_ms * 1.5 + 2, "event_elapsed_time", "Milliseconds between two completed "
+              "events", f"{ms.value:.4g} ms for work the host saw take {host_ms:.1f} ms (wrong units?)")
+        if host_ms > 5:
+            check(ms.value >= host_ms / 50, "event_elapsed_time", "Milliseconds between two completed events",
+                  f"{ms.value:.4g} ms for a backlog that kept the host waiting {host_ms:.1f} ms (wrong units?)")
+        rt.ok("event_record", plain, s)
+        _sync(rt, s)
+        rt.expect("event_elapsed_time", (start, plain, ctypes.byref(ms)), (INVALID_VALUE,),
+                  "TV_ERROR_INVALID_VALUE if either was created without TV_EVENT_ENABLE_TIMING",
+                  "an end event created without timing")
+        sc.backlog(ptr, s)
+        rt.ok("event_record", end, s)
+        status = rt("event_elapsed_time", start, end, ctypes.byref(ms))
+        pending = rt("event_query", end) == NOT_READY
+        check(status == NOT_READY or (status == SUCCESS and not pending), "event_elapsed_time",
+              "TV_ERROR_NOT_READY if either is still pending", f"with the end event pending it returned "
+              f"{rt.name(status)}")
+
+
+# ---- modules ---------------------------------------------------------------------------------------------
+
+@_case
+def _module_load_errors(rt: Probe) -> None:
+    rt.need("module_load_file", "module_load_data")
+    need_devices(rt)
+    m = _vp()
+    rt.expect("module_load_file", (0, b"/nonexistent/tv-conformance/kernels.bin", ctypes.byref(m)), (NOT_FOUND,),
+              "A missing file is TV_ERROR_NOT_FOUND", "a path that does not exist")
+    with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
+        f.write(b"this is not a module in any binary format\n" * 8)
+    try:
+        rt.expect("module_load_file", (0, f.name.encode(), ctypes.byref(m)), (INVALID_IMAGE,),
+                  "one the runtime cannot load TV_ERROR_INVALID_IMAGE", "a text file")
+    finally:
+        os.unlink(f.name)
+    junk = (_u8 * 256)(*range(256))
+    rt.expect("module_load_data", (0, ctypes.addressof(junk), 256, ctypes.byref(m)), (INVALID_IMAGE,),
+              "errors as module_load_file", "256 bytes of garbage")
+    rt.expect("module_load_file", (rt.ndev, b"/nonexistent", ctypes.byref(m)), (INVALID_DEVICE, NOT_FOUND),
+              "device index out of range", f"device {rt.ndev}")
+
+
+def _sample_module(rt: Probe) -> Any:
+    """The simulator's sample kernels, when the runtime loads modules in that format."""
+    try:
+        import importlib.resources
+
+        path = os.fspath(importlib.resources.files("torchvendor") / "lib" / "libtorchvendor_sim_kernels.so")
+    except (ImportError, TypeError):
+        raise Missing("no sample module to load") from None
+    m = _vp()
+    if not os.path.exists(path) or rt("module_load_file", 0, path.encode(), ctypes.byref(m)) != SUCCESS:
+        raise Missing("the runtime does not load the simulator's sample module (its own binary format): "
+                      "module functions and launches are checked by the device and ops areas instead")
+    return m
+
+
+class _FillArgs(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_int64), ("out", _vp), ("value", ctypes.c_float)]
+
+
+@_case
+def _module_functions(rt: Probe) -> None:
+    rt.need("module_load_file", "module_get_function", "launch", "module_unload")
+    need_devices(rt)
+    m = _sample_module(rt)
+    f, f2 = _vp(), _vp()
+    rt.expect("module_get_function", (m, b"tv_no_such_kernel", ctypes.byref(f)), (NOT_FOUND,),
+              "an unknown name is TV_ERROR_NOT_FOUND", "an unknown function name")
+    rt.ok("module_get_function", m, b"tv_fill_f32", ctypes.byref(f))
+    with Scratch(rt) as sc:
+        out, s = sc.alloc(4 * 1000), sc.stream()
+        offsets = (ctypes.c_uint32 * 1)(8)
+        cfg = LaunchConfig((1, 1, 1), (1, 1, 1), 0, offsets, 1)
+        args = _FillArgs(1000, out, 2.5)
+        rt.ok("launch", f, ctypes.byref(cfg), ctypes.byref(args), ctypes.sizeof(args), s)
+        args.value = -1.0  # copied before return: this change must not reach the kernel
+        rt.ok("module_unload", m, statement="launches already enqueued still run")
+        _sync(rt, s, ("stream_synchronize", "launch"))
+        got = (ctypes.c_float * 1000).from_buffer_copy(sc.read(out, 4000))
+        check(all(v == 2.5 for v in got), "launch", "a packed argument buffer, copied before return",
+              f"the kernel wrote {sorted(set(got))[:3]}, not 2.5", "launch", "module_unload")
+
+
+# ---- errors and threads ----------------------------------------------------------------------------------
+
+@_case
+def _error_strings(rt: Probe) -> None:
+    rt.need("get_error_string")
+    seen: dict[bytes, str] = {}
+    for name, code in abi.STATUS.items():
+        s = rt.t.get_error_string(code)
+        check(s is not None, "get_error_string", "Never NULL", f"NULL for {name}")
+        words = name.removeprefix("TV_ERROR_").removeprefix("TV_").replace("_", " ").lower()
+        check(words in s.decode(errors="replace").replace("_", " ").lower(), "get_error_string",
+              "A static string naming a status", f"{name} ({code}) is named {s!r}")
+        check(s not in seen, "get_error_string", "A static string naming a status",
+              f"{name} and {seen.get(s)} have the same string {s!r}")
+        seen[s] = name
+    for code in (-1, 10, 500, 12345):
+        check(rt.t.get_error_string(code) is not None, "get_error_string", "Never NULL", f"NULL for {code}")
+
+
+@_case
+def _last_error_message(rt: Probe) -> None:
+    rt.need("last_error_message")
+    need_devices(rt)
+    p = _vp()
+    rt.t.malloc(-5, 16, ctypes.byref(p))
+    mine = rt.t.last_error_message()
+    check(mine is not None and mine != b"", "last_error_message", "The detailed message of the calling "
+          "thread's last failing call", f"after a failing malloc it is {mine!r}")
+
+    def fail_elsewhere() -> None:
+        rt.t.event_create(0, 0x40, ctypes.byref(_vp()))
+    worker = threading.Thread(target=fail_elsewhere)
+    worker.start()
+    worker.join()
+    again = rt.t.last_error_message()
+    check(again == mine, "last_error_message", "the calling thread's last failing call",
+          f"a failure on another thread changed this thread's message from {mine!r} to {again!r}")
+
+
+@_case
+def _thread_safety(rt: Probe) -> None:
+    need_devices(rt)
     errors: list[str] = []
 
-    def work() -> None:
-        for _ in range(200):
+    def work(k: int) -> None:
+        buf = (_u8 * 512)()
+        for _ in range(100):
             p = _vp()
-            if rt.malloc(0, 256, ctypes.byref(p)) != SUCCESS or rt.free(0, p) != SUCCESS:
-                errors.append("malloc/free failed under concurrency")
+            if rt.t.malloc(0, 512, ctypes.byref(p)) != SUCCESS:
+                errors.append("malloc failed")
                 return
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
+            rt.t.memset(p, k, 512)
+            rt.t.memcpy(ctypes.addressof(buf), p, 512, D2H)
+            rt.t.free(0, p)
+            if bytes(buf) != bytes([k]) * 512:
+                errors.append(f"thread {k} read {buf[0]} from its own block")
+                return
+    threads = [threading.Thread(target=work, args=(k + 1,)) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors, errors[0]
+    check(not errors, "malloc", "it may be called from any thread at any time, and concurrently with any other "
+          "entry", errors[0] if errors else "", "malloc", "free", "memset", "memcpy")
 
 
-_CHECKS: dict[str, Callable[[RuntimeTable], None]] = {
-    "header": _header, "devices": _devices, "memory": _memory, "stream_order": _stream_order, "events": _events,
-    "modules": _modules, "errors": _errors, "thread_safety": _threads,
-}
+# ---- collectives (minor 1) -------------------------------------------------------------------------------
+
+@_case
+def _collectives_single_rank(rt: Probe) -> None:
+    if rt.t.abi_minor < 1 or not rt.has("comm_create"):
+        raise Missing("the runtime provides no collectives (minor 1, optional)")
+    need_devices(rt)
+    comm = _vp()
+    cid = f"tvconf-{os.getpid()}-{threading.get_ident() % 10000}".encode()
+    for bad in (1, -1):
+        rt.expect("comm_create", (cid, 1, bad, 0, ctypes.byref(comm)), (INVALID_VALUE,),
+                  "a rank outside [0, nranks) is TV_ERROR_INVALID_VALUE", f"rank {bad} of 1")
+    rt.ok("comm_create", cid, 1, 0, 0, ctypes.byref(comm))
+    try:
+        with Scratch(rt) as sc:
+            buf, s = sc.alloc(16), sc.stream()
+            host = (ctypes.c_float * 4)(1.5, -2.0, 3.0, 4.25)
+            rt.ok("memcpy", buf, ctypes.addressof(host), 16, H2D)
+            rt.ok("all_reduce", buf, buf, 4, abi.DTYPES["TV_FLOAT32"], abi.REDUCE_OPS["TV_REDUCE_SUM"], comm, s)
+            _sync(rt, s, ("stream_synchronize", "all_reduce"))
+            got = list((ctypes.c_float * 4).from_buffer_copy(sc.read(buf, 16)))
+            check(got == list(host), "all_reduce", "the reduction over all ranks of `count` elements of sendbuf "
+                  "into every rank's recvbuf (which may be sendbuf)", f"one rank's in-place sum gave {got}")
+            if rt.ndev >= 2:
+                rt.expect("all_reduce", (buf, buf, 4, 0, 0, comm, sc.stream(dev=1)), (INVALID_VALUE,),
+                          "on `stream` (of the communicator's device, else TV_ERROR_INVALID_VALUE)",
+                          "a stream of device 1 for a device-0 communicator")
+    finally:
+        rt.ok("comm_destroy", comm)
+
+
+# ---- the area ----------------------------------------------------------------------------------------------
+
+def _run(fn: Callable[[Probe], None]) -> Callable[[Target], Any]:
+    def run(target: Target) -> Any:
+        rt = Probe(load_runtime(target.runtime), target.runtime)
+        try:
+            fn(rt)
+        except Missing as e:
+            return {"skip": str(e)}
+        finally:
+            if rt.ndev and rt.has("set_device"):
+                rt.t.set_device(0)
+        return None
+    return run
 
 
 def cases(target: Target, profile: str) -> list[Case]:
     """Runtime-table cases for a torchvendor device (its runtime library, or the simulator)."""
     if target.device in ("cpu", "cuda", "meta"):
         return []
-    return [Case(f"runtime/{name}", "runtime", (lambda f: lambda t: f(load_runtime(t.runtime)))(fn))
-            for name, fn in _CHECKS.items()]
+    return [Case(f"runtime/{name}", "runtime", _run(fn)) for name, fn in CHECKS.items()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m torchvendor.sdk.conformance.runtime_cases LIB [CASE...]``: the runtime area on a
+    library, without torch, one JSON line per case (the mutation harness runs it)."""
+    import json
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    target = Target(device="runtime-only", runtime=args[0])
+    for case in cases(target, "minimal"):
+        if len(args) > 1 and case.id.removeprefix("runtime/") not in args[1:]:
+            continue
+        print(json.dumps({"start": case.id}), flush=True)
+        r = run_case(case, target)
+        print(json.dumps({"id": r.id, "status": r.status, "reason": r.reason}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

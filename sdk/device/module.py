@@ -510,6 +510,25 @@ def fallback_counts() -> dict[str, int]:
 
 
 @device_api
+def fallback_costs() -> dict[str, dict[str, float]]:
+    """What the CPU fallback cost per operator since the process started (never reset): calls,
+    bytes copied to the host and back to the device, and seconds spent.
+
+    Example::
+
+        >>> from torchvendor.sdk import register_device
+        >>> acme = register_device("acme")
+        >>> before = acme.fallback_costs().get("mul.out", {}).get("calls", 0)
+        >>> _ = torch.ones(4, device="acme") * 2
+        >>> cost = acme.fallback_costs()["mul.out"]
+        >>> cost["calls"] - before, cost["to_host_bytes"] > 0
+        (1, True)
+    """
+    return {op: {"calls": c, "to_host_bytes": h, "to_device_bytes": d, "seconds": ns / 1e9}
+            for op, (c, h, d, ns) in _C().fallback_costs().items()}
+
+
+@device_api
 def reset_fallback_counts() -> None:
     """Forget the fallback counts (e.g. between phases of a workload)."""
     _C().reset_fallback_counts()
