@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: sets up .venv (torch 2.13.0 CPU, the C++ build) and
-# runs a job.   ./dev.sh demo [conformance args] | test [pytest args] | slow | bench | shell
+# runs a job.   ./dev.sh demo [conformance args] | test [pytest args] | slow | bench | profiles | shell
 # demo: the conformance suite's minimal profile, torchvendor_cpu on the simulated device "acme";
 # the report lands in conformance-report/ (report.html, report.md, report.json).
 set -euo pipefail
@@ -29,6 +29,9 @@ case "$job" in
   test)  exec .venv/bin/python -m pytest -n auto --dist loadfile "$@" ;;
   slow)  exec .venv/bin/python -m pytest -m slow "$@" ;;
   bench) exec .venv/bin/python bench/run_all.py "$@" ;;
+  # every conformance profile on the reference path (acme; cuda and the GPU device where CUDA is
+  # available), one after another; a table of counts and times; non-zero on any failure
+  profiles) exec .venv/bin/python tests/profiles.py "$@" ;;
   shell) exec bash ;;
-  *) echo "usage: ./dev.sh demo|test|slow|bench|shell" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh demo|test|slow|bench|profiles|shell" >&2; exit 2 ;;
 esac

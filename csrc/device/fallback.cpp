@@ -606,6 +606,7 @@ void register_cpu_compute_kernels(torch::Library& m) {
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
   m.impl("native_dropout", TORCH_FN(native_dropout));
+  register_rnn_cell_kernels(m);
 }
 
 std::unique_ptr<torch::Library> g_aten_lib, g_fallback_lib, g_autocast_fallthrough,
@@ -636,6 +637,8 @@ void register_autocast(torch::Library& m) {
 }
 
 }  // namespace
+
+void count_fallback_op(const std::string& name) { count_fallback(name); }
 
 void install() {
   std::lock_guard<std::mutex> lock(g_install_mutex);

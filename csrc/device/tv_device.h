@@ -201,6 +201,16 @@ void attach_device_backend(const pybind11::object& group, const std::string& nam
 // ---- ops.cpp -------------------------------------------------------------------------------
 
 void register_native_kernels(void* library);  // torch::Library* for (aten, PrivateUse1)
+
+// ---- rnn_cells.cpp / fallback.cpp --------------------------------------------------------------
+
+}  // namespace torchvendor
+namespace torch { class Library; }
+namespace torchvendor {
+// The fused LSTM/GRU cells (and backward) that ATen's recurrent layers call off the CPU.
+void register_rnn_cell_kernels(torch::Library& m);
+// Counts `name` as one operator run on the CPU outside the boxed fallback (warns once).
+void count_fallback_op(const std::string& name);
 // Grows or shrinks a device storage (copying the old bytes on the device).
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
 

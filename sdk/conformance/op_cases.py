@@ -330,11 +330,26 @@ def _batched(op: Any, calls: list[_Call]) -> tuple[Callable[..., Any], list[Any]
     return _fresh(run_all), flat
 
 
-def _check_outputs(calls: list[_Call], got: tuple[Any, ...], meta_only: bool) -> None:
+#: Outputs whose shape torch defines per device: batch norm's saved statistics in evaluation are
+#: empty (0,) from the CPU kernel (which serves a torchvendor device through its fallback) and the
+#: running statistics (C,) from torch's decomposition (torch._decomp's native_batch_norm_helper)
+#: on every device but the CPU, as CUDA's kernel gives them; OpInfo marks TestCommon.test_compare_cpu
+#: an expected failure for these ops for the same reason. Unused by any backward in evaluation.
+#: op -> positions of those outputs, compared only when the eager one is not empty.
+DEVICE_DEFINED_OUTPUTS = {"_native_batch_norm_legit": (1, 2), "native_batch_norm": (1, 2)}
+
+
+def _device_defined(op_name: str, position: int, expected: Any) -> bool:
+    return position in DEVICE_DEFINED_OUTPUTS.get(op_name, ()) and expected.numel() == 0
+
+
+def _check_outputs(calls: list[_Call], got: tuple[Any, ...], meta_only: bool, op_name: str = "") -> None:
     for i, (call, out) in enumerate(zip(calls, got)):
         outs, refs = _leaves(out), _leaves(call.expected)
         assert len(outs) == len(refs), f"sample {i}: compiled returned {len(outs)} tensors, eager {len(refs)}"
-        for o, r in zip(outs, refs):
+        for position, (o, r) in enumerate(zip(outs, refs)):
+            if _device_defined(op_name, position, r):
+                continue
             assert o.shape == r.shape and o.dtype == r.dtype, \
                 f"sample {i}: compiled {tuple(o.shape)}/{o.dtype} vs eager {tuple(r.shape)}/{r.dtype}"
             if not meta_only:
@@ -404,7 +419,7 @@ def _compiled_case(op: Any, dtype: torch.dtype, backward: bool, samples: int) ->
             before = id(last_report())
             got = torch.compile(fn, backend=name, options=dict(target.options) or None, dynamic=False)(*flat)
         meta_only = _nondeterministic(op, dtype)
-        _check_outputs(calls, got, meta_only)
+        _check_outputs(calls, got, meta_only, op.name)
         if backward and not meta_only:
             _check_grads(calls, got)
         report = last_report()

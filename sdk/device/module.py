@@ -431,26 +431,34 @@ def _gen(device: DeviceLike) -> torch.Generator:
     return _generators()[_current_index(device)]
 
 
-@device_api
+def _rng_api(fn: _T) -> _T:
+    """A ``torch.<name>`` RNG function that ``torch.compile`` calls instead of tracing, as Dynamo
+    does for ``torch.cuda``'s (a ``SkipFunctionVariable``: seeding and generator state are no ATen
+    ops, so a trace would lose them). Traced, ``set_rng_state`` inside OpInfo's
+    ``freeze_rng_state`` (a ``no_dispatch()`` block) failed every compiled random op."""
+    return device_api(torch.compiler.disable(fn))
+
+
+@_rng_api
 def manual_seed(seed: int) -> None:
     """Seed the current device's default generator."""
     _gen(None).manual_seed(int(seed))
 
 
-@device_api
+@_rng_api
 def manual_seed_all(seed: int) -> None:
     """Seed every device's default generator."""
     for g in _generators():
         g.manual_seed(int(seed))
 
 
-@device_api
+@_rng_api
 def seed() -> None:
     """Seed the current device's generator with a non-deterministic number."""
     _gen(None).seed()
 
 
-@device_api
+@_rng_api
 def seed_all() -> None:
     """Seed every device's generator with one non-deterministic number."""
     s = _gen(None).seed()
@@ -458,31 +466,31 @@ def seed_all() -> None:
         g.manual_seed(s)
 
 
-@device_api
+@_rng_api
 def initial_seed() -> int:
     """The current device's generator's initial seed."""
     return _gen(None).initial_seed()
 
 
-@device_api
+@_rng_api
 def get_rng_state(device: DeviceLike = None) -> torch.Tensor:
     """The RNG state of ``device`` (default current) as a uint8 CPU tensor."""
     return _gen(device).get_state()
 
 
-@device_api
+@_rng_api
 def set_rng_state(new_state: torch.Tensor, device: DeviceLike = None) -> None:
     """Restore an RNG state from get_rng_state()."""
     _gen(device).set_state(new_state)
 
 
-@device_api
+@_rng_api
 def get_rng_state_all() -> list[torch.Tensor]:
     """get_rng_state() of every device."""
     return [g.get_state() for g in _generators()]
 
 
-@device_api
+@_rng_api
 def set_rng_state_all(new_states: Sequence[torch.Tensor]) -> None:
     """set_rng_state() for every device."""
     for g, s in zip(_generators(), new_states):
