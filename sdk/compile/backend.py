@@ -10,6 +10,8 @@ and implements one ``compile`` hook for its level:
   the partition's inputs as tensors on the backend's device and returns its outputs.
 - ``Level.LOOP``: ``compile(kernel: LoopKernel) -> callable``, one Inductor loop-IR kernel; the
   callable is launched as ``fn(*buffers, *sizes)`` by the SDK's program runner.
+- ``Level.ONNX``: ``compile(model: onnx.ModelProto, example_inputs) -> callable``, one ATen
+  partition exported to ONNX (:mod:`.onnx_level`); the callable takes the partition's inputs.
 
 The SDK does everything else, the same way for every vendor: Dynamo registration (by name and
 through the ``torch_dynamo_backends`` entry point), AOTAutograd (forward, backward and
@@ -70,6 +72,7 @@ class Level(str, enum.Enum):
     TORCH = "torch"  #: Dynamo's torch-IR graph; autograd stays eager
     ATEN = "aten"    #: AOTAutograd's ATen/prims graphs (forward, backward, inference)
     LOOP = "loop"    #: Inductor's loop IR, kernel by kernel
+    ONNX = "onnx"    #: ATen partitions exported as ``onnx.ModelProto`` (sdk/compile/onnx_level.py)
 
 
 class BackendError(RuntimeError):
@@ -120,6 +123,11 @@ class Backend:
     #: ``{"layout_optimization": False}`` to keep convolutions in the model's own memory format
     #: (override :meth:`lowering_config` to decide per graph)
     lowering_options: ClassVar[Mapping[str, Any]] = {}
+    # ---- ONNX level (sdk/compile/onnx_level.py) ----
+    #: pattern_matcher rules over each partition's ONNX graph (``OnnxView``), applied before compile
+    onnx_patterns: ClassVar[Sequence[Any]] = ()
+    #: the opset of the exported models (None: ``torchvendor.ir.onnx_ir.OPSET``)
+    onnx_opset: ClassVar[int | None] = None
 
     def __init__(self, **options: Any) -> None:
         known = {**SDK_OPTIONS, **self.default_options}
@@ -292,6 +300,10 @@ class Backend:
             times["matching"] = time.perf_counter() - now
             now = time.perf_counter()
         rule = self._rule if self._rule is not None else unsupported_ops(())
+        if self.level is Level.ONNX:
+            from . import onnx_level
+
+            rule = onnx_level.support_rule(self._rule)
         outlined, result = partition_and_outline(gm, rule, min_size=self.min_partition_size)
         graph.partition_result = result
         for op, info in result.report().unsupported.items():
@@ -321,6 +333,10 @@ class Backend:
         try:
             if self.level is Level.LOOP:
                 compiled = self._compile_loop(sub, examples, kind, record)
+            elif self.level is Level.ONNX:
+                from . import onnx_level
+
+                compiled = onnx_level.compile_partition(self, sub, examples, name, graph)
             else:
                 compiled = self.compile(sub, examples)
             if compiled is None:
@@ -465,15 +481,17 @@ def _validate(cls: Any) -> None:
         raise BackendDefinitionError(f"{cls.__name__}.name must be a Python identifier such as 'acme' "
                                      f"(it becomes torch.compile(backend=...)); got {cls.name!r}")
     if not isinstance(cls.level, Level):
-        raise BackendDefinitionError(f"{cls.__name__}.level must be Level.TORCH, Level.ATEN or Level.LOOP; "
+        raise BackendDefinitionError(f"{cls.__name__}.level must be Level.TORCH, Level.ATEN, Level.LOOP or "
+                                     f"Level.ONNX; "
                                      f"got {cls.level!r}")
     if cls.compile is Backend.compile:
         raise BackendDefinitionError(f"{cls.__name__} must implement compile() for level {cls.level.value}")
     if not isinstance(cls.min_partition_size, int) or cls.min_partition_size < 1:
         raise BackendDefinitionError(f"{cls.__name__}.min_partition_size must be an int >= 1; "
                                      f"got {cls.min_partition_size!r}")
-    if cls.level is not Level.ATEN and cls.decompositions is not None:
-        raise BackendDefinitionError(f"{cls.__name__}.decompositions applies to Level.ATEN only (the loop level "
+    if cls.level not in (Level.ATEN, Level.ONNX) and cls.decompositions is not None:
+        raise BackendDefinitionError(f"{cls.__name__}.decompositions applies to Level.ATEN and Level.ONNX only "
+                                     f"(the loop level "
                                      f"uses Inductor's table, the torch level is not decomposed)")
 
 
