@@ -159,10 +159,16 @@ def _bitwise_not(b: Builder, node: fx.Node, x: Val) -> str:
     return b.op("Not" if x.dtype is torch.bool else "BitwiseNot", [x.name])
 
 
+_ON_BOOL = {"Add": "Or", "Mul": "And", "Max": "Or", "Min": "And"}  # torch's arithmetic on bool tensors
+
+
 def _binary(onnx_op: str, *, alpha: bool = False) -> Callable[..., str]:
     def convert(b: Builder, node: fx.Node, x: Any, y: Any, *, alpha: Any = 1) -> str:
         dt = _out(node).dtype
         other = _as(b, y, dt)
+        if dt is torch.bool:
+            return b.op(_ON_BOOL[onnx_op], [_as(b, x, dt), other]) if onnx_op in _ON_BOOL else \
+                _raise(f"{onnx_op} of bool tensors")
         if alpha != 1:
             other = b.op("Mul", [other, b.scalar(alpha, dt)])
         return b.op(onnx_op, [_as(b, x, dt), other])
@@ -413,6 +419,8 @@ def _conv_check(node: fx.Node) -> str | None:
     stride, padding, dilation, transposed, output_padding = node.args[3:8]
     if not all(isinstance(p, int) for p in (*stride, *padding, *dilation, *output_padding)):
         return "symbolic convolution parameters"
+    if transposed and any(o >= s for o, s in zip(output_padding, stride)):
+        return "output_padding not below the stride (torch allows it up to the dilation; ONNX does not)"
     return None
 
 

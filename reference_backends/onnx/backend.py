@@ -65,6 +65,7 @@ class OrtEngine:
 
     def __init__(self, session: ort.InferenceSession, model: onnx.ModelProto, device: torch.device) -> None:
         self.session, self.device = session, device
+        self.scratch = torch.empty(8, dtype=torch.uint8, device=device)
         self.inputs = [i.name for i in model.graph.input]
         self.outputs = []  # (name, dtype, static shape or None)
         for o in model.graph.output:
@@ -73,9 +74,13 @@ class OrtEngine:
             self.outputs.append((o.name, _ORT_DTYPES[t.elem_type],
                                  [d.dim_value for d in t.shape.dim] if static else None))
 
+    def _pointer(self, t: torch.Tensor) -> int:
+        # an empty tensor may have no memory, and ONNX Runtime refuses a null pointer
+        return t.data_ptr() if t.numel() else self.scratch.data_ptr()
+
     def _bind(self, binding: ort.IOBinding, name: str, t: torch.Tensor) -> None:
         binding.bind_input(name, self.device.type, self.device.index or 0, _TORCH_DTYPES[t.dtype],
-                           list(t.shape), t.data_ptr())
+                           list(t.shape), self._pointer(t))
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
         home = next((a.device for a in args if isinstance(a, torch.Tensor)), self.device)
@@ -94,7 +99,7 @@ class OrtEngine:
             else:
                 out = torch.empty(shape, dtype=dtype, device=self.device)
                 binding.bind_output(name, self.device.type, self.device.index or 0, _TORCH_DTYPES[dtype],
-                                    shape, out.data_ptr())
+                                    shape, self._pointer(out))
                 results.append(out)
         self.session.run_with_iobinding(binding)
         ort_values = binding.get_outputs()
