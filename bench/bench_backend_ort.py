@@ -96,9 +96,11 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three fast models, short timing budget")
     ap.add_argument("--budget", type=float, default=2.0, help="seconds of timing per model and backend")
+    ap.add_argument("--models", nargs="*", help="zoo names (default: all)")
     args = ap.parse_args(argv)
     load = os.getloadavg()
     todo = [(n, "bench") for n in zoo.names(tier="fast")] + [(n, "test") for n in zoo.names(tier="slow")]
+    todo = [t for t in todo if not args.models or t[0] in args.models]
     if args.quick:
         todo = todo[:3]
     rows = []

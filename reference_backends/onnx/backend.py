@@ -53,6 +53,8 @@ class OrtBackend(Backend):
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(self.options["threads"])
         options.log_severity_level = 3  # errors only: a partition's shape warnings are not the user's
+        # no spin-waiting after a run: the eager ops between partitions need those cores
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         cuda = device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()
         providers = [("CUDAExecutionProvider", {"device_id": device.index or 0})] if cuda else []
         session = ort.InferenceSession(model.SerializeToString(), options,
