@@ -35,11 +35,14 @@ from torchvendor.sdk.conformance import zoo  # noqa: E402
 OURS = "torchvendor_ort"
 
 
+THREADS = 1
+
+
 def _first_call(model, inputs, backend: str):
     compat.dynamo_reset()
     t0 = time.perf_counter()
     with torch.no_grad():
-        fn = torch.compile(model, backend=backend)
+        fn = torch.compile(model, backend=backend, options={"threads": THREADS} if backend == OURS else None)
         out = fn(*inputs)
     return fn, out, time.perf_counter() - t0
 
@@ -74,7 +77,7 @@ def measure(name: str, size: str, budget: float) -> dict:
 def write(rows: list[dict], path: Path, load: tuple) -> None:
     lines = ["# torchvendor_ort on the zoo: eager, Inductor and ONNX Runtime side by side", "",
              f"Written by `bench/bench_backend_ort.py` on {platform.machine()}, {os.cpu_count()} cores (shared; "
-             f"load average {load[0]:.1f} at the start), torch {torch.__version__}, onnxruntime "
+             f"load average {load[0]:.1f} at the start; {THREADS} thread(s) each for eager, Inductor and ONNX Runtime), torch {torch.__version__}, onnxruntime "
              f"{__import__('onnxruntime').__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
              "Inference (`eval()`, `no_grad`), minimum of interleaved calls; speedups over eager (>1: faster). "
              "Coverage: the share of the ATen graph's compute ops that ran inside ONNX Runtime partitions.", "",
@@ -97,7 +100,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--quick", action="store_true", help="three fast models, short timing budget")
     ap.add_argument("--budget", type=float, default=2.0, help="seconds of timing per model and backend")
     ap.add_argument("--models", nargs="*", help="zoo names (default: all)")
+    ap.add_argument("--threads", type=int, default=1, help="threads of eager, Inductor and ONNX Runtime alike")
     args = ap.parse_args(argv)
+    global THREADS
+    THREADS = args.threads
+    torch.set_num_threads(args.threads)
     load = os.getloadavg()
     todo = [(n, "bench") for n in zoo.names(tier="fast")] + [(n, "test") for n in zoo.names(tier="slow")]
     todo = [t for t in todo if not args.models or t[0] in args.models]
