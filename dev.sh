@@ -14,7 +14,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # torch first and pinned, so nothing later resolves a different (CUDA) build.
   .venv/bin/python -m pip install -q torch==2.13.0
-  .venv/bin/python -m pip install -q "scikit-build-core>=0.10" pytest pytest-xdist hypothesis expecttest onnx numpy sympy transformers rich
+  .venv/bin/python -m pip install -q "scikit-build-core>=0.10" pytest pytest-xdist hypothesis expecttest onnx onnxruntime onnxscript numpy sympy transformers rich
   touch "$stamp"
 fi
 # Incremental: a no-op rebuild takes a few seconds.

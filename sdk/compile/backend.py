@@ -12,6 +12,8 @@ and implements one ``compile`` hook for its level:
   callable is launched as ``fn(*buffers, *sizes)`` by the SDK's program runner. A backend that
   wants the whole program (to fuse across kernels) overrides ``compile_program(program)``
   instead, whose default calls ``compile`` kernel by kernel (:mod:`.loop_level`).
+- ``Level.ONNX``: ``compile(model: onnx.ModelProto, example_inputs) -> callable``, one ATen
+  partition exported to ONNX (:mod:`.onnx_level`); the callable takes the partition's inputs.
 
 The SDK does everything else, the same way for every vendor: Dynamo registration (by name and
 through the ``torch_dynamo_backends`` entry point), AOTAutograd (forward, backward and
@@ -62,13 +64,15 @@ from .fx_outline import partition_and_outline
 from .levels import (AtenLevel, BackendDefinitionError, BackendError, BackendFallbackWarning, Level, LevelRules,
                      TorchLevel)
 from .loop_level import LOWERING_VERSION, CompiledProgram, LoopLevel, compile_kernels
+from .onnx_level import OnnxLevel
 from .report import CompileReport, GraphReport, PartitionRecord, _record
 
 __all__ = ["Level", "Backend", "BackendError", "BackendDefinitionError", "BackendFallbackWarning",
            "CompiledProgram", "register_backend", "get_backend", "registered_backends", "op_key", "LEVELS"]
 
 #: What each level decides (one object per level; a new level adds its own here).
-LEVELS: dict[Level, LevelRules] = {Level.TORCH: TorchLevel(), Level.ATEN: AtenLevel(), Level.LOOP: LoopLevel()}
+LEVELS: dict[Level, LevelRules] = {Level.TORCH: TorchLevel(), Level.ATEN: AtenLevel(), Level.LOOP: LoopLevel(),
+                                   Level.ONNX: OnnxLevel()}
 
 
 #: Options every backend accepts, besides its own ``default_options``.
@@ -105,6 +109,11 @@ class Backend:
     #: ``{"layout_optimization": False}`` to keep convolutions in the model's own memory format
     #: (override :meth:`lowering_config` to decide per graph)
     lowering_options: ClassVar[Mapping[str, Any]] = {}
+    # ---- ONNX level (sdk/compile/onnx_level.py) ----
+    #: pattern_matcher rules over each partition's ONNX graph (``OnnxView``), applied before compile
+    onnx_patterns: ClassVar[Sequence[Any]] = ()
+    #: the opset of the exported models (None: ``torchvendor.ir.onnx_ir.OPSET``)
+    onnx_opset: ClassVar[int | None] = None
 
     def __init__(self, **options: Any) -> None:
         known = {**SDK_OPTIONS, **self.default_options}
@@ -284,7 +293,7 @@ class Backend:
             graph.fusions = dict(getattr(result, "by_rule", {}) or ({"patterns": result.replaced} if result.replaced else {}))
             times["matching"] = time.perf_counter() - now
             now = time.perf_counter()
-        rule = self._rule if self._rule is not None else unsupported_ops(())
+        rule = self.rules.support_rule(self._rule if self._rule is not None else unsupported_ops(()))
         outlined, result = partition_and_outline(gm, rule, min_size=self.min_partition_size)
         graph.partition_result = result
         for op, info in result.report().unsupported.items():
@@ -314,7 +323,7 @@ class Backend:
         started = time.perf_counter()
         compiled: Callable[..., Any] | None
         try:
-            compiled = self.rules.compile_partition(self, sub, examples, kind, device)
+            compiled = self.rules.compile_partition(self, sub, examples, kind, device, name, graph)
             if compiled is None:
                 raise BackendError("compile() returned None; return a callable (e.g. the GraphModule itself)")
         except Exception as e:  # noqa: BLE001 - any vendor failure falls back (or raises in strict mode)

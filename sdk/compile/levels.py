@@ -10,7 +10,7 @@ Example::
 
     >>> from torchvendor.sdk.compile.backend import LEVELS
     >>> sorted(level.value for level in LEVELS), LEVELS[Level.TORCH].through_aot
-    (['aten', 'loop', 'torch'], False)
+    (['aten', 'loop', 'onnx', 'torch'], False)
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ class Level(str, enum.Enum):
     TORCH = "torch"  #: Dynamo's torch-IR graph; autograd stays eager
     ATEN = "aten"    #: AOTAutograd's ATen/prims graphs (forward, backward, inference)
     LOOP = "loop"    #: Inductor's loop IR, one program per partition
+    ONNX = "onnx"    #: ATen partitions exported as ``onnx.ModelProto`` (sdk/compile/onnx_level.py)
 
 
 class BackendError(RuntimeError):
@@ -59,7 +60,8 @@ class LevelRules:
     def check_definition(self, cls: type) -> None:
         """Raise :class:`BackendDefinitionError` if ``cls`` declares what this level cannot use."""
         if cls.decompositions is not None:
-            raise BackendDefinitionError(f"{cls.__name__}.decompositions applies to Level.ATEN only (the loop level "
+            raise BackendDefinitionError(f"{cls.__name__}.decompositions applies to Level.ATEN and Level.ONNX only (the loop "
+                                         f"level 
                                          f"uses Inductor's table, the torch level is not decomposed)")
 
     def decompositions(self, backend: Any) -> Any:
@@ -70,9 +72,14 @@ class LevelRules:
         """Why ``backend`` cannot take a graph whose inputs are on ``device`` (None: it can)."""
         return None
 
+    def support_rule(self, rule: Any) -> Any:
+        """The rule the partitioner applies: the backend's own, narrowed to what the level can express."""
+        return rule
+
     def compile_partition(self, backend: Any, sub: fx.GraphModule, examples: Sequence[Any], kind: str,
-                          device: str) -> Callable[..., Any]:
-        """The callable that runs one partition (``kind``: inference, forward, backward, torch)."""
+                          device: str, name: str = "", graph: Any = None) -> Callable[..., Any]:
+        """The callable that runs one partition (``kind``: inference, forward, backward, torch;
+        ``name``: the partition's, ``graph``: the graph's report)."""
         return backend.compile(sub, examples)
 
 

@@ -110,7 +110,7 @@ class LoopLevel(LevelRules):
         return None
 
     def compile_partition(self, backend: Any, sub: fx.GraphModule, examples: Sequence[Any], kind: str,
-                          device: str) -> Callable[..., Any]:
+                          device: str, name: str = "", graph: Any = None) -> Callable[..., Any]:
         from .loop_runner import ProgramRunner
 
         program = lower_partition(backend, sub, examples, kind, device)

@@ -112,8 +112,12 @@ class Target:
 
             register_backend(cls)
             return cls.name
-        if spec.startswith("torchvendor_"):
-            importlib.import_module(f"torchvendor.reference_backends.{spec.removeprefix('torchvendor_')}")
+        if spec.startswith("torchvendor_"):  # a reference backend: its entry point names its package
+            from importlib.metadata import entry_points
+
+            points = [e for e in entry_points(group="torch_dynamo_backends") if e.name == spec]
+            module = points[0].module if points else f"torchvendor.reference_backends.{spec.removeprefix('torchvendor_')}"
+            importlib.import_module(module)
         known = _dynamo_backends()
         if spec not in known:
             raise ConformanceError(f"unknown compile backend {spec!r}; known: {sorted(known)} (or pass "

@@ -1,0 +1,715 @@
+"""The ATen -> ONNX operator table: one converter per core ATen op that has an exact ONNX form.
+
+A converter is ``fn(b, node, *args, **kwargs) -> value name`` (a list for a multi-output op):
+``b`` is the :class:`~.export.Builder`, ``node`` the FX node (its metadata gives the output dtype
+and shape), and the arguments are the node's, with FX nodes replaced by their :class:`~.export.Val`.
+A converter may also register a ``check(node) -> reason | None``: the ONNX level then leaves
+the node to eager PyTorch when the op's arguments fall outside what the ONNX form computes
+exactly (an unused second output of max pooling, a static size, ...).
+
+Type promotion is explicit in ONNX: every converter casts its inputs to the dtype torch computes
+in (the result dtype for arithmetic, the promoted input dtype for comparisons).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from ..fx_view import op_key
+from .export import INT64_MAX, INT64_MIN, Builder, ExportError, Val, _DTYPES
+
+__all__ = ["CONVERTERS", "CHECKS", "op_name", "unsupported_reason"]
+
+CONVERTERS: dict[str, Callable[..., Any]] = {}
+CHECKS: dict[str, Callable[[fx.Node], str | None]] = {}
+
+
+def op_name(target: Any) -> str:
+    """The op key of an FX call's target: ``aten.add.Tensor``, ``operator.getitem``."""
+    return op_key(target)
+
+
+def register(*keys: str, check: Callable[[fx.Node], str | None] | None = None) -> Callable[..., Any]:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for key in keys:
+            CONVERTERS[key] = fn
+            if check is not None:
+                CHECKS[key] = check
+        return fn
+    return wrap
+
+
+def unsupported_reason(node: fx.Node) -> str | None:
+    """Why ``node`` cannot be exported to ONNX, or None when it can."""
+    key = op_name(node.target)
+    if key == "operator.getitem":
+        return None
+    if key not in CONVERTERS:
+        return f"{key} has no ONNX mapping"
+    for n in (node, *[a for a in node.all_input_nodes]):
+        v = n.meta.get("val", n.meta.get("example_value"))
+        for t in v if isinstance(v, (tuple, list)) else (v,):
+            if isinstance(t, torch.Tensor) and t.dtype not in _DTYPES:
+                return f"dtype {t.dtype} has no ONNX tensor type"
+            if not isinstance(t, (torch.Tensor, torch.SymInt, int, type(None))):
+                return f"a {type(t).__name__} value has no ONNX form"
+    if not isinstance(node.meta.get("val"), (torch.Tensor, tuple, list)):
+        return "the result is not a tensor"
+    check = CHECKS.get(key)
+    return check(node) if check is not None else None
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+def _out(node: fx.Node, i: int | None = None) -> torch.Tensor:
+    v = node.meta["val"]
+    return v if i is None else v[i]
+
+
+def _meta_arg(a: Any) -> Any:
+    if isinstance(a, Val):
+        return torch.empty((1,) * a.rank, dtype=a.dtype, device="meta") if not a.sym else 1
+    return a
+
+
+def _common(*args: Any) -> torch.dtype:
+    """The dtype torch computes a binary op in (``torch.result_type`` of the arguments)."""
+    metas = [_meta_arg(a) for a in args if a is not None]
+    if len(metas) == 1:
+        m = metas[0]
+        return m.dtype if isinstance(m, torch.Tensor) else _scalar_dtype(m)
+    return torch.result_type(metas[0], metas[1]) if len(metas) == 2 else \
+        torch.result_type(torch.empty(0, dtype=torch.result_type(metas[0], metas[1]), device="meta"), metas[2])
+
+
+def _scalar_dtype(v: Any) -> torch.dtype:
+    return torch.bool if isinstance(v, bool) else torch.int64 if isinstance(v, int) else torch.get_default_dtype()
+
+
+def _as(b: Builder, a: Any, dtype: torch.dtype) -> str:
+    return b.scalar(a, dtype) if not isinstance(a, Val) or a.sym else b.cast(a, dtype)
+
+
+def _axis(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def _static(*dims: Any) -> bool:
+    return all(isinstance(d, int) for d in dims)
+
+
+# ---- elementwise -------------------------------------------------------------------------------
+
+def _unary(onnx_op: str) -> Callable[..., str]:
+    def convert(b: Builder, node: fx.Node, x: Val, *_: Any, **__: Any) -> str:
+        return b.op(onnx_op, [b.cast(x, _out(node).dtype)])
+    return convert
+
+
+for _key, _onnx in {"abs": "Abs", "neg": "Neg", "exp": "Exp", "log": "Log", "sqrt": "Sqrt", "sin": "Sin",
+                    "cos": "Cos", "tan": "Tan", "asin": "Asin", "acos": "Acos", "atan": "Atan", "sinh": "Sinh",
+                    "cosh": "Cosh", "tanh": "Tanh", "asinh": "Asinh", "acosh": "Acosh", "atanh": "Atanh",
+                    "erf": "Erf", "sigmoid": "Sigmoid", "relu": "Relu", "reciprocal": "Reciprocal",
+                    "sign": "Sign", "round": "Round"}.items():
+    register(f"aten.{_key}.default")(_unary(_onnx))
+
+
+def _float_input(node: fx.Node) -> str | None:
+    x = node.args[0].meta.get("val")
+    return None if x is not None and x.dtype.is_floating_point else "the ONNX op takes floating-point inputs"
+
+
+register("aten.floor.default", check=_float_input)(_unary("Floor"))
+register("aten.ceil.default", check=_float_input)(_unary("Ceil"))
+
+
+@register("aten.rsqrt.default")
+def _rsqrt(b: Builder, node: fx.Node, x: Val) -> str:
+    return b.op("Reciprocal", [b.op("Sqrt", [b.cast(x, _out(node).dtype)])])
+
+
+@register("aten.expm1.default")
+def _expm1(b: Builder, node: fx.Node, x: Val) -> str:
+    dt = _out(node).dtype
+    return b.op("Sub", [b.op("Exp", [b.cast(x, dt)]), b.const(1, dt)])
+
+
+@register("aten.log1p.default")
+def _log1p(b: Builder, node: fx.Node, x: Val) -> str:
+    dt = _out(node).dtype
+    return b.op("Log", [b.op("Add", [b.cast(x, dt), b.const(1, dt)])])
+
+
+@register("aten.isnan.default", check=_float_input)
+def _isnan(b: Builder, node: fx.Node, x: Val) -> str:
+    return b.op("IsNaN", [x.name])
+
+
+@register("aten.logical_not.default")
+def _logical_not(b: Builder, node: fx.Node, x: Val) -> str:
+    return b.cast(b.op("Not", [b.cast(x, torch.bool)]), _out(node).dtype, torch.bool)
+
+
+@register("aten.bitwise_not.default")
+def _bitwise_not(b: Builder, node: fx.Node, x: Val) -> str:
+    return b.op("Not" if x.dtype is torch.bool else "BitwiseNot", [x.name])
+
+
+_ON_BOOL = {"Add": "Or", "Mul": "And", "Max": "Or", "Min": "And"}  # torch's arithmetic on bool tensors
+
+
+def _binary(onnx_op: str, *, alpha: bool = False) -> Callable[..., str]:
+    def convert(b: Builder, node: fx.Node, x: Any, y: Any, *, alpha: Any = 1) -> str:
+        dt = _out(node).dtype
+        other = _as(b, y, dt)
+        if dt is torch.bool:
+            return b.op(_ON_BOOL[onnx_op], [_as(b, x, dt), other]) if onnx_op in _ON_BOOL else \
+                _raise(f"{onnx_op} of bool tensors")
+        if alpha != 1:
+            other = b.op("Mul", [other, b.scalar(alpha, dt)])
+        return b.op(onnx_op, [_as(b, x, dt), other])
+    return convert
+
+
+register("aten.add.Tensor", "aten.add.Scalar")(_binary("Add", alpha=True))
+register("aten.sub.Tensor", "aten.sub.Scalar")(_binary("Sub", alpha=True))
+register("aten.mul.Tensor", "aten.mul.Scalar")(_binary("Mul"))
+register("aten.div.Tensor", "aten.div.Scalar")(_binary("Div"))
+register("aten.maximum.default")(_binary("Max"))
+register("aten.minimum.default")(_binary("Min"))
+register("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar", "aten.pow.Scalar")(_binary("Pow"))
+register("aten.fmod.Tensor", "aten.fmod.Scalar")(
+    lambda b, node, x, y: b.op("Mod", [_as(b, x, _out(node).dtype), _as(b, y, _out(node).dtype)], fmod=1))
+
+
+def _float_mode(node: fx.Node) -> str | None:
+    mode = node.kwargs.get("rounding_mode")
+    if mode == "floor" and _out(node).dtype.is_floating_point:
+        return None
+    return f"div with rounding_mode={mode!r} on {_out(node).dtype} has no exact ONNX form"
+
+
+@register("aten.div.Tensor_mode", "aten.div.Scalar_mode", check=_float_mode)
+def _div_floor(b: Builder, node: fx.Node, x: Any, y: Any, *, rounding_mode: str) -> str:
+    dt = _out(node).dtype
+    return b.op("Floor", [b.op("Div", [_as(b, x, dt), _as(b, y, dt)])])
+
+
+@register("aten.remainder.Tensor", "aten.remainder.Scalar")
+def _remainder(b: Builder, node: fx.Node, x: Any, y: Any) -> str:
+    dt = _out(node).dtype
+    a, m = _as(b, x, dt), _as(b, y, dt)
+    if not dt.is_floating_point:
+        return b.op("Mod", [a, m], fmod=0)  # the sign of the divisor, as torch
+    return b.op("Sub", [a, b.op("Mul", [b.op("Floor", [b.op("Div", [a, m])]), m])])
+
+
+def _compare(onnx_op: str, negate: bool = False) -> Callable[..., str]:
+    def convert(b: Builder, node: fx.Node, x: Any, y: Any) -> str:
+        dt = _common(x, y)
+        out = b.op(onnx_op, [_as(b, x, dt), _as(b, y, dt)])
+        return b.op("Not", [out]) if negate else out
+    return convert
+
+
+for _key, (_onnx, _neg) in {"eq": ("Equal", False), "ne": ("Equal", True), "lt": ("Less", False),
+                            "le": ("LessOrEqual", False), "gt": ("Greater", False),
+                            "ge": ("GreaterOrEqual", False)}.items():
+    register(f"aten.{_key}.Tensor", f"aten.{_key}.Scalar")(_compare(_onnx, _neg))
+
+
+def _logical(onnx_op: str) -> Callable[..., str]:
+    def convert(b: Builder, node: fx.Node, x: Any, y: Any) -> str:
+        out = b.op(onnx_op, [_as(b, x, torch.bool), _as(b, y, torch.bool)])
+        return b.cast(out, _out(node).dtype, torch.bool)
+    return convert
+
+
+def _bitwise(onnx_op: str) -> Callable[..., str]:
+    def convert(b: Builder, node: fx.Node, x: Any, y: Any) -> str:
+        dt = _out(node).dtype
+        op = {"BitwiseAnd": "And", "BitwiseOr": "Or", "BitwiseXor": "Xor"}[onnx_op] if dt is torch.bool else onnx_op
+        return b.op(op, [_as(b, x, dt), _as(b, y, dt)])
+    return convert
+
+
+for _key, _onnx in {"and": "And", "or": "Or", "xor": "Xor"}.items():
+    register(f"aten.logical_{_key}.default")(_logical(_onnx))
+    register(f"aten.bitwise_{_key}.Tensor", f"aten.bitwise_{_key}.Scalar")(_bitwise(f"Bitwise{_onnx}"))
+
+
+@register("aten.where.self")
+def _where(b: Builder, node: fx.Node, cond: Val, x: Any, y: Any) -> str:
+    dt = _out(node).dtype
+    return b.op("Where", [b.cast(cond, torch.bool), _as(b, x, dt), _as(b, y, dt)])
+
+
+@register("aten.clamp.default", "aten.clamp.Tensor", "aten.hardtanh.default")
+def _clamp(b: Builder, node: fx.Node, x: Val, lo: Any = None, hi: Any = None) -> str:
+    dt = _out(node).dtype
+    out = b.cast(x, dt)
+    if isinstance(lo, Val) or isinstance(hi, Val):  # tensor bounds broadcast: Max then Min
+        out = out if lo is None else b.op("Max", [out, _as(b, lo, dt)])
+        return out if hi is None else b.op("Min", [out, _as(b, hi, dt)])
+    return b.op("Clip", [out, None if lo is None else b.const(lo, dt), None if hi is None else b.const(hi, dt)])
+
+
+@register("aten.leaky_relu.default")
+def _leaky_relu(b: Builder, node: fx.Node, x: Val, slope: float = 0.01) -> str:
+    return b.op("LeakyRelu", [x.name], alpha=float(slope))
+
+
+@register("aten.gelu.default")
+def _gelu(b: Builder, node: fx.Node, x: Val, *, approximate: str = "none") -> str:
+    dt, xs = x.dtype, x.name
+    half = b.op("Mul", [xs, b.const(0.5, dt)])
+    if approximate == "tanh":  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = b.op("Mul", [b.op("Mul", [xs, xs]), xs])
+        inner = b.op("Add", [xs, b.op("Mul", [cube, b.const(0.044715, dt)])])
+        t = b.op("Tanh", [b.op("Mul", [inner, b.const(math.sqrt(2 / math.pi), dt)])])
+    else:  # 0.5 x (1 + erf(x / sqrt 2))
+        t = b.op("Erf", [b.op("Mul", [xs, b.const(math.sqrt(0.5), dt)])])
+    return b.op("Mul", [half, b.op("Add", [t, b.const(1.0, dt)])])
+
+
+# ---- backward formulas ---------------------------------------------------------------------------
+
+@register("aten.threshold_backward.default")
+def _threshold_backward(b: Builder, node: fx.Node, grad: Val, x: Val, threshold: float) -> str:
+    dt = _out(node).dtype
+    mask = b.op("LessOrEqual", [x.name, b.const(threshold, x.dtype)])
+    return b.op("Where", [mask, b.const(0, dt), b.cast(grad, dt)])
+
+
+@register("aten.tanh_backward.default")
+def _tanh_backward(b: Builder, node: fx.Node, grad: Val, y: Val) -> str:
+    one_minus = b.op("Sub", [b.const(1, y.dtype), b.op("Mul", [y.name, y.name])])
+    return b.op("Mul", [grad.name, one_minus])
+
+
+@register("aten.sigmoid_backward.default")
+def _sigmoid_backward(b: Builder, node: fx.Node, grad: Val, y: Val) -> str:
+    return b.op("Mul", [grad.name, b.op("Mul", [y.name, b.op("Sub", [b.const(1, y.dtype), y.name])])])
+
+
+@register("aten.gelu_backward.default", check=lambda n: None if n.kwargs.get("approximate", "none") == "none"
+          and (len(n.args) < 3 or n.args[2] == "none") else "the tanh approximation's gradient is not mapped")
+def _gelu_backward(b: Builder, node: fx.Node, grad: Val, x: Val, approximate: str = "none") -> str:
+    dt, xs = x.dtype, x.name
+    cdf = b.op("Mul", [b.op("Add", [b.op("Erf", [b.op("Mul", [xs, b.const(math.sqrt(0.5), dt)])]),
+                                    b.const(1.0, dt)]), b.const(0.5, dt)])
+    pdf = b.op("Mul", [b.op("Exp", [b.op("Mul", [b.op("Mul", [xs, xs]), b.const(-0.5, dt)])]),
+                       b.const(1 / math.sqrt(2 * math.pi), dt)])
+    return b.op("Mul", [grad.name, b.op("Add", [cdf, b.op("Mul", [xs, pdf])])])
+
+
+@register("aten._softmax_backward_data.default")
+def _softmax_backward(b: Builder, node: fx.Node, grad: Val, out: Val, dim: int, input_dtype: Any) -> str:
+    gy = b.op("Mul", [grad.name, out.name])
+    s = b.op("ReduceSum", [gy, b.ints([dim])], keepdims=1)
+    return b.op("Sub", [gy, b.op("Mul", [out.name, s])])
+
+
+@register("aten._log_softmax_backward_data.default")
+def _log_softmax_backward(b: Builder, node: fx.Node, grad: Val, out: Val, dim: int, input_dtype: Any) -> str:
+    s = b.op("ReduceSum", [grad.name, b.ints([dim])], keepdims=1)
+    return b.op("Sub", [grad.name, b.op("Mul", [b.op("Exp", [out.name]), s])])
+
+
+# ---- reductions ------------------------------------------------------------------------------------
+
+def _reduce(onnx_op: str, *, cast_first: bool = True) -> Callable[..., str]:
+    def convert(b: Builder, node: fx.Node, x: Val, dim: Any = None, keepdim: bool = False, **_: Any) -> str:
+        dt = _out(node).dtype
+        xs = b.cast(x, dt) if cast_first else x.name
+        if isinstance(dim, int):
+            dim = [dim]
+        if x.rank == 0:  # torch reduces a 0-d tensor over dim 0 or -1 to itself
+            return xs
+        axes = [b.ints(list(dim))] if dim else []
+        return b.op(onnx_op, [xs, *axes], keepdims=int(bool(keepdim)))
+    return convert
+
+
+register("aten.sum.dim_IntList", "aten.sum.default")(_reduce("ReduceSum"))
+register("aten.mean.dim", "aten.mean.default")(_reduce("ReduceMean"))
+register("aten.amax.default")(_reduce("ReduceMax"))
+register("aten.amin.default")(_reduce("ReduceMin"))
+register("aten.prod.dim_int", "aten.prod.default")(_reduce("ReduceProd"))
+
+
+def _arg_check(node: fx.Node) -> str | None:
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if dim is None and keepdim:
+        return "argmax/argmin over all dims with keepdim=True"
+    return None if node.args[0].meta["val"].dim() > 0 else "a 0-d input"
+
+
+def _argreduce(onnx_op: str) -> Callable[..., str]:
+    def convert(b: Builder, node: fx.Node, x: Val, dim: int | None = None, keepdim: bool = False) -> str:
+        xs = x.name
+        if dim is None:
+            xs, dim = b.op("Reshape", [xs, b.ints([-1])]), 0
+        return b.op(onnx_op, [xs], axis=dim, keepdims=int(keepdim), select_last_index=0)
+    return convert
+
+
+register("aten.argmax.default", check=_arg_check)(_argreduce("ArgMax"))
+register("aten.argmin.default", check=_arg_check)(_argreduce("ArgMin"))
+
+
+def _max_dim(onnx_op: str) -> Callable[..., list[str]]:
+    def convert(b: Builder, node: fx.Node, x: Val, dim: int, keepdim: bool = False) -> list[str]:
+        values = b.op(f"Reduce{onnx_op}", [x.name, b.ints([dim])], keepdims=int(keepdim))
+        return [values, b.op(f"Arg{onnx_op}", [x.name], axis=dim, keepdims=int(keepdim), select_last_index=0)]
+    return convert
+
+
+register("aten.max.dim", check=_arg_check)(_max_dim("Max"))
+register("aten.min.dim", check=_arg_check)(_max_dim("Min"))
+
+
+def _var_check(node: fx.Node) -> str | None:
+    x = node.args[0].meta["val"]
+    dims = node.args[1] if len(node.args) > 1 and node.args[1] is not None else list(range(x.dim()))
+    sizes = [x.shape[d] for d in dims]
+    return None if _static(*sizes) and x.dtype.is_floating_point else "var needs static reduced sizes (float)"
+
+
+@register("aten.var.correction", check=_var_check)
+def _var(b: Builder, node: fx.Node, x: Val, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> str:
+    dims = list(range(x.rank)) if dim is None else list(dim)
+    n = math.prod(x.shape[d] for d in dims)
+    axes = b.ints(dims)
+    d = b.op("Sub", [x.name, b.op("ReduceMean", [x.name, axes], keepdims=1)])
+    s = b.op("ReduceSum", [b.op("Mul", [d, d]), axes], keepdims=int(keepdim))
+    return b.op("Div", [s, b.const(max(n - (1 if correction is None else correction), 0), x.dtype)])
+
+
+@register("aten.cumsum.default")
+def _cumsum(b: Builder, node: fx.Node, x: Val, dim: int, *, dtype: Any = None) -> str:
+    xs = b.cast(x, _out(node).dtype)
+    return xs if x.rank == 0 else b.op("CumSum", [xs, b.const(dim, torch.int64)])
+
+
+# ---- linear algebra, convolution, pooling, normalization ------------------------------------------
+
+register("aten.mm.default", "aten.bmm.default")(lambda b, node, x, y: b.op("MatMul", [x.name, y.name]))
+
+
+@register("aten.addmm.default")
+def _addmm(b: Builder, node: fx.Node, bias: Val, x: Val, y: Val, *, beta: Any = 1, alpha: Any = 1) -> str:
+    if not _out(node).dtype.is_floating_point:
+        return b.op("Add", [b.op("MatMul", [x.name, y.name]), bias.name]) if beta == 1 and alpha == 1 else \
+            _raise(f"integer addmm with beta={beta}, alpha={alpha}")
+    c = [bias.name] if beta != 0 else []
+    return b.op("Gemm", [x.name, y.name, *c], alpha=float(alpha), beta=float(beta))
+
+
+def _raise(message: str) -> str:
+    raise ExportError(message)
+
+
+def _conv_check(node: fx.Node) -> str | None:
+    stride, padding, dilation, transposed, output_padding = node.args[3:8]
+    if not all(isinstance(p, int) for p in (*stride, *padding, *dilation, *output_padding)):
+        return "symbolic convolution parameters"
+    if transposed and any(o >= s for o, s in zip(output_padding, stride)):
+        return "output_padding not below the stride (torch allows it up to the dilation; ONNX does not)"
+    return None
+
+
+@register("aten.convolution.default", check=_conv_check)
+def _convolution(b: Builder, node: fx.Node, x: Val, w: Val, bias: Val | None, stride: list, padding: list,
+                 dilation: list, transposed: bool, output_padding: list, groups: int) -> str:
+    inputs = [x.name, w.name] + ([bias.name] if bias is not None else [])
+    attrs = dict(strides=list(stride), pads=list(padding) * 2, dilations=list(dilation), group=groups)
+    if transposed:
+        return b.op("ConvTranspose", inputs, output_padding=list(output_padding), **attrs)
+    return b.op("Conv", inputs, **attrs)
+
+
+def _only_first_output_used(node: fx.Node) -> str | None:
+    for user in node.users:
+        if user.target is not operator.getitem or user.args[1] != 0:
+            return "its second output (the indices, or the saved statistics) is used, and ONNX defines it otherwise"
+    return None
+
+
+def _pool_check(node: fx.Node) -> str | None:
+    ceil_mode = node.args[5] if len(node.args) > 5 else node.kwargs.get("ceil_mode", False)
+    if ceil_mode:
+        return "ceil_mode=True"
+    if node.args[0].meta["val"].dim() != 4:
+        return "an unbatched (3-d) input"
+    return _only_first_output_used(node)
+
+
+@register("aten.max_pool2d_with_indices.default", check=_pool_check)
+def _max_pool(b: Builder, node: fx.Node, x: Val, kernel: list, stride: list = (), padding: Any = 0,
+              dilation: Any = 1, ceil_mode: bool = False) -> list:
+    k = list(kernel) * (2 // len(kernel))
+    s = list(stride or k) * (2 // len(stride or k))
+    p = [padding] * 2 if isinstance(padding, int) else list(padding) * (2 // len(padding))
+    d = [dilation] * 2 if isinstance(dilation, int) else list(dilation) * (2 // len(dilation))
+    return [b.op("MaxPool", [x.name], kernel_shape=k, strides=s, pads=p * 2, dilations=d), None]
+
+
+def _avg_check(node: fx.Node) -> str | None:
+    args = list(node.args) + [None] * 7
+    if args[4] or args[6] is not None or node.kwargs.get("divisor_override") is not None:
+        return "ceil_mode=True or divisor_override"
+    return None if node.args[0].meta["val"].dim() == 4 else "an unbatched (3-d) input"
+
+
+@register("aten.avg_pool2d.default", check=_avg_check)
+def _avg_pool(b: Builder, node: fx.Node, x: Val, kernel: list, stride: list = (), padding: Any = 0,
+              ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> str:
+    k = list(kernel) * (2 // len(kernel))
+    s = list(stride or k) * (2 // len(stride or k))
+    p = [padding] * 2 if isinstance(padding, int) else list(padding) * (2 // len(padding))
+    return b.op("AveragePool", [x.name], kernel_shape=k, strides=s, pads=p * 2,
+                count_include_pad=int(count_include_pad))
+
+
+def _adaptive_check(node: fx.Node) -> str | None:
+    x, size = node.args[0].meta["val"], list(node.args[1])
+    if x.dim() != 4 or not _static(*x.shape[2:]) or any(i % o for i, o in zip(x.shape[2:], size)):
+        return "adaptive pooling to a size that does not divide the (static) input"
+    return None
+
+
+@register("aten._adaptive_avg_pool2d.default", check=_adaptive_check)
+def _adaptive_avg_pool(b: Builder, node: fx.Node, x: Val, size: list) -> str:
+    if list(size) == [1, 1]:
+        return b.op("GlobalAveragePool", [x.name])
+    k = [i // o for i, o in zip(x.shape[2:], size)]
+    return b.op("AveragePool", [x.name], kernel_shape=k, strides=k)
+
+
+def _ln_check(node: fx.Node) -> str | None:
+    shape = node.args[1]
+    return None if _static(*shape) else "a symbolic normalized shape"
+
+
+@register("aten.native_layer_norm.default", check=_ln_check)
+def _layer_norm(b: Builder, node: fx.Node, x: Val, shape: list, w: Val | None, bias: Val | None,
+                eps: float) -> list[str]:
+    scale = w.name if w is not None else b.const([1.0] * math.prod(shape), x.dtype, tuple(shape))
+    inputs = [x.name, scale] + ([bias.name] if bias is not None else [])
+    return b.op("LayerNormalization", inputs, 3, axis=-len(shape), epsilon=float(eps))
+
+
+def _bn_check(node: fx.Node) -> str | None:
+    if node.args[1] is None or node.args[2] is None:
+        return "batch norm without affine weights"
+    return _only_first_output_used(node)
+
+
+@register("aten._native_batch_norm_legit_no_training.default", check=_bn_check)
+def _batch_norm(b: Builder, node: fx.Node, x: Val, w: Val, bias: Val, mean: Val, var: Val, momentum: float,
+                eps: float) -> list:
+    return [b.op("BatchNormalization", [x.name, w.name, bias.name, mean.name, var.name], epsilon=float(eps)),
+            None, None]
+
+
+def _softmax_check(node: fx.Node) -> str | None:
+    return "half_to_float" if node.args[2] else None if node.args[0].meta["val"].dim() else "a 0-d input"
+
+
+register("aten._softmax.default", check=_softmax_check)(
+    lambda b, node, x, dim, half_to_float: b.op("Softmax", [x.name], axis=dim))
+register("aten._log_softmax.default", check=_softmax_check)(
+    lambda b, node, x, dim, half_to_float: b.op("LogSoftmax", [x.name], axis=dim))
+
+
+# ---- shapes, views, indexing -----------------------------------------------------------------------
+
+@register("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+def _view(b: Builder, node: fx.Node, x: Val, shape: list) -> str:
+    return b.op("Reshape", [x.name, b.ints(shape)], allowzero=1)
+
+
+@register("aten.permute.default")
+def _permute(b: Builder, node: fx.Node, x: Val, dims: list) -> str:
+    return b.op("Transpose", [x.name], perm=[_axis(d, x.rank) for d in dims])
+
+
+@register("aten.transpose.int")
+def _transpose(b: Builder, node: fx.Node, x: Val, d0: int, d1: int) -> str:
+    perm = list(range(x.rank))
+    if x.rank:
+        a, c = _axis(d0, x.rank), _axis(d1, x.rank)
+        perm[a], perm[c] = perm[c], perm[a]
+    return b.op("Transpose", [x.name], perm=perm)
+
+
+@register("aten.t.default")
+def _t(b: Builder, node: fx.Node, x: Val) -> str:
+    return b.op("Transpose", [x.name], perm=[1, 0]) if x.rank == 2 else x.name
+
+
+@register("aten.expand.default")
+def _expand(b: Builder, node: fx.Node, x: Val, size: list, *, implicit: bool = False) -> str:
+    # -1 keeps a dimension: ONNX's Expand broadcasts both ways, so 1 keeps it too
+    return b.op("Expand", [x.name, b.ints([1 if isinstance(s, int) and s == -1 else s for s in size])])
+
+
+@register("aten.unsqueeze.default")
+def _unsqueeze(b: Builder, node: fx.Node, x: Val, dim: int) -> str:
+    return b.op("Unsqueeze", [x.name, b.ints([_axis(dim, x.rank + 1)])])
+
+
+def _squeeze_dims(x: Val | torch.Tensor, dims: Any) -> list[int] | None:
+    shape = tuple(x.shape)
+    rank = len(shape)
+    dims = range(rank) if dims is None else [dims] if isinstance(dims, int) else dims
+    dims = [_axis(d, rank) for d in dims] if rank else []
+    if not _static(*(shape[d] for d in dims)):
+        return None
+    return [d for d in dims if shape[d] == 1]
+
+
+@register("aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
+          check=lambda n: None if _squeeze_dims(n.args[0].meta["val"], n.args[1] if len(n.args) > 1 else None)
+          is not None else "squeeze of a dimension of symbolic size")
+def _squeeze(b: Builder, node: fx.Node, x: Val, dims: Any = None) -> str:
+    axes = _squeeze_dims(x, dims)
+    return b.op("Squeeze", [x.name, b.ints(axes)]) if axes else x.name
+
+
+@register("aten.cat.default")
+def _cat(b: Builder, node: fx.Node, tensors: list, dim: int = 0) -> str:
+    out = _out(node)
+    keep = [t for t in tensors if not (t.rank == 1 and t.shape[0] == 0 and out.dim() != 1)]  # legacy empty inputs
+    if not keep:
+        return b.op("Identity", [tensors[0].name])
+    return b.op("Concat", [b.cast(t, out.dtype) for t in keep], axis=_axis(dim, out.dim()))
+
+
+@register("aten.slice.Tensor")
+def _slice(b: Builder, node: fx.Node, x: Val, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> str:
+    start = 0 if start is None else start
+    end = INT64_MAX if end is None else end
+    return b.op("Slice", [x.name, b.ints([start]), b.ints([end]), b.ints([dim]), b.ints([step])])
+
+
+@register("aten.select.int")
+def _select(b: Builder, node: fx.Node, x: Val, dim: int, index: Any) -> str:
+    return b.op("Gather", [x.name, b.scalar(index, torch.int64)], axis=dim)
+
+
+@register("aten.index_select.default", check=lambda n: None if n.args[0].meta["val"].dim() else "a 0-d input")
+def _index_select(b: Builder, node: fx.Node, x: Val, dim: int, index: Val) -> str:
+    return b.op("Gather", [x.name, index.name], axis=dim)
+
+
+@register("aten.embedding.default")
+def _embedding(b: Builder, node: fx.Node, weight: Val, indices: Val, *_: Any) -> str:
+    return b.op("Gather", [weight.name, indices.name], axis=0)
+
+
+@register("aten.gather.default", check=lambda n: None if n.args[0].meta["val"].dim() else "a 0-d input")
+def _gather(b: Builder, node: fx.Node, x: Val, dim: int, index: Val, *, sparse_grad: bool = False) -> str:
+    return b.op("GatherElements", [x.name, index.name], axis=dim)
+
+
+def _index_check(node: fx.Node) -> str | None:
+    indices = node.args[1]
+    used = [i for i in indices if i is not None]
+    if len(used) != 1 or used[0].meta["val"].dtype not in (torch.int64, torch.int32):
+        return "indexing other than by one integer index tensor"
+    return None
+
+
+@register("aten.index.Tensor", check=_index_check)
+def _index(b: Builder, node: fx.Node, x: Val, indices: list) -> str:
+    axis = next(i for i, t in enumerate(indices) if t is not None)
+    return b.op("Gather", [x.name, indices[axis].name], axis=axis)
+
+
+@register("aten.split_with_sizes.default")
+def _split(b: Builder, node: fx.Node, x: Val, sizes: list, dim: int = 0) -> list[str]:
+    outs = b.op("Split", [x.name, b.ints(sizes)], len(sizes), axis=dim)
+    return [outs] if len(sizes) == 1 else outs
+
+
+def _pad_check(node: fx.Node) -> str | None:
+    return None if all(isinstance(p, int) and p >= 0 for p in node.args[1]) else "negative or symbolic padding"
+
+
+@register("aten.constant_pad_nd.default", check=_pad_check)
+def _pad(b: Builder, node: fx.Node, x: Val, pad: list, value: Any = 0) -> str:
+    begins, ends = [0] * x.rank, [0] * x.rank
+    for i in range(len(pad) // 2):  # torch's pad starts with the last dimension
+        begins[x.rank - 1 - i], ends[x.rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    return b.op("Pad", [x.name, b.ints(begins + ends), b.const(value, x.dtype)], mode="constant")
+
+
+@register("aten.flip.default")
+def _flip(b: Builder, node: fx.Node, x: Val, dims: list) -> str:
+    n = len(dims)
+    return b.op("Slice", [x.name, b.ints([-1] * n), b.ints([INT64_MIN] * n), b.ints(list(dims)), b.ints([-1] * n)])
+
+
+@register("aten.repeat.default")
+def _repeat(b: Builder, node: fx.Node, x: Val, repeats: list) -> str:
+    xs = x.name
+    if len(repeats) > x.rank:
+        xs = b.op("Reshape", [xs, b.ints([1] * (len(repeats) - x.rank) + list(x.shape))], allowzero=1) \
+            if _static(*x.shape) else _raise("repeat adding dimensions to a symbolic shape")
+    return b.op("Tile", [xs, b.ints(repeats)])
+
+
+# ---- copies, casts and new tensors -------------------------------------------------------------------
+
+for _key in ("clone.default", "alias.default", "lift_fresh_copy.default", "detach.default", "_to_copy.default",
+             "prims.convert_element_type.default"):
+    register(_key if _key.startswith("prims") else f"aten.{_key}")(
+        lambda b, node, x, *_, **__: b.cast(x, _out(node).dtype))
+
+
+@register("aten.copy.default")
+def _copy(b: Builder, node: fx.Node, dst: Val, src: Val, non_blocking: bool = False) -> str:
+    return b.op("Expand", [b.cast(src, dst.dtype), b.op("Shape", [dst.name])])
+
+
+def _filled(b: Builder, node: fx.Node, shape: str, value: Any) -> str:
+    from onnx import helper
+
+    dt = _out(node).dtype
+    tensor = helper.make_tensor("value", _DTYPES[dt], [1], [bool(value) if dt is torch.bool else value])
+    return b.op("ConstantOfShape", [shape], value=tensor)
+
+
+@register("aten.full.default")
+def _full(b: Builder, node: fx.Node, size: list, value: Any, **_: Any) -> str:
+    return _filled(b, node, b.ints(size), value) if not isinstance(value, Val) else _raise("a tensor fill value")
+
+
+@register("aten.full_like.default")
+def _full_like(b: Builder, node: fx.Node, x: Val, value: Any, **_: Any) -> str:
+    return _filled(b, node, b.op("Shape", [x.name]), value)
+
+
+@register("aten.empty.memory_format", "aten.empty_strided.default", "aten.empty_permuted.default")
+def _empty(b: Builder, node: fx.Node, size: list, *_: Any, **__: Any) -> str:
+    return _filled(b, node, b.ints(size), 0)  # any value will do
+
+
+@register("aten.scalar_tensor.default")
+def _scalar_tensor(b: Builder, node: fx.Node, value: Any, **_: Any) -> str:
+    return b.scalar(value, _out(node).dtype)
+
+
+@register("aten.arange.start_step", check=lambda n: None if _out(n).dtype in (torch.int64, torch.int32)
+          else "a floating-point arange (torch and ONNX accumulate differently)")
+def _arange(b: Builder, node: fx.Node, start: Any, end: Any, step: Any = 1, **_: Any) -> str:
+    dt = _out(node).dtype
+    return b.op("Range", [b.scalar(start, dt), b.scalar(end, dt), b.scalar(step, dt)])
+

@@ -1,0 +1,93 @@
+"""``Level.ONNX``: each partition handed to the vendor as an ``onnx.ModelProto``.
+
+The ATen level's graphs (inference, and AOTAutograd's forward and backward for training) are
+partitioned as usual, except that a node is claimed only when the vendor supports it *and* it
+has an ONNX form (:func:`torchvendor.ir.onnx_ir.unsupported_reason`): what ONNX cannot express
+stays in eager PyTorch between the partitions. Each partition is then exported by
+:func:`torchvendor.ir.onnx_ir.to_onnx` (the SDK's own FX -> ONNX converter, chosen over
+``torch.onnx.export`` by measurement: ``docs/bench_onnx_export.md``), rewritten by the backend's
+:attr:`~torchvendor.sdk.Backend.onnx_patterns`, checked, and passed to the vendor as
+
+    ``compile(model: onnx.ModelProto, example_inputs: list) -> callable``
+
+- ``model.graph.input[i]`` is the partition's ``i``-th input, ``example_inputs[i]`` its fake
+  tensor (or SymInt); a SymInt input is a 0-d int64 ONNX input and the callable receives it as a
+  Python int;
+- ``model.graph.output`` are the partition's outputs, in order; the callable returns them as
+  torch tensors (a tuple when there are several, or a list);
+- names map back to the FX graph: inputs, outputs and each node's value carry the FX node's name,
+  each NodeProto's ``doc_string`` the ATen op it came from;
+- symbolic sizes are ``dim_param`` strings (``"s77"``), Python constants are initializers, the
+  default opset is :data:`torchvendor.ir.onnx_ir.OPSET` (a backend's ``onnx_opset`` raises it).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch.fx as fx
+
+from torchvendor.partitioner.support import SupportRule, predicate
+
+from .levels import AtenLevel, Level
+
+__all__ = ["OnnxLevel", "support_rule", "export_partition", "compile_partition"]
+
+
+def _exportable(view: Any, node: fx.Node) -> bool | str:
+    from torchvendor.ir.onnx_ir import unsupported_reason
+
+    if node.op != "call_function":
+        return "only calls are exported to ONNX"
+    reason = unsupported_reason(node)
+    return True if reason is None else reason
+
+
+def support_rule(vendor: SupportRule | None) -> SupportRule:
+    """The vendor's rule (None: every op) restricted to nodes with an ONNX form."""
+    onnx_rule = predicate(_exportable)
+    return onnx_rule if vendor is None else vendor & onnx_rule
+
+
+def export_partition(gm: fx.GraphModule, patterns: Sequence[Any] = (), opset: int | None = None,
+                     name: str = "partition") -> tuple[Any, dict[str, int]]:
+    """The partition's ONNX model after the backend's ONNX patterns, and how often each rule fired."""
+    import onnx
+
+    from torchvendor.ir.onnx_ir import OPSET, to_onnx
+
+    model = to_onnx(gm, opset=opset or OPSET, name=name)
+    fired: dict[str, int] = {}
+    if patterns:
+        from torchvendor.ir.onnx_view import OnnxView
+        from torchvendor.pattern_matcher import PatternMatcher
+
+        result = PatternMatcher(list(patterns)).rewrite(OnnxView(model.graph))
+        fired = dict(getattr(result, "by_rule", {}) or ({"onnx_patterns": result.replaced} if result.replaced else {}))
+        known = {o.domain for o in model.opset_import}
+        for domain in sorted({n.domain for n in model.graph.node} - known - {"ai.onnx"}):
+            model.opset_import.append(onnx.helper.make_opsetid(domain, 1))  # a vendor domain, version 1
+    onnx.checker.check_model(model)
+    return model, fired
+
+
+def compile_partition(backend: Any, sub: fx.GraphModule, examples: list[Any], name: str,
+                      graph: Any) -> Callable[..., Any]:
+    """Export one partition, count the ONNX fusions in the graph's report (``graph.fusions``) and
+    hand the model to the vendor's ``compile(model, example_inputs)``."""
+    model, fired = export_partition(sub, backend.onnx_patterns, backend.onnx_opset, name)
+    for rule, count in fired.items() if graph is not None else ():
+        graph.fusions[rule] = graph.fusions.get(rule, 0) + count
+    return backend.compile(model, examples)
+
+
+class OnnxLevel(AtenLevel):
+    """``Level.ONNX``: the ATen level's graphs and decompositions; a node is claimed only if it has
+    an ONNX form, and each partition reaches ``compile`` as an ``onnx.ModelProto``."""
+    level = Level.ONNX
+
+    def support_rule(self, rule: Any) -> Any:
+        return support_rule(rule)
+
+    def compile_partition(self, backend: Any, sub: fx.GraphModule, examples: Sequence[Any], kind: str,
+                          device: str, name: str = "", graph: Any = None) -> Callable[..., Any]:
+        return compile_partition(backend, sub, list(examples), name or "partition", graph)

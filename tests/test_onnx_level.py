@@ -1,0 +1,230 @@
+"""The ONNX level: the FX -> ONNX converter (ir/onnx_ir/), Level.ONNX (sdk/compile/onnx_level.py),
+fusion patterns over ONNX graphs, and the torchvendor_ort reference backend."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from torchvendor.ir import capture  # noqa: E402
+from torchvendor.ir.onnx_ir import OPSET, ExportError, to_onnx, unsupported_reason  # noqa: E402
+from torchvendor.pattern_matcher import Fused, P, Rule, W  # noqa: E402
+from torchvendor.reference_backends.onnx import OrtBackend, OrtEngine  # noqa: E402
+from torchvendor.sdk import Backend, BackendDefinitionError, Level, last_report, register_backend  # noqa: E402
+from torchvendor.sdk.conformance import zoo  # noqa: E402
+
+
+def _run_onnx(model, *args):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: (a.numpy() if isinstance(a, torch.Tensor) else torch.tensor(a).numpy())
+             for i, a in zip(model.graph.input, args)}
+    return [torch.from_numpy(o) for o in session.run(None, feeds)]
+
+
+# ---- the converter -------------------------------------------------------------------------------
+
+def test_export_names_opset_initializers_and_numerics():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU(), torch.nn.LayerNorm(3)).eval()
+    x = torch.randn(5, 4)
+    gm = capture(m, [x], level="aten").graphs()["inference"]
+    model = to_onnx(gm)
+    onnx.checker.check_model(model, full_check=True)
+    assert model.opset_import[0].version == OPSET
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    assert [i.name for i in model.graph.input] == placeholders
+    calls = {n.name: n for n in gm.graph.nodes if n.op == "call_function"}
+    produced = {o for n in model.graph.node for o in n.output}
+    assert {"addmm", "gelu"} <= produced & set(calls)            # values named after their FX nodes
+    assert {n.doc_string for n in model.graph.node} >= {"aten.addmm.default", "aten.gelu.default"}
+    assert model.graph.initializer                                 # gelu's constants
+    (got,) = _run_onnx(model, m[0].weight.detach(), m[0].bias.detach(), x, m[2].weight.detach(),
+                       m[2].bias.detach())
+    torch.testing.assert_close(got, m(x).detach())
+
+
+def test_dynamic_shapes_become_dim_params_and_symint_inputs():
+    gm = capture(lambda x: (x * 2).view(-1).softmax(0), [torch.randn(6, 4)], level="aten",
+                 dynamic=True).graphs()["inference"]
+    model = to_onnx(gm)
+    sym_inputs = [i for i in model.graph.input if not i.type.tensor_type.shape.dim]
+    x_input = [i for i in model.graph.input if i.type.tensor_type.shape.dim][0]
+    assert sym_inputs and sym_inputs[0].type.tensor_type.elem_type == onnx.TensorProto.INT64
+    assert x_input.type.tensor_type.shape.dim[0].dim_param  # e.g. "s77"
+    placeholders = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    x_dims = [str(d) for d in placeholders[-1].shape]
+    for rows in (3, 7):
+        x = torch.randn(rows, 4)
+        sizes = [x.shape[x_dims.index(str(p))] for p in placeholders[:-1]]  # each SymInt input's value
+        (got,) = _run_onnx(model, *sizes, x)
+        torch.testing.assert_close(got, (x * 2).view(-1).softmax(0))
+
+
+def test_ops_without_onnx_form_are_named_and_refused():
+    gm = capture(lambda x: torch.sort(x).values + torch.view_as_real(x.to(torch.complex64)).sum(-1),
+                 [torch.randn(4)], level="aten").graphs()["inference"]
+    reasons = {n.target.__name__: unsupported_reason(n) for n in gm.graph.nodes if n.op == "call_function"}
+    assert reasons["sort.default"] == "aten.sort.default has no ONNX mapping"
+    assert "complex64" in reasons["_to_copy.default"]
+    with pytest.raises(ExportError, match="sort.default has no ONNX converter"):
+        to_onnx(gm)
+
+
+# ---- Level.ONNX ----------------------------------------------------------------------------------
+
+class _Recording(Backend):
+    name = "test_onnx_recording"
+    level = Level.ONNX
+    supported_ops = {"aten.addmm", "aten.relu", "aten.mul", "aten.sum", "aten.mm", "aten.permute",
+                     "aten.threshold_backward", "aten.view", "aten.t"}
+    models: list = []
+
+    def compile(self, model, example_inputs):
+        assert isinstance(model, onnx.ModelProto) and len(model.graph.input) == len(example_inputs)
+        self.models.append(model)
+        return OrtBackend().compile(model, example_inputs)
+
+
+register_backend(_Recording)
+
+
+def test_level_onnx_hands_models_for_inference_forward_and_backward():
+    _Recording.models = []
+    m = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(4, 6)
+    f = torch.compile(m, backend="test_onnx_recording")
+    loss = (f(x) * 3).sum()
+    loss.backward()
+    grads = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    (m(x) * 3).sum().backward()
+    for g, p in zip(grads, m.parameters()):
+        torch.testing.assert_close(g, p.grad)
+    rep = last_report()
+    assert [g.kind for g in rep.graphs] == ["forward", "backward"]
+    assert all(p.status == "compiled" for p in rep.partitions) and len(_Recording.models) >= 2
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="test_onnx_recording")(x), m(x))
+    assert last_report().graphs[0].kind == "inference"
+
+
+def test_level_onnx_leaves_ops_without_onnx_form_to_eager():
+    f = torch.compile(lambda x: torch.sort(x.relu()).values * 2, backend="torchvendor_ort")
+    with torch.no_grad():
+        x = torch.randn(8)
+        torch.testing.assert_close(f(x), torch.sort(x.relu()).values * 2)
+    graph = last_report().graphs[0]
+    assert graph.unsupported["aten.sort.default"] == 1
+    assert graph.reasons["aten.sort.default"] == ["aten.sort.default has no ONNX mapping"]
+
+
+def test_decompositions_allowed_at_onnx_level_not_at_loop():
+    from torchvendor.ir.decompositions import core_aten
+
+    class Onnxy(Backend):
+        name = "test_onnx_decomp"
+        level = Level.ONNX
+        decompositions = core_aten()
+
+        def compile(self, model, example_inputs):
+            return None
+
+    register_backend(Onnxy)
+
+    class Loopy(Onnxy):
+        name = "test_loop_decomp"
+        level = Level.LOOP
+
+    with pytest.raises(BackendDefinitionError, match="Level.ATEN and Level.ONNX only"):
+        register_backend(Loopy)
+
+
+# ---- fusion patterns over ONNX graphs ----------------------------------------------------------------
+
+class _FusedGemm(OrtBackend):
+    """A vendor rewriting Gemm + Relu into one op of its own domain (here ONNX Runtime's own
+    contrib op com.microsoft.FusedGemm, so the rewritten model still runs)."""
+
+    name = "test_ort_fused_gemm"
+    onnx_patterns = [Rule(P("Relu", P("Gemm", W("a"), W("b"), W("c"))),
+                          Fused("com.microsoft.FusedGemm", attrs={"activation": "Relu"}))]
+    models: list = []
+
+    def compile(self, model, example_inputs):
+        self.models.append(model)
+        return super().compile(model, example_inputs)
+
+
+register_backend(_FusedGemm)
+
+
+def test_onnx_patterns_rewrite_into_a_vendor_domain_op_before_compile():
+    _FusedGemm.models = []
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="test_ort_fused_gemm")(x), m(x))
+    (model,) = _FusedGemm.models
+    ops = [(n.domain, n.op_type) for n in model.graph.node]
+    assert ("com.microsoft", "FusedGemm") in ops and ("", "Relu") not in ops
+    assert {(o.domain, o.version) for o in model.opset_import} >= {("com.microsoft", 1)}
+    assert last_report().graphs[0].fusions == {"com.microsoft.FusedGemm": 1}
+
+
+# ---- torchvendor_ort ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt_block"])  # encoder: eval runs one fused op
+def test_ort_backend_zoo_inference_matches_eager(name):
+    model, inputs = zoo.build(name)
+    model.eval()
+    with torch.no_grad():
+        want = model(*inputs)
+        got = torch.compile(model, backend="torchvendor_ort")(*inputs)
+    for g, w in zip(zoo.leaves(got), zoo.leaves(want)):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert any(p.status == "compiled" for p in last_report().partitions)
+    assert not [p for p in last_report().partitions if p.status == "fallback"]
+
+
+def test_ort_backend_trains_and_handles_dynamic_sizes():
+    model, (x,) = zoo.build("mlp")
+    f = torch.compile(model, backend="torchvendor_ort", dynamic=True)
+    zoo.loss(f(x)).backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    zoo.loss(model(x)).backward()
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        bigger = torch.randn(x.shape[0] + 3, *x.shape[1:])
+        torch.testing.assert_close(f(bigger), model(bigger), rtol=1e-4, atol=1e-5)
+    assert not [p for p in last_report().partitions if p.status == "fallback"]
+
+
+def test_ort_engine_binds_torch_memory_and_takes_noncontiguous_inputs():
+    gm = capture(lambda x, y: torch.relu(x) + y, [torch.randn(3, 4), torch.randn(3, 4)],
+                 level="aten").graphs()["inference"]
+    model = to_onnx(gm)
+    engine = OrtBackend().compile(model, [torch.empty(3, 4), torch.empty(3, 4)])
+    assert isinstance(engine, OrtEngine)
+    x, y = torch.randn(4, 3).t(), torch.randn(3, 4)   # x is a transposed view
+    (out,) = engine(x, y)
+    torch.testing.assert_close(out, torch.relu(x) + y)
+    assert out.is_contiguous() and out.dtype == torch.float32
+
+
+def test_ort_backend_on_a_torchvendor_device():
+    from torchvendor.sdk import register_device
+
+    register_device("acme")
+    model, (x,) = zoo.build("mlp")
+    model.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", category=Warning.__subclasses__()[0])  # no vendor fallback warning
+        got = torch.compile(model.to("acme"), backend="torchvendor_ort")(x.to("acme"))
+    assert got.device.type == "acme"
+    torch.testing.assert_close(got.cpu(), model.cpu()(x), rtol=1e-4, atol=1e-5)
+    assert all(p.status == "compiled" for p in last_report().partitions)
