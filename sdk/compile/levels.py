@@ -60,9 +60,9 @@ class LevelRules:
     def check_definition(self, cls: type) -> None:
         """Raise :class:`BackendDefinitionError` if ``cls`` declares what this level cannot use."""
         if cls.decompositions is not None:
-            raise BackendDefinitionError(f"{cls.__name__}.decompositions applies to Level.ATEN and Level.ONNX only (the loop "
-                                         f"level 
-                                         f"uses Inductor's table, the torch level is not decomposed)")
+            raise BackendDefinitionError(f"{cls.__name__}.decompositions applies to Level.ATEN and Level.ONNX only "
+                                         f"(the loop level uses Inductor's table, the torch level is not "
+                                         f"decomposed)")
 
     def decompositions(self, backend: Any) -> Any:
         """The resolved decomposition table AOTAutograd applies for ``backend``."""
