@@ -39,6 +39,7 @@ import sympy
 import torch
 
 from .. import compat
+from .invariants import validate
 from .schema import (SCHEMA_VERSION, Buffer, BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, SizeExpr,
                      Stmt, TorchValue)
 
@@ -503,7 +504,7 @@ def _wrapper_cls() -> type:
             if not _SCOPES or graph.wrapper_code is not self:
                 return super().generate(is_inference)
             scope = _SCOPES[-1]
-            scope.sink(build_program(graph, _state()))
+            scope.sink(validate(build_program(graph, _state())))  # the loop IR lint, as torch.fx lints after a transform
             if scope.run:
                 return super().generate(is_inference)
             return ns.ValueWithLineMap(_LOWERED_ONLY, []), ns.ValueWithLineMap("", [])
