@@ -38,7 +38,8 @@ def test_minimal_profile_on_the_reference_setup(tmp_path):
     doc = json.loads((tmp_path / "report.json").read_text())
     assert set(doc["areas"]) == {"runtime", "device", "ops", "compile", "models"}
     assert doc["summary"]["fail"] == 0 and doc["summary"]["pass"] > 50
-    assert doc["target"] == {"device": "acme", "backend": "torchvendor_cpu", "runtime": None, "options": {}}
+    assert doc["target"] == {"device": "acme", "backend": "torchvendor_cpu", "runtime": None, "options": {},
+                             "kernels": []}
     assert doc["torch"] == torch.__version__ and len(doc["opdb_fingerprint"]) == 16
     # the silent CPU fallback is visible: the simulator has no native kernels for eager ops
     assert doc["summary"]["fallback"] > 0 and doc["fallback"]
