@@ -117,10 +117,7 @@ def test_slow_zoo_cpu(name, backend):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="device layer: nn.LSTM on a PrivateUse1 device calls aten::_thnn_fused_lstm_cell, "
-    "which the CPU fallback cannot run (no CPU kernel); eager fails the same way")) if n == "lstm" else n
-    for n in zoo.names(tier="fast")])
+@pytest.mark.parametrize("name", zoo.names(tier="fast"))  # lstm included: the device serves the fused cells
 def test_fast_zoo_dynamic_and_device(name, backend, acme):
     check_model(name, backend, dynamic=True)
     check_model(name, backend, device="acme", train=False)
