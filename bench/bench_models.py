@@ -111,7 +111,7 @@ def render(runs: list[dict[str, Any]]) -> str:
         ours, others = run["backend"], [b for b in run["backends"] if b != run["backend"]]
         out += [f"## {ours} on `{run['device']}` ({run['machine']})", "",
                 f"torch {run['torch']}, {run['when']}, {run['threads']} thread(s), load average at start "
-                f"{run['load']}; parts: {', '.join(run['parts'])} (baselines: {', '.join(run['baseline_parts'])}); "
+                f"{run['load']}; compile caches {run.get('caches', 'empty for every model')}; parts: {', '.join(run['parts'])} (baselines: {', '.join(run['baseline_parts'])}); "
                 f"{run['seconds']:.0f} s.", "",
                 f"- models: {s['models']} ({s['eager_failed']} where eager itself fails)"]
         out += [f"- {b}: " + ", ".join(f"{n} {k}" for k, n in s[b].items()) for b in run["backends"]]
@@ -152,6 +152,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every child (default: torch's)")
     p.add_argument("--budget", type=float, default=1.0, help="seconds of timing per backend and model")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
+    p.add_argument("--shared-cache", action="store_true",
+                   help="one pair of compile caches for the whole run (cold = first compile in the run)")
+    p.add_argument("--workdir", help="folder of the children's events and caches (default: a fresh temp folder)")
     p.add_argument("--name", help="run name (the JSON file's stem; default DEVICE_BACKEND)")
     p.add_argument("--out", default=str(RUNS), help="folder for the run's JSON")
     p.add_argument("--render", action="store_true", help="only rewrite docs/bench_models.md from the JSON files")
@@ -170,12 +173,14 @@ def main() -> None:
     started = time.time()
     rows = run_suite(models, backends, device=args.device, parts=args.parts.split(","),
                      baseline_parts=args.baseline_parts.split(","), budget=args.budget, jobs=args.jobs,
-                     threads=args.threads, runtime=args.runtime, timeout=args.timeout, progress=True)
+                     threads=args.threads, runtime=args.runtime, timeout=args.timeout, progress=True,
+                     shared_cache=args.shared_cache, workdir=args.workdir)
     run = {"backend": args.backend, "backends": [args.backend, *baselines], "device": args.device,
            "machine": f"{platform.node()} {os.cpu_count()} cores" + (f", {torch.cuda.get_device_name()}"
                                                                       if torch.cuda.is_available() else ""),
            "torch": torch.__version__, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
            "threads": args.threads or "default", "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+           "caches": "shared by the run" if args.shared_cache else "empty for every model",
            "parts": args.parts.split(","), "baseline_parts": args.baseline_parts.split(","),
            "seconds": time.time() - started, "rows": rows}
     out = Path(args.out)

@@ -78,9 +78,11 @@ def run_suite(models: Sequence[str], backends: Sequence[str], *, device: str = "
               parts: Sequence[str] = ("inference", "dynamic", "training"), baseline_parts: Sequence[str] | None = None,
               timing: bool = True, warm: bool = True, budget: float = 1.0, jobs: int = 1, timeout: float = 900.0,
               threads: int | None = None, runtime: str | None = None, workdir: str | None = None,
-              progress: bool = False) -> list[dict[str, Any]]:
+              shared_cache: bool = False, progress: bool = False) -> list[dict[str, Any]]:
     """Check ``models`` on ``backends``, a child process per model, ``jobs`` at a time; the
-    records in model order (see :func:`.check.check_model`; a dead child gives ``crash``)."""
+    records in model order (see :func:`.check.check_model`; a dead child gives ``crash``).
+    Every model starts with empty compile caches, or with ``shared_cache`` one pair of caches
+    serves the whole run (kernels that models share are then built once)."""
     from .catalog import SPECS
 
     unknown = [m for m in models if m not in SPECS]
@@ -93,8 +95,9 @@ def run_suite(models: Sequence[str], backends: Sequence[str], *, device: str = "
     while pending or running:
         while pending and len(running) < max(1, jobs):
             model = pending.pop(0)
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(root / model / "inductor"),
-                       TORCHVENDOR_CACHE_DIR=str(root / model / "torchvendor"), PYTHONWARNINGS="ignore")
+            caches = root / ("shared" if shared_cache else model)
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
+                       TORCHVENDOR_CACHE_DIR=str(caches / "torchvendor"), PYTHONWARNINGS="ignore")
             if threads:
                 env["OMP_NUM_THREADS"] = str(threads)
             events, err = root / model / "events.jsonl", root / model / "stderr.txt"
