@@ -16,6 +16,7 @@ kept). ``--render`` rewrites the Markdown from the JSON files without running an
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -42,7 +43,8 @@ def _fmt(v: Any, spec: str = ".2f", unit: str = "") -> str:
 def summarize(run: dict[str, Any]) -> dict[str, Any]:
     """Counts per status, total coverage and geomean speedups of one run."""
     rows, ours = run["rows"], run["backend"]
-    out: dict[str, Any] = {"models": len(rows), "eager_failed": sum("eager_error" in r for r in rows)}
+    out: dict[str, Any] = {"models": len(rows), "eager_failed": sum("eager_error" in r for r in rows),
+                           "not_run": sum("not_run" in r for r in rows)}
     for b in run["backends"]:
         statuses = [r["backends"].get(b, {}).get("status") for r in rows if "eager_error" not in r]
         out[b] = {s: statuses.count(s) for s in sorted(set(statuses), key=str) if s}
@@ -64,6 +66,8 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
 def _row(r: dict[str, Any], run: dict[str, Any]) -> str:
     ours, others = run["backend"], [b for b in run["backends"] if b != run["backend"]]
     ms, mine = r.get("ms", {}), r["backends"].get(ours, {})
+    if "not_run" in r:
+        return f"| {r['model']} | {r.get('family', '')} | not run: {r['not_run']} |" + " |" * 9
     if "eager_error" in r:
         return f"| {r['model']} | {r.get('family', '')} | eager fails: {r['eager_error'][:80]} |" + " |" * 9
     cov = (mine.get("coverage") or {}).get("coverage")
@@ -113,7 +117,7 @@ def render(runs: list[dict[str, Any]]) -> str:
                 f"torch {run['torch']}, {run['when']}, {run['threads']} thread(s), load average at start "
                 f"{run['load']}; compile caches {run.get('caches', 'empty for every model')}; parts: {', '.join(run['parts'])} (baselines: {', '.join(run['baseline_parts'])}); "
                 f"{run['seconds']:.0f} s.", "",
-                f"- models: {s['models']} ({s['eager_failed']} where eager itself fails)"]
+                f"- models: {s['models']} ({s['eager_failed']} where eager itself fails, {s['not_run']} not run)"]
         out += [f"- {b}: " + ", ".join(f"{n} {k}" for k, n in s[b].items()) for b in run["backends"]]
         out += [f"- vendor coverage, all models: {_fmt(s['coverage'], '.2%')}",
                 "- geomean speedup over eager: " + ", ".join(f"{b} {_fmt(s['geomean'].get(b), '.2f', '×')}"
@@ -155,6 +159,8 @@ def main() -> None:
     p.add_argument("--shared-cache", action="store_true",
                    help="one pair of compile caches for the whole run (cold = first compile in the run)")
     p.add_argument("--workdir", help="folder of the children's events and caches (default: a fresh temp folder)")
+    p.add_argument("--interleave", action="store_true", help="order the models round-robin over families")
+    p.add_argument("--deadline", type=float, help="start no model after this many seconds (they show as not run)")
     p.add_argument("--name", help="run name (the JSON file's stem; default DEVICE_BACKEND)")
     p.add_argument("--out", default=str(RUNS), help="folder for the run's JSON")
     p.add_argument("--render", action="store_true", help="only rewrite docs/bench_models.md from the JSON files")
@@ -168,13 +174,20 @@ def main() -> None:
     from torchvendor.sdk.conformance.models.suite import run_suite
 
     models = args.models.split(",") if args.models else names(args.tier)
+    if args.interleave:  # round-robin over families: a run cut short by --deadline still spans them
+        from torchvendor.sdk.conformance.models.catalog import SPECS
+
+        by_family: dict[str, list[str]] = {}
+        for m in models:
+            by_family.setdefault(SPECS[m].family, []).append(m)
+        models = [m for group in itertools.zip_longest(*by_family.values()) for m in group if m]
     baselines = [] if args.baseline == "none" else [BASELINES[b] for b in args.baseline.split(",")]
     backends = [*baselines, args.backend]  # ours last: a crash then costs no baseline its result
     started = time.time()
     rows = run_suite(models, backends, device=args.device, parts=args.parts.split(","),
                      baseline_parts=args.baseline_parts.split(","), budget=args.budget, jobs=args.jobs,
                      threads=args.threads, runtime=args.runtime, timeout=args.timeout, progress=True,
-                     shared_cache=args.shared_cache, workdir=args.workdir)
+                     shared_cache=args.shared_cache, workdir=args.workdir, deadline=args.deadline)
     run = {"backend": args.backend, "backends": [args.backend, *baselines], "device": args.device,
            "machine": f"{platform.node()} {os.cpu_count()} cores" + (f", {torch.cuda.get_device_name()}"
                                                                       if torch.cuda.is_available() else ""),

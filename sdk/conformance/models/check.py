@@ -252,8 +252,10 @@ class _Session:
         return self.result
 
 
-def _min_ms(fns: Sequence[Callable[[], Any]], budget: float, min_reps: int = 5, max_reps: int = 100) -> list[float]:
-    """Min wall time (ms) of each function, run interleaved (a burst of load hits all alike)."""
+def _min_ms(fns: Sequence[Callable[[], Any]], budget: float, sync: Callable[[], Any] = lambda: None,
+            min_reps: int = 5, max_reps: int = 100) -> list[float]:
+    """Min wall time (ms) of each function, run interleaved (a burst of load hits all alike);
+    ``sync`` waits for the device."""
     for fn in fns:
         fn(), fn()
     best = [float("inf")] * len(fns)
@@ -263,8 +265,7 @@ def _min_ms(fns: Sequence[Callable[[], Any]], budget: float, min_reps: int = 5, 
         for i, fn in enumerate(fns):
             start = time.perf_counter()
             fn()
-            if fns and hasattr(torch, "cuda") and torch.cuda.is_available():
-                torch.cuda.synchronize()
+            sync()
             took = time.perf_counter() - start
             best[i], spent[i] = min(best[i], took), spent[i] + took
         reps += 1
@@ -281,7 +282,9 @@ def _timing(ref: _Reference, sessions: dict[str, _Session], budget: float) -> di
             with torch.no_grad():
                 return f(**inputs)
         return run
-    ms = _min_ms([call(f) for f in runners.values()], budget)
+    module = getattr(torch, torch.device(ref.device).type, None)
+    sync = getattr(module, "synchronize", None) if ref.device != "cpu" else None
+    ms = _min_ms([call(f) for f in runners.values()], budget, sync or (lambda: None))
     return dict(zip(runners, ms))
 
 

@@ -78,11 +78,13 @@ def run_suite(models: Sequence[str], backends: Sequence[str], *, device: str = "
               parts: Sequence[str] = ("inference", "dynamic", "training"), baseline_parts: Sequence[str] | None = None,
               timing: bool = True, warm: bool = True, budget: float = 1.0, jobs: int = 1, timeout: float = 900.0,
               threads: int | None = None, runtime: str | None = None, workdir: str | None = None,
-              shared_cache: bool = False, progress: bool = False) -> list[dict[str, Any]]:
+              shared_cache: bool = False, deadline: float | None = None,
+              progress: bool = False) -> list[dict[str, Any]]:
     """Check ``models`` on ``backends``, a child process per model, ``jobs`` at a time; the
     records in model order (see :func:`.check.check_model`; a dead child gives ``crash``).
     Every model starts with empty compile caches, or with ``shared_cache`` one pair of caches
-    serves the whole run (kernels that models share are then built once)."""
+    serves the whole run (kernels that models share are then built once). No model starts
+    after ``deadline`` seconds: those are recorded as ``not run`` (a run that must fit a budget)."""
     from .catalog import SPECS
 
     unknown = [m for m in models if m not in SPECS]
@@ -92,7 +94,12 @@ def run_suite(models: Sequence[str], backends: Sequence[str], *, device: str = "
     args = {"device": device, "parts": parts, "baseline_parts": baseline_parts, "timing": timing, "warm": warm,
             "budget": budget, "runtime": runtime}
     pending, running, records = list(models), {}, {}
+    start = time.perf_counter()
     while pending or running:
+        if deadline is not None and time.perf_counter() - start > deadline:
+            for model in pending:
+                records[model] = {"model": model, "backends": {}, "ms": {}, "not_run": "the run's time budget was spent"}
+            pending = []
         while pending and len(running) < max(1, jobs):
             model = pending.pop(0)
             caches = root / ("shared" if shared_cache else model)
