@@ -65,12 +65,14 @@ def _assemble(model: str, events: Path, returncode: int | None, stderr: str, sec
             b["parts"][e["part"]] = e["result"]
     why = "timeout" if returncode is None else f"exit status {returncode}"
     tail = stderr.strip().splitlines()[-6:]
-    crashed = current[0] if current else "(before any step)"
-    record["crash"] = {"backend": crashed, "step": current[1] if current else "", "why": why, "stderr": tail}
+    crashed = current[0] if current else "(before any step)"  # "all": the timing of every backend
+    record["crash"] = {"backend": crashed, "step": current[1] if current else "", "why": why,
+                       "stderr": tail}
+    dead = "timed out" if returncode is None else "crashed"
     for name, b in record["backends"].items():
-        b["status"] = "crashed" if name == crashed else "not finished"
+        b["status"] = dead if name == crashed else "not finished"
     if crashed not in record["backends"]:
-        record["backends"][crashed] = {"parts": {}, "compile_s": {}, "status": "crashed"}
+        record["backends"][crashed] = {"parts": {}, "compile_s": {}, "status": dead}
     return record
 
 
