@@ -220,10 +220,7 @@ class _Session:
         """Compile again after a Dynamo reset (the disk caches kept): the first call's time."""
         if self.backend == "eager":
             return
-        from torchvendor.sdk import reports
-
         compat.dynamo_reset()
-        before = {id(r) for r in reports()}
         self.model.eval()
         self.compiled = self._compile()
         started = time.perf_counter()
@@ -233,7 +230,6 @@ class _Session:
             self.result["compile_s"]["warm"] = time.perf_counter() - started
         except Exception as e:  # noqa: BLE001
             self.result["compile_s"]["warm_raised"] = f"{type(e).__name__}: {e}"[:500]
-        del before
 
     def finish(self) -> dict[str, Any]:
         parts = self.result["parts"].values()
