@@ -51,6 +51,8 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
     covered = [r["backends"].get(ours, {}).get("coverage") or {} for r in rows]
     total = sum(c.get("compute_ops", 0) for c in covered)
     out["coverage"] = sum(c.get("vendor_ops", 0) for c in covered) / total if total else None
+    shares = [c["coverage"] for c in covered if c.get("coverage") is not None]
+    out["coverage_lowest"] = min(shares) if shares else None
     fine = ("correct", "fell back")
     for b in run["backends"]:
         pairs = [r["ms"]["eager"] / r["ms"][b] for r in rows if b in r.get("ms", {}) and "eager" in r["ms"]
@@ -119,7 +121,9 @@ def render(runs: list[dict[str, Any]]) -> str:
                 f"{run['seconds']:.0f} s.", "",
                 f"- models: {s['models']} ({s['eager_failed']} where eager itself fails, {s['not_run']} not run)"]
         out += [f"- {b}: " + ", ".join(f"{n} {k}" for k, n in s[b].items()) for b in run["backends"]]
-        out += [f"- vendor coverage, all models: {_fmt(s['coverage'], '.2%')}",
+        out += [f"- vendor coverage, all models: {_fmt(s['coverage'], '.2%')} (lowest model: "
+                f"{_fmt(s['coverage_lowest'], '.1%')})"] + ([f"- note: {run['note']}"] if run.get("note") else [])
+        out += [
                 "- geomean speedup over eager: " + ", ".join(f"{b} {_fmt(s['geomean'].get(b), '.2f', '×')}"
                                                               for b in run["backends"])]
         if others:
@@ -133,6 +137,32 @@ def render(runs: list[dict[str, Any]]) -> str:
         problems = _problems(run)
         out += ["", "### What did not run right", ""] + (problems or ["- nothing"]) + [""]
     return "\n".join(out) + "\n"
+
+
+def from_conformance(report_dir: str, machine: str, load: str) -> dict[str, Any]:
+    """A run record from a conformance report's ``models`` cases (``torchvendor conformance
+    --only 'models/*'``): one backend, no baseline, the inference part."""
+    doc = json.loads((Path(report_dir) / "report.json").read_text())
+    status = {"pass": "correct", "fallback": "fell back", "fail": "error"}
+    rows = []
+    for c in doc["cases"]:
+        if c["area"] != "models":
+            continue
+        m, name = c.get("metrics", {}), c["id"].split("/")[1]
+        if c["status"] == "skip":
+            rows.append({"model": name, "family": c["tags"].get("family", ""), "eager_error": c["reason"], "ms": {},
+                         "backends": {}})
+            continue
+        res = {"status": status.get(c["status"], c["status"]), "parts": {}, "compile_s": {"inference": m.get("compile_s")},
+               "coverage": {"coverage": m.get("coverage"), "outside": c.get("fallback", {}),
+                            "fallback_reasons": [c["reason"]] if c["status"] == "fallback" else []}}
+        ms = {"eager": m["eager_ms"], doc["target"]["backend"]: m["compiled_ms"]} if "eager_ms" in m else {}
+        rows.append({"model": name, "family": c["tags"].get("family", ""), "backends": {doc["target"]["backend"]: res},
+                     "ms": ms})
+    return {"backend": doc["target"]["backend"], "backends": [doc["target"]["backend"]], "device": doc["target"]["device"],
+            "machine": machine, "torch": doc.get("torch", ""), "when": doc.get("created", ""),
+            "threads": "default", "load": load, "caches": "shared by the run", "parts": ["inference"],
+            "baseline_parts": ["none (conformance run)"], "seconds": doc.get("seconds", 0.0), "rows": rows}
 
 
 def _write_markdown() -> Path:
@@ -164,8 +194,16 @@ def main() -> None:
     p.add_argument("--name", help="run name (the JSON file's stem; default DEVICE_BACKEND)")
     p.add_argument("--out", default=str(RUNS), help="folder for the run's JSON")
     p.add_argument("--render", action="store_true", help="only rewrite docs/bench_models.md from the JSON files")
+    p.add_argument("--note", help="a sentence about the run's conditions, shown with it")
+    p.add_argument("--from-conformance", metavar="REPORT_DIR",
+                   help="turn a conformance report's models cases into a run JSON (--name), then render")
     args = p.parse_args()
-    if args.render:
+    if args.from_conformance:
+        run = from_conformance(args.from_conformance, f"{platform.node()} {os.cpu_count()} cores",
+                               " ".join(f"{x:.1f}" for x in os.getloadavg()))
+        run["note"] = args.note or ""
+        (Path(args.out) / f"{args.name or 'conformance'}.json").write_text(json.dumps(run, indent=1, default=str))
+    if args.render or args.from_conformance:
         print(_write_markdown())
         return
     import torch
@@ -195,7 +233,7 @@ def main() -> None:
            "threads": args.threads or "default", "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
            "caches": "shared by the run" if args.shared_cache else "empty for every model",
            "parts": args.parts.split(","), "baseline_parts": args.baseline_parts.split(","),
-           "seconds": time.time() - started, "rows": rows}
+           "seconds": time.time() - started, "note": args.note or "", "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name or args.device + '_' + args.backend}.json").write_text(json.dumps(run, indent=1, default=str))
