@@ -18,6 +18,8 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -28,12 +30,14 @@ from torchvendor.sdk import Backend, Level, LoopKernel
 
 from . import codegen
 from .codegen import generate
-from .toolchain import DeviceKernel, HostKernel, build, toolchain_id
+from .toolchain import DeviceKernel, HostKernel, ToolchainError, build, toolchain_id
 
 __all__ = ["CpuBackend"]
 
 #: a digest of the code generator's source: a change to it makes new cache keys
 _GENERATOR = hashlib.sha256(b"".join(p.read_bytes() for p in codegen.generator_sources())).hexdigest()
+#: the compiler runs of one partition's kernels go in parallel (a transformer block has dozens)
+_BUILDS = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="torchvendor_cpu_build")
 
 
 class CpuBackend(Backend):
@@ -63,7 +67,33 @@ class CpuBackend(Backend):
         # Keyed by the kernel itself and the code generator's own source, not by the generated
         # C++: a warm compile then skips code generation as well as the compiler.
         key = "\n".join((toolchain_id(), _GENERATOR, repr((kernel.kernel, kernel.buffers, kernel.size_vars))))
-        library = self.cache.get_or_build(key, lambda path: build(generate(kernel), path), ".so")
         if kernel.device == "cpu":
-            return HostKernel(library, kernel.name, len(kernel.buffers))
-        return DeviceKernel(library, kernel.name, len(kernel.buffers), kernel.device)
+            compiled: HostKernel | DeviceKernel = HostKernel(None, kernel.name, len(kernel.buffers))
+        else:
+            compiled = DeviceKernel(None, kernel.name, len(kernel.buffers), kernel.device)
+        if self.cache.lookup(key, ".so") is not None:
+            compiled.load(self.cache.get_or_build(key, build, ".so"))  # a hit: nothing is built
+            return compiled
+        source = generate(kernel)  # here, so that an untranslatable op is named with its kernel
+        self._building.append((_BUILDS.submit(self.cache.get_or_build, key, lambda path: build(source, path), ".so"),
+                               compiled))
+        return compiled
+
+    def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
+        # Every kernel of the partition was handed out while its library was being built: wait
+        # for them here, inside the compile, so a compiler error makes the partition fall back.
+        building, self._building = self._building, []
+        for future, compiled in building:
+            try:
+                compiled.load(future.result())
+            except Exception as e:
+                raise ToolchainError(f"kernel {compiled.name}: {type(e).__name__}: {e}") from e
+        return runner
+
+    @property
+    def _building(self) -> list[tuple[Future, HostKernel | DeviceKernel]]:
+        return self.__dict__.setdefault("_pending_builds", [])
+
+    @_building.setter
+    def _building(self, value: list[tuple[Future, HostKernel | DeviceKernel]]) -> None:
+        self.__dict__["_pending_builds"] = value

@@ -110,15 +110,20 @@ def _pack(tensors: Sequence[torch.Tensor], sizes: Sequence[int]) -> bytes:
 
 
 class HostKernel:
-    """An exported kernel of a shared library, called on the host: ``kernel(*tensors, *sizes)``."""
+    """An exported kernel of a shared library, called on the host: ``kernel(*tensors, *sizes)``.
+    With ``library=None`` the library is still being built: :meth:`load` it before the first call."""
 
-    def __init__(self, library: str, name: str, n_buffers: int) -> None:
+    def __init__(self, library: str | None, name: str, n_buffers: int) -> None:
+        self.name, self.n = name, n_buffers
+        if library is not None:
+            self.load(library)
+
+    def load(self, library: str) -> None:
         self.lib = ctypes.CDLL(library)
-        self.fn = getattr(self.lib, name)
+        self.fn = getattr(self.lib, self.name)
         self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         self.fn.restype = ctypes.c_int32
-        self.name, self.n = name, n_buffers
-        self.error = getattr(self.lib, f"{name}_error", None)  # generated where the kernel checks bounds
+        self.error = getattr(self.lib, f"{self.name}_error", None)  # generated where the kernel checks bounds
         if self.error is not None:
             self.error.argtypes, self.error.restype = [ctypes.POINTER(ctypes.c_int64)], ctypes.c_char_p
 
@@ -144,11 +149,14 @@ class DeviceKernel:
     """The same kernel loaded through a torchvendor device's runtime table (one module per device
     index) and launched on the current stream of the tensors' device."""
 
-    def __init__(self, library: str, name: str, n_buffers: int, device_type: str) -> None:
+    def __init__(self, library: str | None, name: str, n_buffers: int, device_type: str) -> None:
         self.library, self.name, self.n = library, name, n_buffers
         self.module = getattr(torch, device_type)
         self.functions: dict[int, int] = {}
         self.offsets = tuple(8 * k for k in range(n_buffers))
+
+    def load(self, library: str) -> None:
+        self.library = library
 
     def __call__(self, *args: Any) -> None:
         index = args[0].device.index or 0

@@ -2,8 +2,9 @@
 
 Features: graph breaks, guards and recompiles, dynamic shapes, input mutation, aliasing outputs,
 ``no_grad`` and ``inference_mode``, autocast, backward, one backend object per option set, and
-the backend's artifact cache. Models: the zoo (``torchvendor.sdk.conformance.zoo``), inference and a
-training step against eager, with speedup and compile time as metrics.
+the backend's artifact cache. Models: the model suite (``torchvendor.sdk.conformance.models``),
+inference, a second shape and a training step against float64 truth, with speedup, compile time
+and vendor coverage as metrics.
 
     >>> from torchvendor.sdk.conformance.core import Target
     >>> [c.id for c in feature_cases(Target(), "minimal")]
@@ -11,11 +12,8 @@ training step against eager, with speedup and compile time as metrics.
 """
 from __future__ import annotations
 
-import copy
 import itertools
-import time
 import types
-import warnings
 from typing import Any, Callable
 
 import torch
@@ -195,66 +193,9 @@ def feature_cases(target: Target, profile: str) -> list[Case]:
     return [Case(f"compile/{name}", "compile", fn, cost=3.0) for name, fn in _FEATURES.items()]
 
 
-def _timed(fn: Callable[[], Any], repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def _model_case(name: str, train: bool) -> Callable[[Target], Any]:
-    def run(t: Target) -> Any:
-        from torchvendor.sdk import last_report
-        from torchvendor.sdk.conformance import zoo
-
-        compat.dynamo_reset()
-        model, inputs = zoo.build(name)
-        model = model.to(t.device)
-        inputs = tuple(x.to(t.device) if isinstance(x, torch.Tensor) else x for x in inputs)
-        ref = copy.deepcopy(model)
-        compiled = _compile(t, model)
-        model.eval(), ref.eval()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with torch.no_grad():
-                start = time.perf_counter()
-                out = compiled(*inputs)
-                compile_s = time.perf_counter() - start
-                for a, b in zip(zoo.leaves(out), zoo.leaves(ref(*inputs))):
-                    torch.testing.assert_close(a.cpu(), b.cpu(), rtol=1e-4, atol=1e-4)
-                eager_s = _timed(lambda: ref(*inputs))
-                compiled_s = _timed(lambda: compiled(*inputs))
-            metrics = {"compile_s": compile_s, "eager_ms": eager_s * 1e3, "compiled_ms": compiled_s * 1e3,
-                       "speedup": eager_s / compiled_s if compiled_s else 0.0}
-            if train:
-                model.train(), ref.train()
-                zoo.loss(compiled(*inputs)).backward()
-                zoo.loss(ref(*inputs)).backward()
-                for (pn, p), q in zip(model.named_parameters(), ref.parameters()):
-                    if q.grad is None:
-                        continue
-                    err = (p.grad.cpu() - q.grad.cpu()).norm() / q.grad.cpu().norm().clamp_min(1.0)
-                    assert err < 1e-3, f"{pn}: gradient relative error {err:.2e}"
-        report = last_report()
-        fallback = report.unsupported() if report is not None else {}
-        return {"metrics": metrics, "fallback": fallback, "reason": "some ops did not run in the backend"}
-    return run
-
-
 def model_cases(target: Target, profile: str) -> list[Case]:
-    """Zoo models: inference (and a training step in the training profiles)."""
-    from torchvendor.sdk.conformance import zoo
+    """The model suite (``torchvendor.sdk.conformance.models``): inference of every model in
+    ``inference``, the fast tier's second shape and training step in ``training``, all of it in ``full``."""
+    from .models.cases import model_cases as suite_cases
 
-    if not target.backend or profile == "device":
-        return []
-    names = ["mlp"] if profile == "minimal" else zoo.names("fast") if profile != "full" else zoo.names()
-    out = []
-    for name in names:
-        out.append(Case(f"models/{name}/inference", "models", _model_case(name, False), {"model": name}, timeout=600,
-                        cost=20.0))
-        if profile in ("training", "full"):
-            out.append(Case(f"models/{name}/training", "models", _model_case(name, True), {"model": name}, cost=30.0,
-                            timeout=600))
-    return out
+    return suite_cases(target, profile)

@@ -1,0 +1,246 @@
+"""The model suite (``torchvendor.sdk.conformance.models``) as a benchmark: a torchvendor backend
+beside eager and Inductor, a process per model; writes ``docs/bench_models/<run>.json`` and
+regenerates ``docs/bench_models.md`` from every run there.
+
+    .venv/bin/python bench/bench_models.py --backend torchvendor_cpu --device cpu            # whole suite
+    .venv/bin/python bench/bench_models.py --backend torchvendor_cpu --device cpu --tier fast  # a few minutes
+    python bench/bench_models.py --backend torchvendor_cuda --device cuda --baseline inductor,cudagraphs
+    python bench/bench_models.py --backend torchvendor_cuda --device gpu --runtime cuda --baseline none
+
+Per model and backend: correct / fell back / wrong / error / crashed (the process died: the step
+is named); vendor coverage (compute ops that ran in the vendor's compiled code, from the compile
+reports); inference time beside eager's and Inductor's (interleaved, min of N, ``no_grad``);
+compile time cold (fresh caches for every model) and warm (after a Dynamo reset, disk caches
+kept). ``--render`` rewrites the Markdown from the JSON files without running anything.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "docs" / "bench_models"
+BASELINES = {"inductor": "inductor", "cudagraphs": "inductor_cudagraphs"}
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _fmt(v: Any, spec: str = ".2f", unit: str = "") -> str:
+    return "—" if v is None else f"{v:{spec}}{unit}"
+
+
+def summarize(run: dict[str, Any]) -> dict[str, Any]:
+    """Counts per status, total coverage and geomean speedups of one run."""
+    rows, ours = run["rows"], run["backend"]
+    out: dict[str, Any] = {"models": len(rows), "eager_failed": sum("eager_error" in r for r in rows),
+                           "not_run": sum("not_run" in r for r in rows)}
+    for b in run["backends"]:
+        statuses = [r["backends"].get(b, {}).get("status") for r in rows if "eager_error" not in r]
+        out[b] = {s: statuses.count(s) for s in sorted(set(statuses), key=str) if s}
+    covered = [r["backends"].get(ours, {}).get("coverage") or {} for r in rows]
+    total = sum(c.get("compute_ops", 0) for c in covered)
+    out["coverage"] = sum(c.get("vendor_ops", 0) for c in covered) / total if total else None
+    shares = [c["coverage"] for c in covered if c.get("coverage") is not None]
+    out["coverage_lowest"] = min(shares) if shares else None
+    fine = ("correct", "fell back")
+    for b in run["backends"]:
+        pairs = [r["ms"]["eager"] / r["ms"][b] for r in rows if b in r.get("ms", {}) and "eager" in r["ms"]
+                 and r["backends"].get(b, {}).get("status") in fine]
+        out.setdefault("geomean", {})[b] = _geomean(pairs)
+    base = [b for b in run["backends"] if b != ours]
+    if base:
+        both = [r for r in rows if all(k in r.get("ms", {}) for k in (ours, base[0]))]
+        out["geomean_vs_" + base[0]] = _geomean([r["ms"][base[0]] / r["ms"][ours] for r in both])
+    return out
+
+
+def _row(r: dict[str, Any], run: dict[str, Any]) -> str:
+    ours, others = run["backend"], [b for b in run["backends"] if b != run["backend"]]
+    ms, mine = r.get("ms", {}), r["backends"].get(ours, {})
+    if "not_run" in r:
+        return f"| {r['model']} | {r.get('family', '')} | not run: {r['not_run']} |" + " |" * 9
+    if "eager_error" in r:
+        return f"| {r['model']} | {r.get('family', '')} | eager fails: {r['eager_error'][:80]} |" + " |" * 9
+    cov = (mine.get("coverage") or {}).get("coverage")
+    speed = [ms["eager"] / ms[b] if b in ms and "eager" in ms else None for b in [ours, *others]]
+    vs = ms[others[0]] / ms[ours] if others and ours in ms and others[0] in ms else None
+    cold = [r["backends"].get(b, {}).get("compile_s", {}).get("inference") for b in [ours, *others[:1]]]
+    warm = [r["backends"].get(b, {}).get("compile_s", {}).get("warm") for b in [ours, *others[:1]]]
+    status = " / ".join(r["backends"].get(b, {}).get("status", "—") for b in [ours, *others])
+    return (f"| {r['model']} | {r.get('family', '')} | {status} | {_fmt(cov, '.1%')} | {_fmt(ms.get('eager'), '.2f')} | "
+            + " | ".join(_fmt(s, ".2f", "×") for s in speed) + f" | {_fmt(vs, '.2f', '×')} | "
+            + " / ".join(_fmt(c, ".1f") for c in cold) + " | " + " / ".join(_fmt(w, ".1f") for w in warm) + " |")
+
+
+def _problems(run: dict[str, Any]) -> list[str]:
+    lines = []
+    for r in run["rows"]:
+        for b, res in r["backends"].items():
+            for part, p in res.get("parts", {}).items():
+                if p.get("raised") or not p.get("ok", True):
+                    lines.append(f"- **{r['model']}**, {b}, {part}: " + (p.get("raised") or
+                                 f"error {p.get('error'):.2e} vs eager's {p.get('eager_error'):.2e}")[:300])
+            for why in (res.get("coverage") or {}).get("fallback_reasons", [])[:3]:
+                lines.append(f"- **{r['model']}**, {b}, partition fell back: {why[:300]}")
+            outside = (res.get("coverage") or {}).get("outside") or {}
+            if outside and not (res.get("coverage") or {}).get("fallback_reasons"):
+                lines.append(f"- **{r['model']}**, {b}, ran outside the vendor's code: "
+                             + ", ".join(f"{k} x{v}" for k, v in sorted(outside.items())[:8]))
+        if "crash" in r:
+            c = r["crash"]
+            lines.append(f"- **{r['model']}**: the process died ({c['why']}) in {c['backend']} / {c['step']}: "
+                         + " ".join(c["stderr"])[-300:])
+    return lines
+
+
+def render(runs: list[dict[str, Any]]) -> str:
+    """The Markdown page for every run."""
+    out = ["# Model suite benchmark", "", "Written by `bench/bench_models.py` from `docs/bench_models/*.json`. "
+           "Each model runs in its own process: inference, a second input shape (a Dynamo recompile with "
+           "dynamic shapes) and one SGD step against float64 truth (a backend is right when its relative RMS "
+           "error is at most 3x eager's + 1e-5). Coverage: compute ops (views left out) that ran in the vendor's "
+           "compiled code. Times: min of interleaved runs under `no_grad`, batch 2; cold compile with empty "
+           "caches per model, warm after a Dynamo reset with the disk caches kept.", ""]
+    for run in runs:
+        s = summarize(run)
+        ours, others = run["backend"], [b for b in run["backends"] if b != run["backend"]]
+        out += [f"## {ours} on `{run['device']}` ({run['machine']})", "",
+                f"torch {run['torch']}, {run['when']}, {run['threads']} thread(s), load average at start "
+                f"{run['load']}; compile caches {run.get('caches', 'empty for every model')}; parts: {', '.join(run['parts'])} (baselines: {', '.join(run['baseline_parts'])}); "
+                f"{run['seconds']:.0f} s.", "",
+                f"- models: {s['models']} ({s['eager_failed']} where eager itself fails, {s['not_run']} not run)"]
+        out += [f"- {b}: " + ", ".join(f"{n} {k}" for k, n in s[b].items()) for b in run["backends"]]
+        out += [f"- vendor coverage, all models: {_fmt(s['coverage'], '.2%')} (lowest model: "
+                f"{_fmt(s['coverage_lowest'], '.1%')})"] + ([f"- note: {run['note']}"] if run.get("note") else [])
+        out += [
+                "- geomean speedup over eager: " + ", ".join(f"{b} {_fmt(s['geomean'].get(b), '.2f', '×')}"
+                                                              for b in run["backends"])]
+        if others:
+            out.append(f"- {ours} / {others[0]} (geomean of time ratios): "
+                       f"{_fmt(s.get('geomean_vs_' + others[0]), '.2f', '×')}")
+        heads = " | ".join(f"{b} × eager" for b in [ours, *others])
+        out += ["", f"| model | family | status ({' / '.join([ours, *others])}) | coverage | eager ms | {heads} | "
+                f"× {others[0] if others else '—'} | cold s | warm s |",
+                "|---|---|---|---|---|" + "---|" * (len(others) + 1) + "---|---|---|"]
+        out += [_row(r, run) for r in run["rows"]]
+        problems = _problems(run)
+        out += ["", "### What did not run right", ""] + (problems or ["- nothing"]) + [""]
+    return "\n".join(out) + "\n"
+
+
+def from_conformance(report_dir: str, machine: str, load: str) -> dict[str, Any]:
+    """A run record from a conformance report's ``models`` cases (``torchvendor conformance
+    --only 'models/*'``): one backend, no baseline, the inference part."""
+    doc = json.loads((Path(report_dir) / "report.json").read_text())
+    status = {"pass": "correct", "fallback": "fell back", "fail": "error"}
+    rows = []
+    for c in doc["cases"]:
+        if c["area"] != "models":
+            continue
+        m, name = c.get("metrics", {}), c["id"].split("/")[1]
+        if c["status"] == "skip":
+            rows.append({"model": name, "family": c["tags"].get("family", ""), "eager_error": c["reason"], "ms": {},
+                         "backends": {}})
+            continue
+        res = {"status": status.get(c["status"], c["status"]), "parts": {}, "compile_s": {"inference": m.get("compile_s")},
+               "coverage": {"coverage": m.get("coverage"), "outside": c.get("fallback", {}),
+                            "fallback_reasons": [c["reason"]] if c["status"] == "fallback" else []}}
+        ms = {"eager": m["eager_ms"], doc["target"]["backend"]: m["compiled_ms"]} if "eager_ms" in m else {}
+        rows.append({"model": name, "family": c["tags"].get("family", ""), "backends": {doc["target"]["backend"]: res},
+                     "ms": ms})
+    return {"backend": doc["target"]["backend"], "backends": [doc["target"]["backend"]], "device": doc["target"]["device"],
+            "machine": machine, "torch": doc.get("torch", ""), "when": doc.get("created", ""),
+            "threads": "default", "load": load, "caches": "shared by the run", "parts": ["inference"],
+            "baseline_parts": ["none (conformance run)"], "seconds": doc.get("seconds", 0.0), "rows": rows}
+
+
+def _write_markdown() -> Path:
+    runs = [json.loads(p.read_text()) for p in sorted(RUNS.glob("*.json"))]
+    path = ROOT / "docs" / "bench_models.md"
+    path.write_text(render(runs))
+    return path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="torchvendor_cpu")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--runtime", help="runtime library for a PrivateUse1 device ('cuda': the reference CUDA table)")
+    p.add_argument("--baseline", default="inductor", help="comma list of inductor, cudagraphs, or 'none'")
+    p.add_argument("--tier", default="full", choices=("fast", "full"))
+    p.add_argument("--models", help="comma list of model names (default: the tier)")
+    p.add_argument("--parts", default="inference,dynamic,training")
+    p.add_argument("--baseline-parts", default="inference,dynamic,training")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every child (default: torch's)")
+    p.add_argument("--budget", type=float, default=1.0, help="seconds of timing per backend and model")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
+    p.add_argument("--shared-cache", action="store_true",
+                   help="one pair of compile caches for the whole run (cold = first compile in the run)")
+    p.add_argument("--workdir", help="folder of the children's events and caches (default: a fresh temp folder)")
+    p.add_argument("--interleave", action="store_true", help="order the models round-robin over families")
+    p.add_argument("--deadline", type=float, help="start no model after this many seconds (they show as not run)")
+    p.add_argument("--name", help="run name (the JSON file's stem; default DEVICE_BACKEND)")
+    p.add_argument("--out", default=str(RUNS), help="folder for the run's JSON")
+    p.add_argument("--render", action="store_true", help="only rewrite docs/bench_models.md from the JSON files")
+    p.add_argument("--note", help="a sentence about the run's conditions, shown with it")
+    p.add_argument("--from-conformance", metavar="REPORT_DIR",
+                   help="turn a conformance report's models cases into a run JSON (--name), then render")
+    args = p.parse_args()
+    if args.from_conformance:
+        run = from_conformance(args.from_conformance, f"{platform.node()} {os.cpu_count()} cores",
+                               " ".join(f"{x:.1f}" for x in os.getloadavg()))
+        run["note"] = args.note or ""
+        (Path(args.out) / f"{args.name or 'conformance'}.json").write_text(json.dumps(run, indent=1, default=str))
+    if args.render or args.from_conformance:
+        print(_write_markdown())
+        return
+    import torch
+
+    from torchvendor.sdk.conformance.models.catalog import names
+    from torchvendor.sdk.conformance.models.suite import run_suite
+
+    models = args.models.split(",") if args.models else names(args.tier)
+    if args.interleave:  # round-robin over families: a run cut short by --deadline still spans them
+        from torchvendor.sdk.conformance.models.catalog import SPECS
+
+        by_family: dict[str, list[str]] = {}
+        for m in models:
+            by_family.setdefault(SPECS[m].family, []).append(m)
+        models = [m for group in itertools.zip_longest(*by_family.values()) for m in group if m]
+    baselines = [] if args.baseline == "none" else [BASELINES[b] for b in args.baseline.split(",")]
+    backends = [*baselines, args.backend]  # ours last: a crash then costs no baseline its result
+    started = time.time()
+    rows = run_suite(models, backends, device=args.device, parts=args.parts.split(","),
+                     baseline_parts=args.baseline_parts.split(","), budget=args.budget, jobs=args.jobs,
+                     threads=args.threads, runtime=args.runtime, timeout=args.timeout, progress=True,
+                     shared_cache=args.shared_cache, workdir=args.workdir, deadline=args.deadline)
+    run = {"backend": args.backend, "backends": [args.backend, *baselines], "device": args.device,
+           "machine": f"{platform.node()} {os.cpu_count()} cores" + (f", {torch.cuda.get_device_name()}"
+                                                                      if torch.cuda.is_available() else ""),
+           "torch": torch.__version__, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+           "threads": args.threads or "default", "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+           "caches": "shared by the run" if args.shared_cache else "empty for every model",
+           "parts": args.parts.split(","), "baseline_parts": args.baseline_parts.split(","),
+           "seconds": time.time() - started, "note": args.note or "", "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name or args.device + '_' + args.backend}.json").write_text(json.dumps(run, indent=1, default=str))
+    if out.resolve() == RUNS.resolve():
+        print(_write_markdown())
+    print(json.dumps(summarize(run), indent=1, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

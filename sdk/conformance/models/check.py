@@ -1,0 +1,336 @@
+"""One model of the suite against compile backends, in this process: inference, a second input
+shape (Dynamo recompiles with dynamic shapes) and one SGD training step, each compared with a
+float64 truth; eager's own distance to the truth is the yardstick (as in the Dynamo benchmark
+harness: a backend is right when its error is at most ``3 x eager's + 1e-5``, relative RMS).
+Per backend it also measures vendor coverage (from the compile reports), run time beside
+eager's (interleaved, min of N), and compile time cold (first call) and warm (after a Dynamo
+reset, disk caches kept).
+
+Progress goes to an event sink one JSON object at a time, ``begin`` before each step and the
+result after it, so a driver that sees the process die knows which backend and step killed it
+(:mod:`.suite`).
+
+    >>> events = []
+    >>> result = check_model("moe_topk", ["eager"], parts=("inference",), timing=False, sink=events.append)
+    >>> result["backends"]["eager"]["status"], events[0]["begin"]
+    ('correct', ['eager', 'inference'])
+"""
+from __future__ import annotations
+
+import copy
+import time
+import warnings
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from torchvendor.ir import compat
+
+from ..zoo import leaves, loss
+from .catalog import SPECS
+
+__all__ = ["check_model", "relative_error", "coverage", "PARTS", "MULTIPLIER", "TOLERANCE"]
+
+PARTS = ("inference", "dynamic", "training")
+MULTIPLIER, TOLERANCE = 3.0, 1e-5
+LEARNING_RATE = 0.05
+#: ops that move no data: left out of vendor coverage (views, tuple access, size queries)
+_NO_COMPUTE = {"getitem", "view", "_unsafe_view", "reshape", "expand", "permute", "t", "transpose", "unsqueeze",
+               "squeeze", "alias", "detach", "slice", "select", "as_strided", "split", "split_with_sizes", "unbind",
+               "sym_size", "sym_numel", "sym_stride", "sym_storage_offset", "_assert_scalar", "sym_constrain_range",
+               "_assert_tensor_metadata", "lift_fresh_copy", "view_as_real", "view_as_complex", "unfold"}
+
+
+def relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
+    """RMS distance to the float64 truth over the truth's RMS (0 when both are zero).
+
+    >>> relative_error(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0], dtype=torch.float64))
+    0.0
+    """
+    t = truth.detach().double().cpu()
+    d = value.detach().double().cpu() - t
+    finite = torch.isfinite(t)
+    if not bool(finite.all()):  # a NaN or Inf in the truth must appear where the truth has it
+        if not torch.equal(torch.isfinite(value.detach().cpu()), finite):
+            return float("inf")
+        t, d = t[finite], d[finite]
+    scale = float(t.norm())
+    err = float(d.norm())
+    return err / scale if scale else err
+
+
+def _compare(got: Sequence[Any], eager: Sequence[Any], truth: Sequence[Any]) -> tuple[bool, float, float]:
+    """Whether ``got`` is as close to the truth as eager is: (ok, worst error, eager's there)."""
+    got, eager, truth = ([t for t in leaves(x) if t.is_floating_point()] for x in (got, eager, truth))
+    if len(got) != len(truth):
+        return False, float("inf"), 0.0
+    ok, worst, base = True, 0.0, 0.0
+    for g, e, t in zip(got, eager, truth):
+        if g.shape != t.shape:
+            return False, float("inf"), 0.0
+        eg, ee = relative_error(g, t), relative_error(e, t)
+        if eg > MULTIPLIER * ee + TOLERANCE:
+            ok = False
+        if eg >= worst:
+            worst, base = eg, ee
+    return ok, worst, base
+
+
+def _op_name(key: str) -> str:
+    parts = key.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] in ("aten", "prims") else parts[-1]
+
+
+def coverage(reports: Iterable[Any]) -> dict[str, Any]:
+    """Vendor coverage of torchvendor compile reports: compute ops (views and tuple access left
+    out) that ran in compiled partitions, minus those that ran through the device's CPU fallback,
+    over all compute ops of the graphs; with the ops that did not, and why partitions fell back."""
+    total = vendor = 0
+    outside: dict[str, int] = {}
+    reasons: list[str] = []
+    for report in reports:
+        for graph in report.graphs:
+            for p in graph.partitions:
+                n = sum(c for op, c in p.ops.items() if _op_name(op) not in _NO_COMPUTE)
+                total += n
+                if p.status == "compiled":
+                    dev = sum(p.device_fallback.values())
+                    vendor += n - dev
+                    for op, c in p.device_fallback.items():
+                        outside[op] = outside.get(op, 0) + c
+                else:
+                    reasons.append(f"{graph.kind} {p.name}: {p.reason}"[:400])
+                    for op, c in p.ops.items():
+                        if _op_name(op) not in _NO_COMPUTE:
+                            outside[op] = outside.get(op, 0) + c
+            for op, c in graph.unsupported.items():
+                if _op_name(op) not in _NO_COMPUTE:
+                    total += c
+                    outside[op] = outside.get(op, 0) + c
+    return {"compute_ops": total, "vendor_ops": vendor, "coverage": vendor / total if total else None,
+            "outside": outside, "fallback_reasons": sorted(set(reasons))}
+
+
+def _to(value: Any, device: str, dtype: torch.dtype | None = None) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device, dtype if dtype is not None and value.is_floating_point() else value.dtype)
+    return value
+
+
+def _inputs(kwargs: dict[str, Any], device: str, dtype: torch.dtype | None = None) -> dict[str, Any]:
+    return {k: _to(v, device, dtype) for k, v in kwargs.items()}
+
+
+def _detach(out: Any) -> list[torch.Tensor]:
+    return [t.detach().cpu() for t in leaves(out)]
+
+
+def _train_step(model: torch.nn.Module, run: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """One SGD step: the loss, every gradient, and the output after the step (no_grad)."""
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    opt.zero_grad(set_to_none=True)
+    value = loss(run(**kwargs))
+    value.backward()
+    grads = [p.grad.detach().cpu() if p.grad is not None else torch.zeros(p.shape, dtype=p.dtype)
+             for p in model.parameters()]
+    opt.step()
+    with torch.no_grad():
+        after = _detach(run(**kwargs))
+    return {"loss": [value.detach().cpu()], "grads": grads, "after": after}
+
+
+class _Reference:
+    """Eager float32 on the device and the float64 truth on the CPU, for both input variants."""
+
+    def __init__(self, name: str, device: str, parts: Sequence[str]) -> None:
+        spec = SPECS[name]
+        model, inputs = spec.build(0)
+        self.spec, self.device = spec, device
+        self.model = model.to(device).eval()
+        self.initial = copy.deepcopy(model).cpu()
+        self.truth_model = copy.deepcopy(self.initial).double()
+        self.inputs = [inputs, spec.make_inputs(model, 1)]
+        self.eager: dict[str, Any] = {}
+        self.truth: dict[str, Any] = {}
+        with torch.no_grad():
+            for v, part in ((0, "inference"), (1, "dynamic")):
+                if part in parts or (part == "inference"):
+                    self.eager[part] = _detach(self.model(**self.device_inputs(v)))
+                    self.truth[part] = _detach(self.truth_model(**_inputs(self.inputs[v], "cpu", torch.float64)))
+        if "training" in parts:
+            m = copy.deepcopy(self.initial).to(device)
+            self.eager["training"] = _train_step(m, m, self.device_inputs(0))
+            t = copy.deepcopy(self.truth_model)
+            self.truth["training"] = _train_step(t, t, _inputs(self.inputs[0], "cpu", torch.float64))
+
+    def device_inputs(self, variant: int) -> dict[str, Any]:
+        return _inputs(self.inputs[variant], self.device)
+
+    def fresh(self) -> torch.nn.Module:
+        return copy.deepcopy(self.initial).to(self.device).eval()
+
+
+class _Session:
+    """One backend on one model: a compiled copy of the model, its compile reports, its results."""
+
+    def __init__(self, ref: _Reference, backend: str, options: dict[str, Any] | None) -> None:
+        self.ref, self.backend, self.options = ref, backend, options
+        self.model = ref.fresh()
+        self.compiled = self._compile()
+        self.reports: list[Any] = []
+        self.result: dict[str, Any] = {"parts": {}, "compile_s": {}}
+
+    def _compile(self) -> Callable[..., Any]:
+        if self.backend == "eager":
+            return self.model
+        if self.backend == "inductor_cudagraphs":  # Inductor with CUDA graphs
+            return torch.compile(self.model, backend="inductor", mode="reduce-overhead")
+        return torch.compile(self.model, backend=self.backend, options=self.options or None)
+
+    def _collect(self, before: set[int]) -> None:
+        from torchvendor.sdk import reports
+
+        self.reports += [r for r in reports() if id(r) not in before and r.backend == self.backend]
+
+    def run(self, part: str) -> None:
+        from torchvendor.sdk import reports
+
+        before = {id(r) for r in reports()}
+        started = time.perf_counter()
+        try:
+            if part == "training":
+                got = _train_step(self.model, self.compiled, self.ref.device_inputs(0))
+                checks = [_compare(got[k], self.ref.eager[part][k], self.ref.truth[part][k]) for k in got]
+                ok = all(c[0] for c in checks)
+                worst = max(checks, key=lambda c: c[1])
+                out = {"ok": ok, "error": worst[1], "eager_error": worst[2]}
+            else:
+                with torch.no_grad():
+                    got = _detach(self.compiled(**self.ref.device_inputs(0 if part == "inference" else 1)))
+                ok, err, base = _compare(got, self.ref.eager[part], self.ref.truth[part])
+                out = {"ok": ok, "error": err, "eager_error": base}
+        except Exception as e:  # noqa: BLE001 - a failing backend is data
+            out = {"ok": False, "raised": f"{type(e).__name__}: {e}"[:1500]}
+        self.result["compile_s"][part] = time.perf_counter() - started
+        self.result["parts"][part] = out
+        self._collect(before)
+
+    def warm_compile(self) -> None:
+        """Compile again after a Dynamo reset (the disk caches kept): the first call's time."""
+        if self.backend == "eager":
+            return
+        compat.dynamo_reset()
+        self.model.eval()
+        self.compiled = self._compile()
+        started = time.perf_counter()
+        try:
+            with torch.no_grad():
+                self.compiled(**self.ref.device_inputs(0))
+            self.result["compile_s"]["warm"] = time.perf_counter() - started
+        except Exception as e:  # noqa: BLE001
+            self.result["compile_s"]["warm_raised"] = f"{type(e).__name__}: {e}"[:500]
+
+    def finish(self) -> dict[str, Any]:
+        parts = self.result["parts"].values()
+        if self.backend.startswith("torchvendor"):
+            self.result["coverage"] = coverage(self.reports)
+        cov = self.result.get("coverage", {})
+        if any("raised" in p for p in parts):
+            status = "error"
+        elif not all(p["ok"] for p in parts):
+            status = "wrong"
+        elif cov.get("fallback_reasons") or (cov.get("coverage") is not None and cov["coverage"] < 1.0):
+            status = "fell back"
+        else:
+            status = "correct"
+        self.result["status"] = status
+        return self.result
+
+
+def _min_ms(fns: Sequence[Callable[[], Any]], budget: float, sync: Callable[[], Any] = lambda: None,
+            min_reps: int = 5, max_reps: int = 100) -> list[float]:
+    """Min wall time (ms) of each function, run interleaved (a burst of load hits all alike);
+    ``sync`` waits for the device."""
+    for fn in fns:
+        fn(), fn()
+    best = [float("inf")] * len(fns)
+    spent = [0.0] * len(fns)
+    reps = 0
+    while reps < min_reps or (reps < max_reps and max(spent) < budget):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            sync()
+            took = time.perf_counter() - start
+            best[i], spent[i] = min(best[i], took), spent[i] + took
+        reps += 1
+    return [b * 1e3 for b in best]
+
+
+def _timing(ref: _Reference, sessions: dict[str, _Session], budget: float) -> dict[str, float]:
+    inputs = ref.device_inputs(0)
+    runners = {"eager": ref.model, **{b: s.compiled for b, s in sessions.items() if b != "eager"
+                                      and "raised" not in s.result["parts"].get("inference", {"raised": 1})}}
+
+    def call(f: Callable[..., Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            with torch.no_grad():
+                return f(**inputs)
+        return run
+    module = getattr(torch, torch.device(ref.device).type, None)
+    sync = getattr(module, "synchronize", None) if ref.device != "cpu" else None
+    ms = _min_ms([call(f) for f in runners.values()], budget, sync or (lambda: None))
+    return dict(zip(runners, ms))
+
+
+def check_model(name: str, backends: Sequence[str], *, device: str = "cpu", parts: Sequence[str] = PARTS,
+                baseline_parts: Sequence[str] | None = None, timing: bool = True, warm: bool = True,
+                budget: float = 1.0, options: dict[str, Any] | None = None,
+                sink: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Check model ``name`` on ``backends`` (``torch.compile`` names) in this process.
+
+    Returns ``{"model", "family", "device", "backends": {name: {"status", "parts", "compile_s",
+    "coverage"}}, "ms": {backend: ms}}``; ``status`` is ``correct``, ``fell back`` (right, but
+    some compute ran outside the vendor's code), ``wrong`` or ``error`` (raised), or the whole
+    result has ``eager_error`` when eager itself fails on the model. ``sink`` gets progress events.
+    ``baseline_parts``: the parts run for backends that are not torchvendor's (default: ``parts``).
+    """
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown or name not in SPECS:
+        raise ValueError(f"unknown part(s) {unknown} (choose from {PARTS})" if unknown else
+                         f"unknown model {name!r}; see torchvendor.sdk.conformance.models.catalog.names()")
+    emit = sink or (lambda event: None)
+    spec = SPECS[name]
+    out: dict[str, Any] = {"model": name, "family": spec.family, "device": device, "backends": {}, "ms": {}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compat.dynamo_reset()
+        try:
+            ref = _Reference(name, device, parts)
+        except Exception as e:  # noqa: BLE001 - the model is outside the suite where eager fails
+            out["eager_error"] = f"{type(e).__name__}: {e}"[:1500]
+            emit({"eager_error": out["eager_error"]})
+            return out
+        sessions: dict[str, _Session] = {}
+        order = [p for p in PARTS if p in parts]
+        for part in order:  # inference (the cold compiles) first, then the timing, then the rest
+            if part != "inference" and timing and sessions and not out["ms"]:
+                emit({"begin": ["all", "timing"]})
+                out["ms"] = _timing(ref, sessions, budget)
+            for b in backends:
+                if not b.startswith("torchvendor") and baseline_parts is not None and part not in baseline_parts:
+                    continue
+                emit({"begin": [b, part]})
+                sessions.setdefault(b, _Session(ref, b, options)).run(part)
+                emit({"backend": b, "part": part, "result": sessions[b].result["parts"][part]})
+        if timing and sessions and not out["ms"]:
+            emit({"begin": ["all", "timing"]})
+            out["ms"] = _timing(ref, sessions, budget)
+        for b, s in sessions.items():
+            if warm and "inference" in parts:
+                emit({"begin": [b, "warm"]})
+                s.warm_compile()
+            out["backends"][b] = s.finish()
+    emit({"done": out})
+    return out
