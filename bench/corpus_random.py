@@ -142,11 +142,12 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write every row here")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench_partition.md"))
     ap.add_argument("--label", default="", help="what was measured (goes into the doc)")
-    ap.add_argument("--from-json", default=None, help="only write the doc from the rows of an earlier --json run")
+    ap.add_argument("--from-json", default=None, help="only write the doc from the rows of earlier --json runs (comma-separated files)")
     args = ap.parse_args()
     if args.from_json:
         load = os.getloadavg()[0]
-        write(json.loads(Path(args.from_json).read_text()), Path(args.out), load, load, 0.0, args)
+        rows = [r for f in args.from_json.split(",") for r in json.loads(Path(f).read_text())]
+        write(rows, Path(args.out), load, load, 0.0, args)
         return
     load0, t_start = os.getloadavg()[0], time.time()
     profiles = [random_profile(seed) for seed in range(args.profiles)]
@@ -191,8 +192,9 @@ def write(rows: list[dict], path: Path, load0: float, load1: float, wall: float,
     graphs_seen = sorted({(r["model"], r["kind"]) for r in rows})
     lines = [BEGIN, "", "## Randomized capability profiles: boundary bytes vs CapabilityBasedPartitioner", "",
              f"Written by `bench/corpus_random.py` on {platform.machine()}, {os.cpu_count()} CPU(s), Python "
-             f"{platform.python_version()}, torch {torch.__version__}; load average {load0:.1f} at the start, "
-             f"{load1:.1f} at the end, {wall / 60:.0f} min in all (a shared machine). {args.label}", "",
+             f"{platform.python_version()}, torch {torch.__version__}; "
+             + (f"load average {load0:.1f} at the start, {load1:.1f} at the end, {wall / 60:.0f} min in all (a "
+                "shared machine). " if wall else "") + args.label, "",
              f"{len(graphs_seen)} graphs ({len({m for m, _ in graphs_seen})} architectures of `bench/corpus.py`, "
              f"kinds {', '.join(sorted({k for _, k in graphs_seen}))}) x {args.profiles} seeded random profiles "
              "(`corpus.random_profile`, seeds 0..N-1) = "

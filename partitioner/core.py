@@ -124,7 +124,8 @@ class PartitionOptions:
             waves to lower the boundary bytes (:mod:`~torchvendor.partitioner.boundary`);
             ``False`` keeps the plain earliest-wave assignment. Needs ``merge_independent``.
         pair_cuts: with ``boundary_aware``, place units by minimum cuts between adjacent waves
-            (:mod:`~torchvendor.partitioner.cuts`, exact per pair) before the local sweeps;
+            (:mod:`~torchvendor.partitioner.cuts`, exact per pair) after the local sweeps, on graphs up
+            to 1,000 nodes (the cuts run in Python);
             ``False``: the sweeps only.
         cheap_ops: keys (dotted prefixes) of ops cheap to run outside (views); with
             ``boundary_aware``, one at a partition's edge falls back when that lowers the boundary
@@ -806,8 +807,8 @@ def _place(uwave: list[int], n_waves: int, units: _Units, g: _Index, size_of, si
 #: rounds of pair cuts and sweeps in :func:`_place`
 _PLACE_ROUNDS = 4
 
-#: graphs up to this many nodes get the pair cuts (pure Python: larger graphs keep the C sweeps)
-_CUTS_MAX_NODES = 5000
+#: graphs up to this many nodes get the pair cuts (pure Python, 2-60x the C sweeps: larger graphs keep the sweeps)
+_CUTS_MAX_NODES = 1000
 
 
 def _sizes_ok(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_size: int,
