@@ -59,6 +59,7 @@ from ..ir.graph_view import GraphView
 
 from . import _native
 from .boundary import boundary_total, eject_cheap, refine_waves, size_reader, wave_books
+from .cuts import pair_cuts
 from .support import as_oracle, check, op_matches
 
 __all__ = ["PartitionOptions", "Partition", "PartitionResult", "PartitionError",
@@ -122,6 +123,10 @@ class PartitionOptions:
         boundary_aware: among the placements with the same (minimum) count, move units between
             waves to lower the boundary bytes (:mod:`~torchvendor.partitioner.boundary`);
             ``False`` keeps the plain earliest-wave assignment. Needs ``merge_independent``.
+        pair_cuts: with ``boundary_aware``, place units by minimum cuts between adjacent waves
+            (:mod:`~torchvendor.partitioner.cuts`, exact per pair) after the local sweeps, on graphs up
+            to 1,000 nodes (the cuts run in Python);
+            ``False``: the sweeps only.
         cheap_ops: keys (dotted prefixes) of ops cheap to run outside (views); with
             ``boundary_aware``, one at a partition's edge falls back when that lowers the boundary
             bytes (CBP's bookend removal), with a reason saying so. Empty to disable.
@@ -137,6 +142,7 @@ class PartitionOptions:
     detect_mutation: bool = True
     max_rounds: int = 32
     boundary_aware: bool = True
+    pair_cuts: bool = True
     cheap_ops: frozenset[str] = DEFAULT_CHEAP_OPS
 
     def __post_init__(self) -> None:
@@ -751,23 +757,58 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
     best = None
     shared = [-1] * len(nodes)  # size_of per node, looked up once for every start
     books = _books(g, units, min_size, opts)
+    eject = (lambda w: eject_cheap(w, unit_of, units.members, cheap, g.preds, g.data_succ, size_of,
+                                   wave_books(w, n_waves, unit_of, units.members, *books), shared)
+             if cheap else [])
+    cuts = opts.pair_cuts and n_waves > 1 and len(nodes) <= _CUTS_MAX_NODES
     for start in starts:  # earliest waves, then latest waves (small graphs): keep the cheaper
         moves = refine_waves(start, n_waves, units.usucc, upreds, unit_of, units.members, g.preds, g.data_succ,
                              size_of, order=None if unit_of is None else units.order, sizes=shared,
                              books=books) if n_waves > 1 else 0
-        ejected = (eject_cheap(start, unit_of, units.members, cheap, g.preds, g.data_succ, size_of,
-                               wave_books(start, n_waves, unit_of, units.members, *books), shared)
-                   if cheap else [])
-        cost = boundary_total(start, unit_of, g.data_succ, size_of, shared) if len(starts) > 1 else 0
+        placed = list(start) if cuts else None
+        ejected = eject(start)
+        cost = boundary_total(start, unit_of, g.data_succ, size_of, shared) if len(starts) > 1 or cuts else 0
         if best is None or cost < best[0]:
-            best = (cost, start, moves, ejected)
-    _, unit_wave, stats["boundary_moves"], ejected = best
-    stats["ejected"] = len(ejected)
+            best = (cost, start, moves, ejected, placed)
+    cost, unit_wave, stats["boundary_moves"], ejected, placed = best
     stats["boundary_start"] = "earliest" if unit_wave is starts[0] else "latest"
+    if cuts:  # the exact pair cuts from the best sweeps' placement: kept where they lower the bytes
+        moves = _place(placed, n_waves, units, g, size_of, shared, books, stats)
+        if moves:
+            ejected_cut = eject(placed)
+            if boundary_total(placed, unit_of, g.data_succ, size_of, shared) < cost:
+                unit_wave, ejected = placed, ejected_cut
+                stats["boundary_moves"] += moves
+    stats["ejected"] = len(ejected)
     for i in ejected:
         reasons[i] = EJECTED_REASON
     node_wave = unit_wave if unit_of is None else list(map(unit_wave.__getitem__, unit_of))
     return _split_groups(node_wave, g.all_preds, True, unit_of)
+
+
+def _place(uwave: list[int], n_waves: int, units: _Units, g: _Index, size_of, sizes: list[int], books,
+           stats: dict[str, Any]) -> int:
+    """Pair cuts (:func:`~torchvendor.partitioner.cuts.pair_cuts`: exact between adjacent
+    waves), then the local sweeps where they still lower the bytes, alternated until neither
+    moves a unit (at most :data:`_PLACE_ROUNDS` times); returns the number of moves."""
+    order = None if units.unit_of is None else units.order
+    args = (uwave, n_waves, units.usucc, units.upreds, units.unit_of, units.members, g.preds, g.data_succ, size_of)
+    moves = 0
+    for _ in range(_PLACE_ROUNDS):
+        cut = pair_cuts(*args, order=order, sizes=sizes, books=books)
+        swept = refine_waves(*args, order=order, sizes=sizes, books=books)
+        stats["cut_moves"] = stats.get("cut_moves", 0) + cut
+        moves += cut + swept
+        if not swept:
+            break
+    return moves
+
+
+#: rounds of pair cuts and sweeps in :func:`_place`
+_PLACE_ROUNDS = 4
+
+#: graphs up to this many nodes get the pair cuts (pure Python, 2-60x the C sweeps: larger graphs keep the sweeps)
+_CUTS_MAX_NODES = 1000
 
 
 def _sizes_ok(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, min_size: int,

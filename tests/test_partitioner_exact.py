@@ -1,0 +1,234 @@
+"""Placement against an exact solver: brute force over every count-optimal, jointly convex
+partitioning of small random DAGs (issue 22).
+
+Any jointly convex partitioning of the supported units into the minimum number K of partitions
+is a wave assignment satisfying the difference constraints (``wave(v) >= wave(u)`` along an edge
+between supported units, ``>= wave(u) + 1`` through unsupported units only), labelled by a
+topological order of the contracted graph; so enumerating those assignments enumerates every
+count-optimal, jointly convex partitioning, and the boundary bytes do not depend on the labels.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from torchvendor.ir.graph_view import DictGraph
+from torchvendor.partitioner import partition
+from torchvendor.partitioner import core
+from torchvendor.partitioner.boundary import boundary_total, refine_waves
+from torchvendor.partitioner.cuts import min_cut, pair_cuts
+
+SIZES = [1, 2, 4, 8, 16, 64]
+
+
+def random_dag(rng: random.Random, n: int):
+    preds = [[j for j in range(i) if rng.random() < rng.choice((0.2, 0.35, 0.5))] for i in range(n)]
+    succ = [[] for _ in range(n)]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succ[p].append(i)
+    sup = [rng.random() > rng.choice((0.1, 0.25, 0.4)) for _ in range(n)]
+    sizes = [rng.choice(SIZES) for _ in range(n)]
+    return preds, succ, sup, sizes
+
+
+def constraints(n, preds, succ, sup):
+    """(v, u, c): ``wave(v) >= wave(u) + c`` for supported u, v."""
+    out = [(v, p, 0) for v in range(n) if sup[v] for p in preds[v] if sup[p]]
+    for u in range(n):
+        if not sup[u]:
+            continue
+        seen, stack = set(), [s for s in succ[u] if not sup[s]]
+        while stack:
+            x = stack.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            for s in succ[x]:
+                if sup[s]:
+                    out.append((s, u, 1))
+                else:
+                    stack.append(s)
+    return out
+
+
+def feasible(w, cons) -> bool:
+    return all(w[v] >= w[u] + c for v, u, c in cons)
+
+
+def all_placements(n, preds, succ, sup, k):
+    """Every wave assignment of the supported nodes into ``k`` waves meeting the constraints."""
+    cons = constraints(n, preds, succ, sup)
+    low = {v: [(u, c) for vv, u, c in cons if vv == v] for v in range(n)}
+    s_nodes = [i for i in range(n) if sup[i]]
+    w = [-1] * n
+
+    def rec(i):
+        if i == len(s_nodes):
+            yield list(w)
+            return
+        v = s_nodes[i]
+        lo = max((w[u] + c for u, c in low[v]), default=0)
+        for wave in range(lo, k):
+            w[v] = wave
+            yield from rec(i + 1)
+        w[v] = -1
+    yield from rec(0)
+
+
+def instances(count: int, seed: int = 0, max_nodes: int = 11):
+    """Random DAGs with at least two waves (where placement matters)."""
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        n = rng.randint(4, max_nodes)
+        preds, succ, sup, sizes = random_dag(rng, n)
+        waves, k, _ = core._waves(n, succ, list(map(len, preds)), sup)
+        if k >= 2:
+            out.append((n, preds, succ, sup, sizes, waves, k))
+    return out
+
+
+def place(waves, k, preds, succ, size):
+    """What ``partition`` does on a graph of single-node units: the sweeps, then cuts and sweeps."""
+    w = list(waves)
+    refine_waves(w, k, succ, preds, None, {}, preds, succ, size)
+    for _ in range(core._PLACE_ROUNDS):
+        pair_cuts(w, k, succ, preds, None, {}, preds, succ, size)
+        if not refine_waves(w, k, succ, preds, None, {}, preds, succ, size):
+            break
+    return w
+
+
+def test_min_cut_against_brute_force():
+    rng = random.Random(1)
+    for _ in range(300):
+        n = rng.randint(2, 7)
+        arcs = [(a, b, rng.choice([1, 2, 5, float("inf")])) for a in range(n) for b in range(n)
+                if a != b and rng.random() < 0.35]
+        side = min_cut(n, arcs)
+        assert side[0] and not side[1]
+        cost = lambda s: sum(c for a, b, c in arcs if s[a] and not s[b])  # noqa: E731
+        best = min(cost((True, False) + rest) for rest in itertools.product((True, False), repeat=n - 2))
+        assert cost(side) == best
+
+
+def test_pair_cuts_exact_with_two_waves():
+    """Two waves: one pair, so the minimum cut is the exact optimum over every count-optimal,
+    jointly convex partitioning."""
+    checked = 0
+    for n, preds, succ, sup, sizes, waves, k in instances(250, seed=2):
+        if k != 2:
+            continue
+        size = sizes.__getitem__
+        w = list(waves)
+        pair_cuts(w, k, succ, preds, None, {}, preds, succ, size)
+        assert feasible(w, constraints(n, preds, succ, sup))
+        best = min(boundary_total(p, None, succ, size) for p in all_placements(n, preds, succ, sup, k))
+        assert boundary_total(w, None, succ, size) == best
+        checked += 1
+    assert checked > 100
+
+
+def test_pair_cuts_pair_optimal():
+    """Any number of waves: no set of units moving between two adjacent waves lowers the bytes
+    (brute force over every placement that differs only there)."""
+    for n, preds, succ, sup, sizes, waves, k in instances(150, seed=3, max_nodes=10):
+        size = sizes.__getitem__
+        w = list(waves)
+        before = boundary_total(w, None, succ, size)
+        pair_cuts(w, k, succ, preds, None, {}, preds, succ, size)
+        cons = constraints(n, preds, succ, sup)
+        assert feasible(w, cons)
+        got = boundary_total(w, None, succ, size)
+        assert got <= before
+        for lo in range(k - 1):
+            movable = [u for u in range(n) if w[u] in (lo, lo + 1)]
+            for bits in itertools.product((lo, lo + 1), repeat=len(movable)):
+                alt = list(w)
+                for u, b in zip(movable, bits):
+                    alt[u] = b
+                if feasible(alt, cons):
+                    assert boundary_total(alt, None, succ, size) >= got, (lo, alt, w)
+
+
+def _optimum_gaps(cases):
+    """(#instances above the optimum: ours, the sweeps alone), checking feasibility, a node in
+    every wave, and never above the sweeps alone."""
+    above = swept_above = 0
+    for n, preds, succ, sup, sizes, waves, k in cases:
+        size = sizes.__getitem__
+        w = place(waves, k, preds, succ, size)
+        assert feasible(w, constraints(n, preds, succ, sup))
+        assert all(w.count(wave) for wave in range(k)), "a wave lost its last node"
+        swept = list(waves)
+        refine_waves(swept, k, succ, preds, None, {}, preds, succ, size)
+        got, alone = boundary_total(w, None, succ, size), boundary_total(swept, None, succ, size)
+        assert got <= alone
+        best = min(boundary_total(p, None, succ, size) for p in all_placements(n, preds, succ, sup, k))
+        assert got >= best
+        if k == 2:
+            assert got == best, "two waves: the pair cut is the exact optimum"
+        above += got > best
+        swept_above += alone > best
+    return above, swept_above
+
+
+def test_placement_against_exact_optimum():
+    """The full placement (sweeps, pair cuts, sweeps) on 400 random DAGs (mostly two waves):
+    feasible (so the count stays optimal and the partitions jointly convex), never above the
+    sweeps alone, equal to the brute-force optimum on every two-wave instance."""
+    above, _ = _optimum_gaps(instances(400, seed=4))
+    assert above == 0
+
+
+def test_placement_against_exact_optimum_three_waves_and_more():
+    """200 random DAGs with three or more waves: pair-optimal is not globally optimal there;
+    measured with these seeds: 5 of 200 above the optimum, against 22 for the sweeps alone."""
+    rng = random.Random(7)
+    cases = []
+    while len(cases) < 200:
+        n = rng.randint(6, 12)
+        preds, succ, sup, sizes = random_dag(rng, n)
+        waves, k, _ = core._waves(n, succ, list(map(len, preds)), sup)
+        if k >= 3:
+            cases.append((n, preds, succ, sup, sizes, waves, k))
+    above, swept_above = _optimum_gaps(cases)
+    assert above <= 5 < swept_above
+
+
+def _dict_graph(n, preds, sup, sizes):
+    g = DictGraph()
+    x = g.add_input("x", dtype="float32", shape=(4,))
+    nodes = []
+    for i in range(n):
+        ins = [nodes[p] for p in preds[i]] or [x]
+        nodes.append(g.add_node("relu" if sup[i] else "sin", ins, name=f"n{i}", dtype="float32",
+                                shape=(sizes[i],)))
+    g.add_output([v for v in nodes if not g.users(v)] or nodes[-1:])
+    return g, nodes
+
+
+@pytest.mark.parametrize("min_size", [1, 2])
+def test_partition_with_cuts_keeps_count_convexity_and_books(min_size):
+    """Through ``partition``: the same count as without the cuts, jointly convex, never more
+    bytes than the sweeps alone, every partition at least ``min_size`` compute nodes."""
+    from test_partitioner import contracted_is_acyclic
+
+    rng = random.Random(5 + min_size)
+    for _ in range(120):
+        n = rng.randint(6, 24)
+        preds, succ, sup, sizes = random_dag(rng, n)
+        g, nodes = _dict_graph(n, preds, sup, sizes)
+        groups = [nodes[i:i + 2] for i in range(0, n - 1, 7) if rng.random() < 0.5]
+        kw = dict(min_size=min_size, atomic_groups=groups, cheap_ops=())
+        ours = partition(g, {"relu"}, **kw)
+        sweeps = partition(g, {"relu"}, pair_cuts=False, **kw)
+        assert len(ours.partitions) == len(sweeps.partitions)
+        assert contracted_is_acyclic(g, ours.partitions)
+        assert ours.report().boundary_bytes <= sweeps.report().boundary_bytes
+        assert all(p.size >= min_size for p in ours.partitions)
+        for grp in groups:
+            assert len({ours.assignment.get(m) for m in grp if sup[nodes.index(m)]}) <= 1
