@@ -73,6 +73,8 @@ class Runtime(C.Structure):
         ("all_gather", F(st, vp, vp, sz, C.c_int, vp, vp)),
         ("reduce_scatter", F(st, vp, vp, sz, C.c_int, C.c_int, vp, vp)),
         ("send", F(st, vp, sz, C.c_int, i32, vp, vp)), ("recv", F(st, vp, sz, C.c_int, i32, vp, vp)),
+        # minor 2: the communicator bootstrap (the simulator leaves it NULL: it joins by id)
+        ("comm_token", F(st, i32, vp, P(sz))), ("comm_create_from_token", F(st, vp, sz, i32, i32, i32, P(vp))),
     ]
 
 
@@ -215,7 +217,8 @@ def run_python(code: str, **env) -> subprocess.CompletedProcess:
 # ------------------------------------------------------------------------------------ table
 
 def test_table_layout_and_version_negotiation(sim):
-    assert (sim.t.abi_major, sim.t.abi_minor) == (1, 1)
+    assert (sim.t.abi_major, sim.t.abi_minor) == (1, 2)
+    assert not sim.t.comm_token and not sim.t.comm_create_from_token
     assert sim.t.struct_size == C.sizeof(Runtime)
     assert sim.t.name.startswith(b"torchvendor-sim")
     table = P(Runtime)()
@@ -291,8 +294,8 @@ def test_minor_zero_table_in_subprocess():
     assert r.returncode == 0, r.stderr
     minor, size, comm_offset = map(int, r.stdout.split())
     assert (minor, size) == (0, comm_offset)
-    r = run_python("t.Sim()", TORCHVENDOR_SIM_ABI_MINOR="2")
-    assert "TORCHVENDOR_SIM_ABI_MINOR='2': expected an integer in [0, 1]" in r.stderr
+    r = run_python("t.Sim()", TORCHVENDOR_SIM_ABI_MINOR="3")
+    assert "TORCHVENDOR_SIM_ABI_MINOR='3': expected an integer in [0, 2]" in r.stderr
 
 
 # ----------------------------------------------------------------------------------- memory

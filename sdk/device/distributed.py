@@ -9,8 +9,8 @@ gives a process group whose collectives accept device tensors. Two paths:
 
 - **native**, when the runtime table has the optional collectives (runtime.h minor 1: a
   communicator plus all_reduce, broadcast, all_gather, reduce_scatter, send and recv on a stream):
-  the group joins one communicator (its id shared through the c10d store) and enqueues each
-  collective on the caller's current stream, like NCCL.
+  the group joins one communicator (rank 0's bootstrap token, or its id, shared through the
+  c10d store) and enqueues each collective on the caller's current stream, like NCCL.
 - **staged** otherwise, or for a dtype or reduce op the runtime refuses: the device tensors are
   copied to pinned host buffers on the caller's current stream, gloo runs the collective, and the
   result is copied back on that same stream.
@@ -377,13 +377,21 @@ class DeviceProcessGroup(dist.ProcessGroup):
 
     def _comm_for(self, device: torch.device) -> int:
         """The group's communicator, joined on first use (every rank gets here on the same
-        collective); its id comes from rank 0 through the group's store."""
+        collective). Rank 0 puts what the others need into the group's c10d store: the runtime's
+        bootstrap token (runtime.h minor 2, e.g. NCCL's unique id, so one code path spans hosts),
+        or else an id for ``comm_create``."""
         if self._comm is None:
-            key = "torchvendor_comm_id"
-            if self.rank() == 0:
-                self._store.set(key, f"tv-{uuid.uuid4().hex[:24]}")
-            comm_id = self._store.get(key).decode()
-            handle = self._ext.comm_create(comm_id, self.size(), self.rank(), device.index)
+            key = "torchvendor_comm"
+            if self._ext.has_token_bootstrap():
+                if self.rank() == 0:
+                    self._store.set(key, self._ext.comm_token(device.index))
+                handle = self._ext.comm_create_from_token(self._store.get(key), self.size(), self.rank(),
+                                                          device.index)
+            else:
+                if self.rank() == 0:
+                    self._store.set(key, f"tv-{uuid.uuid4().hex[:24]}")
+                handle = self._ext.comm_create(self._store.get(key).decode(), self.size(), self.rank(),
+                                               device.index)
             self._comm = (device.index, handle)
             weakref.finalize(self, self._ext.comm_destroy, handle)
         index, handle = self._comm
