@@ -156,8 +156,7 @@ def _markdown(result: dict) -> str:
     lines += [
         "",
         f"Small-message latency (one-element all_reduce, per call, bursts of 1000): nccl {t_nccl * 1e6:.1f} us, "
-        f"native {t_nat * 1e6:.1f} us; the difference is the Python process group's per-call work "
-        "(argument checks, a recorded event and a Work object per collective).",
+        f"native {t_nat * 1e6:.1f} us.",
         "",
         f"Collectives on device tensors counted by rank 0 (`collective_counts()`): {result['counts']}.",
         END,
