@@ -855,3 +855,15 @@ def instantiate_for_privateuse1(generic: type) -> type:
                            f"(PrivateUse1 is {privateuse1_backend_name()!r}): register the device before "
                            f"torch.testing._internal is first imported")
     return made[0]
+
+
+# ==== torch 2.15 (issue 25, helper `dist`) =========================================================
+# Merge note: `loop` is turning this module into the package ir/compat/; these two belong in its
+# torch.distributed and Inductor parts respectively.
+
+def process_group_set_default_backend(group: _Any, backend_type: _Any) -> None:
+    """``ProcessGroup._set_default_backend``: the backend c10d's C++ side treats as the group's own
+    (``getDefaultBackend``). A Python process group returned by a backend's creator replaces the
+    group c10d built and so has none until it sets one; torch 2.15's ``init_process_group``
+    attaches its flight recorder through it ("Could not find the default backend type 0")."""
+    group._set_default_backend(backend_type)

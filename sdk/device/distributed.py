@@ -281,6 +281,9 @@ class DeviceProcessGroup(dist.ProcessGroup):
         # C++ backend registered for the device: ours hands each call back to the method of the
         # same name here. gloo there received device pointers and crashed.
         self._ext.attach_device_backend(self, BACKEND_NAME)
+        # c10d's C++ side (torch 2.15's flight recorder, sequence numbers) asks the group for its
+        # default backend: the device's, as c10d picks for a group bound to a device
+        compat.process_group_set_default_backend(self, dist.ProcessGroup.BackendType.CUSTOM)
         self._native = self._ext.has_collectives()
         self._store = store
         self._comm: tuple[int, int] | None = None  # (device index, tv_comm) once joined
