@@ -3,7 +3,7 @@
 Everything torchvendor needs from ``torch._dynamo``, ``torch._functorch``, ``torch._inductor``
 and other private modules is imported or wrapped here, so that a torch release that moves
 something breaks one file, and ``tests/test_compat.py`` names what moved. Supported releases:
-2.11 to 2.14.
+2.11 to 2.15.
 
 Example::
 

@@ -1,4 +1,4 @@
-"""One test per difference between torch releases (2.11 to 2.14) that ir/compat.py's
+"""One test per difference between torch releases (2.11 to 2.15) that ir/compat.py's
 Dynamo / AOTAutograd / decompositions section handles: each asserts the shim picks the right
 branch for the running torch, and, for workarounds, notices when they are no longer needed."""
 from __future__ import annotations
@@ -169,3 +169,25 @@ def test_capture_compiles_its_own_entry_frame() -> None:
     for _ in range(torch._dynamo.config.recompile_limit + 2):
         prog = capture(f, [torch.randn(3)], "torch")
         assert prog.guards and "not exposed" not in prog.guards[0]
+
+
+# ---- torch 2.15 (issue 25) ------------------------------------------------------------------------
+
+def test_device_process_group_has_a_default_backend() -> None:
+    """c10d's C++ side asks a group for its default backend (2.15's init_process_group attaches its
+    flight recorder that way); the device's Python group sets the device backend as its default on
+    every release, so the question reaches that backend instead of failing with "Could not find
+    the default backend type 0"."""
+    import torch.distributed as dist
+
+    from torchvendor.sdk import register_device, register_distributed
+
+    register_device("acme")
+    dist.init_process_group(register_distributed(), store=dist.HashStore(), rank=0, world_size=1,
+                            device_id=torch.device("acme:0"))
+    try:
+        with pytest.raises(RuntimeError) as e:  # the device backend has no sequence numbers
+            dist.group.WORLD._get_sequence_number_for_group()
+        assert "tvgloo" in str(e.value) and "default backend type" not in str(e.value), str(e.value)
+    finally:
+        dist.destroy_process_group()
