@@ -1,10 +1,11 @@
 """Release-independence check of a stable-ABI kernel library, run under any torch release.
 
-    python tests/stable_abi_release_check.py path/to/libacme_kernels.so
+    python tests/stable_abi_release_check.py [--runtime path/to/libacme_tv.so] path/to/libacme_kernels.so
 
-Registers the simulated device with the torchvendor installed for *this* interpreter's torch
-(the device layer is rebuilt per release), loads the given kernel library unchanged (built once,
-elsewhere, with TORCH_TARGET 2.11), compares each template operator with the CPU - through its
+Registers the simulated device (or the device of the given vendor runtime library, also built
+once elsewhere: ``./dev.sh release-check`` passes the runtime template's) with the torchvendor
+installed for *this* interpreter's torch (the device layer is rebuilt per release), loads the
+given kernel library unchanged (built once, elsewhere, with TORCH_TARGET 2.11), compares each template operator with the CPU - through its
 OpInfo samples when torch's OpInfo database imports here, else through fixed cases - and prints
 one JSON line: the torch version and per-operator results.
 """
@@ -52,22 +53,32 @@ def opinfo_results(device: str) -> dict[str, str]:
     return out
 
 
-def main(path: str) -> int:
+def main(path: str, runtime: str | None = None) -> int:
     warnings.simplefilter("ignore")
     from torchvendor.sdk import load_kernel_library, register_device
 
-    acme = register_device("acme")
+    acme = register_device("acme", runtime=runtime)
     lib = load_kernel_library(path)
     try:
         results, how = opinfo_results("acme"), "opinfo"
     except ImportError as e:  # no OpInfo database on this install (e.g. expecttest missing)
         results, how = fixed_cases("acme"), f"fixed cases ({e})"
     native = acme.native_counts()
-    print(json.dumps({"torch": torch.__version__, "library": path, "operators": lib.operators,
+    from torchvendor import _C
+
+    info = _C.runtime_info()
+    print(json.dumps({"torch": torch.__version__,
+                      "runtime": f"{info['name']} ABI {info['abi_major']}.{info['abi_minor']} ({info['path']})",
+                      "library": path, "operators": lib.operators,
                       "check": how, "results": results,
                       "native_ops": sorted(native), "fallback_ops": sorted(acme.fallback_counts())}))
     return 0 if all(v.startswith("pass") for v in results.values()) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "--runtime":
+        sys.exit(main(args[2], runtime=args[1]))
+    if len(args) != 1:
+        sys.exit("usage: stable_abi_release_check.py [--runtime LIBRARY] KERNEL_LIBRARY")
+    sys.exit(main(args[0]))

@@ -53,3 +53,23 @@ def test_all_gather_into_tensor_out_on_a_default_group() -> None:
         torch.testing.assert_close(out, torch.tensor([1.0, 2.0]))
     finally:
         dist.destroy_process_group()
+
+
+def test_device_process_group_has_a_default_backend() -> None:
+    """c10d's C++ side asks a group for its default backend (2.15's init_process_group attaches its
+    flight recorder that way); the device's Python group sets the device backend as its default on
+    every release, so the question reaches that backend instead of failing with "Could not find
+    the default backend type 0"."""
+    import torch.distributed as dist
+
+    from torchvendor.sdk import register_device, register_distributed
+
+    register_device("acme")
+    dist.init_process_group(register_distributed(), store=dist.HashStore(), rank=0, world_size=1,
+                            device_id=torch.device("acme:0"))
+    try:
+        with pytest.raises(RuntimeError) as e:  # the device backend has no sequence numbers
+            dist.group.WORLD._get_sequence_number_for_group()
+        assert "tvgloo" in str(e.value) and "default backend type" not in str(e.value), str(e.value)
+    finally:
+        dist.destroy_process_group()

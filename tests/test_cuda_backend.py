@@ -198,7 +198,11 @@ def test_argmax_compares_source_values():
     """argmax's dtype is the index's; its values are compared in the input's type (in int64,
     2.7 and 2.2 would tie and the first index win: conformance's argmax failure on the H100)."""
     src = _row_source(lambda x: torch.argmax(x), 5, 25).source
-    assert "float acc_t1_v;" in src and "long long acc_t1_i;" in src
+    # the accumulators are named after the reduction's SSA value, whose number depends on the
+    # release: torch 2.15's Inductor also computes the logical index of a multi-dimensional
+    # argmax on the CPU (an index_expr the reduction does not use), so there it is t2, not t1
+    value, index = re.search(r"float acc_(t\d+)_v;", src), re.search(r"long long acc_(t\d+)_i;", src)
+    assert value and index and value.group(1) == index.group(1), src
 
 
 def test_graphed_program_checks():

@@ -176,7 +176,8 @@ def run_python(code: str, **env) -> subprocess.CompletedProcess:
 # ------------------------------------------------------------------------------------ table
 
 def test_table_layout_and_version_negotiation(sim):
-    assert (sim.t.abi_major, sim.t.abi_minor) == (1, 1)
+    assert (sim.t.abi_major, sim.t.abi_minor) == (1, 2)
+    assert not sim.t.comm_token and not sim.t.comm_create_from_token
     assert sim.t.struct_size == C.sizeof(Runtime)
     assert sim.t.name.startswith(b"torchvendor-sim")
     table = P(Runtime)()
@@ -252,8 +253,8 @@ def test_minor_zero_table_in_subprocess():
     assert r.returncode == 0, r.stderr
     minor, size, comm_offset = map(int, r.stdout.split())
     assert (minor, size) == (0, comm_offset)
-    r = run_python("t.Sim()", TORCHVENDOR_SIM_ABI_MINOR="2")
-    assert "TORCHVENDOR_SIM_ABI_MINOR='2': expected an integer in [0, 1]" in r.stderr
+    r = run_python("t.Sim()", TORCHVENDOR_SIM_ABI_MINOR="3")
+    assert "TORCHVENDOR_SIM_ABI_MINOR='3': expected an integer in [0, 2]" in r.stderr
 
 
 # ----------------------------------------------------------------------------------- memory

@@ -119,4 +119,4 @@ def test_the_simulator_reports_the_mirrors_size():
 
     table = load_runtime(None)
     assert (table.abi_major, table.abi_minor) == (abi.ABI_MAJOR, abi.ABI_MINOR)
-    assert table.struct_size == ctypes.sizeof(abi.RuntimeTable) == abi.minor_size(1)
+    assert table.struct_size == ctypes.sizeof(abi.RuntimeTable) == abi.minor_size(2)

@@ -1,4 +1,4 @@
-// The runtime's optional collectives (runtime.h minor 1), as sdk/device/distributed.py calls them: a
+// The runtime's optional collectives (runtime.h minor 1, and minor 2's token bootstrap), as sdk/device/distributed.py calls them: a
 // communicator per process group and device, collectives enqueued on torch's current stream.
 #include "tv_device.h"
 
@@ -27,19 +27,62 @@ tv_dtype to_tv_dtype(c10::ScalarType t) {
 
 }  // namespace
 
-bool has_collectives() {
-  const tv_runtime& t = rt();
-  return t.comm_create && t.comm_destroy && t.all_reduce && t.broadcast && t.all_gather &&
-         t.reduce_scatter && t.send && t.recv;
+bool has_token_bootstrap() {
+  return rt().comm_token && rt().comm_create_from_token;
 }
 
-uintptr_t comm_create(const std::string& id, int nranks, int rank, c10::DeviceIndex device) {
+bool has_collectives() {
+  const tv_runtime& t = rt();
+  return (t.comm_create || has_token_bootstrap()) && t.comm_destroy && t.all_reduce &&
+         t.broadcast && t.all_gather && t.reduce_scatter && t.send && t.recv;
+}
+
+namespace {
+void check_collectives() {
   TORCH_CHECK_NOT_IMPLEMENTED(has_collectives(), "the ", backend_name(), " runtime '",
                               runtime_info().name, "' provides no collectives (runtime.h minor 1"
                               " entries comm_create ... recv); they are staged over gloo instead.");
+}
+}  // namespace
+
+uintptr_t comm_create(const std::string& id, int nranks, int rank, c10::DeviceIndex device) {
+  check_collectives();
+  TORCH_CHECK_NOT_IMPLEMENTED(rt().comm_create, "the ", backend_name(), " runtime '",
+                              runtime_info().name, "' joins communicators only from a token "
+                              "(runtime.h minor 2: comm_token, comm_create_from_token); use those.");
   check_device_index(device);
   tv_comm comm = nullptr;
   TV_CALL(comm_create, id.c_str(), nranks, rank, static_cast<int32_t>(device), &comm);
+  return reinterpret_cast<uintptr_t>(comm);
+}
+
+std::string comm_token(c10::DeviceIndex device) {
+  check_collectives();
+  TORCH_CHECK_NOT_IMPLEMENTED(has_token_bootstrap(), "the ", backend_name(), " runtime '",
+                              runtime_info().name, "' has no comm_token (runtime.h minor 2); "
+                              "join communicators by id with comm_create.");
+  check_device_index(device);
+  std::string token(TV_COMM_TOKEN_MAX, '\0');
+  size_t size = 0;
+  TV_CALL(comm_token, static_cast<int32_t>(device), token.data(), &size);
+  TORCH_CHECK(size > 0 && size <= TV_COMM_TOKEN_MAX, "comm_token: the runtime returned a token of ",
+              size, " bytes; it must have 1 to TV_COMM_TOKEN_MAX (", TV_COMM_TOKEN_MAX, ").");
+  token.resize(size);
+  return token;
+}
+
+uintptr_t comm_create_from_token(const std::string& token, int nranks, int rank,
+                                 c10::DeviceIndex device) {
+  check_collectives();
+  TORCH_CHECK_NOT_IMPLEMENTED(has_token_bootstrap(), "the ", backend_name(), " runtime '",
+                              runtime_info().name, "' has no comm_create_from_token (runtime.h "
+                              "minor 2); join communicators by id with comm_create.");
+  TORCH_CHECK_VALUE(!token.empty() && token.size() <= TV_COMM_TOKEN_MAX, "comm_create_from_token: "
+                    "a token has 1 to ", TV_COMM_TOKEN_MAX, " bytes, got ", token.size());
+  check_device_index(device);
+  tv_comm comm = nullptr;
+  TV_CALL(comm_create_from_token, token.data(), token.size(), nranks, rank,
+          static_cast<int32_t>(device), &comm);
   return reinterpret_cast<uintptr_t>(comm);
 }
 

@@ -213,6 +213,12 @@ void bind_collectives(py::module_& m) {
     return comm_create(id, nranks, rank, resolve(device));
   }, py::arg("id"), py::arg("nranks"), py::arg("rank"), py::arg("device"), release());
   m.def("comm_destroy", &comm_destroy, py::arg("comm"));
+  m.def("has_token_bootstrap", &has_token_bootstrap);
+  m.def("comm_token", [](int64_t device) { return py::bytes(comm_token(resolve(device))); },
+        py::arg("device"));
+  m.def("comm_create_from_token", [](const std::string& token, int nranks, int rank, int64_t device) {
+    return comm_create_from_token(token, nranks, rank, resolve(device));
+  }, py::arg("token"), py::arg("nranks"), py::arg("rank"), py::arg("device"), release());
   // send and recv are contiguous tensors of one device (or None where the entry has no such
   // buffer); the collective is enqueued on that device's current stream.
   m.def("collective", [](const std::string& kind, uintptr_t comm, const std::optional<at::Tensor>& send,

@@ -52,6 +52,7 @@ const Entry kEntries[] = {
     TV_ENTRY(all_reduce, false),         TV_ENTRY(broadcast, false),
     TV_ENTRY(all_gather, false),         TV_ENTRY(reduce_scatter, false),
     TV_ENTRY(send, false),               TV_ENTRY(recv, false),
+    TV_ENTRY(comm_token, false),         TV_ENTRY(comm_create_from_token, false),
 };
 #undef TV_ENTRY
 
@@ -219,6 +220,8 @@ const std::unordered_map<std::string, std::vector<const char*>>& parameter_names
       {"reduce_scatter", {"sendbuf", "recvbuf", "recvcount", "dtype", "op", "comm", "stream"}},
       {"send", {"buf", "count", "dtype", "peer", "comm", "stream"}},
       {"recv", {"buf", "count", "dtype", "peer", "comm", "stream"}},
+      {"comm_token", {"device", "token", "&size"}},
+      {"comm_create_from_token", {"token", "size", "nranks", "rank", "device", "&comm"}},
   };
   return table;
 }

@@ -177,11 +177,19 @@ bool checked_mode();
 
 // ---- collectives.cpp ----------------------------------------------------------------------
 
-// True when the runtime provides every collective entry (runtime.h minor 1).
+// True when the runtime provides every collective entry (runtime.h minor 1; comm_create or
+// minor 2's comm_token + comm_create_from_token).
 bool has_collectives();
 // [blocks] Joins communicator `id` as `rank` of `nranks` on `device`; returns the tv_comm.
 uintptr_t comm_create(const std::string& id, int nranks, int rank, c10::DeviceIndex device);
 void comm_destroy(uintptr_t comm);
+// True when the runtime joins communicators from a token (runtime.h minor 2), which rank 0 makes
+// with comm_token and the process group hands to every rank through its c10d store.
+bool has_token_bootstrap();
+std::string comm_token(c10::DeviceIndex device);
+// [blocks] Joins the communicator of `token` as `rank` of `nranks` on `device`.
+uintptr_t comm_create_from_token(const std::string& token, int nranks, int rank,
+                                 c10::DeviceIndex device);
 // Enqueues collective `kind` ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "send",
 // "recv") on `stream`. `count` is the entry's count (sendcount for all_gather, recvcount for
 // reduce_scatter); `op` a tv_reduce_op; `peer` the root of broadcast or the other rank of

@@ -28,7 +28,7 @@
  * shared memory across processes) and the algorithms the worker runs.
  *
  * Environment: TORCHVENDOR_SIM_DEVICES (default 2), TORCHVENDOR_SIM_MEMORY_MB (default 4096,
- * per device and for the pinned host pool), TORCHVENDOR_SIM_ABI_MINOR (default 1; 0 serves the
+ * per device and for the pinned host pool), TORCHVENDOR_SIM_ABI_MINOR (default 2; 0 serves the
  * minor-0 table, without collectives), TORCHVENDOR_SIM_COMM_TIMEOUT_S (sim_collectives.c).
  */
 #define _GNU_SOURCE

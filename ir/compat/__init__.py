@@ -1,7 +1,7 @@
 """The one place torchvendor touches torch's private APIs, one module per torch subsystem.
 
 A torch release that moves something breaks one module here, and its test
-(``tests/test_compat_<module>.py``) names what moved. Supported releases: 2.11 to 2.14.
+(``tests/test_compat_<module>.py``) names what moved. Supported releases: 2.11 to 2.15.
 
 ==================  ==========================================================================
 ``version``         the running release (:data:`TORCH_VERSION`)

@@ -10,7 +10,7 @@ from typing import Any as _Any
 
 import torch
 
-__all__ = ["process_group_set_backend", "gloo_all_gather_into", "gloo_reduce_scatter_into", "functional_collectives",
+__all__ = ["process_group_set_default_backend", "process_group_set_backend", "gloo_all_gather_into", "gloo_reduce_scatter_into", "functional_collectives",
            "all_gather_into_tensor_out"]
 
 
@@ -42,3 +42,11 @@ def all_gather_into_tensor_out(input: torch.Tensor, world: int, group_name: str,
     """``_c10d_functional.all_gather_into_tensor_out``: the ``out=`` functional all-gather (it
     reaches ``ProcessGroup._allgather_base``)."""
     return torch.ops._c10d_functional.all_gather_into_tensor_out(input, world, group_name, out=out)
+
+
+def process_group_set_default_backend(group: Any, backend_type: Any) -> None:
+    """``ProcessGroup._set_default_backend``: the backend c10d's C++ side treats as the group's own
+    (``getDefaultBackend``). A Python process group returned by a backend's creator replaces the
+    group c10d built and so has none until it sets one; torch 2.15's ``init_process_group``
+    attaches its flight recorder through it ("Could not find the default backend type 0")."""
+    group._set_default_backend(backend_type)

@@ -7,7 +7,10 @@ in one process on the CPU. The work runs on the CPU over gloo; for a torchvendor
 runs twice more on the device through its c10d backend (``torchvendor.sdk.register_distributed``):
 on the runtime's own collectives (``_native``; skipped when the runtime has none) and staged
 through host memory over gloo (``_staged``), and every collective on device tensors must have been
-counted under that path.
+counted under that path. For ``cuda`` each case runs once more on two GPUs over torch's own NCCL
+process group (``_on_cuda_nccl``), the reference a GPU vendor's native path is held to. Paths
+whose collectives span devices (``nccl``, and ``native`` on a runtime that joins communicators
+from a token, as NCCL does) need one device per rank and are skipped on a machine with fewer.
 
 - ``ddp_compiled``: a small model compiled with the backend, wrapped in DDP, trained on each rank's
   half of a batch for a few SGD steps, must end where one process training the uncompiled model on
@@ -168,6 +171,10 @@ def _init(target: Target, rank: int, port: int, path: str | None) -> str:
     if not path:
         dist.init_process_group("gloo", rank=rank, world_size=WORLD)
         return "cpu"
+    if path == "nccl":  # torch's own GPU process group, on cuda tensors
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", rank=rank, world_size=WORLD, device_id=torch.device("cuda", rank))
+        return f"cuda:{rank}"
     from torchvendor.sdk import register_distributed, reset_collective_counts
 
     target.setup()  # the device and its backend must exist before init_process_group
@@ -188,7 +195,7 @@ def _worker(rank: int, port: int, target: Target, out: str, path: str | None,
     try:
         target.setup()
         result = {"body": body(target, rank, dev)}
-        if path:
+        if path in ("native", "staged"):
             from torchvendor.sdk import collective_counts
 
             result["counts"] = collective_counts()
@@ -208,26 +215,36 @@ def _skip(target: Target, path: str | None) -> str | None:
 
     if not dist.is_available() or not dist.is_gloo_available():
         return "this torch build has no gloo"
+    if path == "nccl":
+        if not dist.is_nccl_available():
+            return "this torch build has no NCCL"
+        if torch.cuda.device_count() < WORLD:
+            return f"NCCL needs one GPU per rank: {WORLD} ranks, {torch.cuda.device_count()} GPU(s)"
     if path == "native":
         target.setup()
         from torchvendor import _C
 
         if not _C.has_collectives():
             return "the runtime has no collective entries (runtime.h minor 1)"
+        count = torch.get_device_module(target.device).device_count()
+        if _C.has_token_bootstrap() and count < WORLD:
+            return (f"the runtime's communicators (joined from a token, runtime.h minor 2) need one device "
+                    f"per rank: {WORLD} ranks, {count} device(s)")
     return None
 
 
 def _two_processes(target: Target, path: str | None, body: Callable[[Target, int, str], Any]) -> list[Any]:
-    """``body`` on two ranks, on the CPU over gloo (path None) or on the device, on the runtime's
-    collectives ("native") or staged over gloo ("staged"); what each rank returned. On the device
-    every collective on device tensors must have run on ``path``, and at least one must have."""
+    """``body`` on two ranks, on the CPU over gloo (path None), on two GPUs over torch's NCCL
+    ("nccl") or on the device, on the runtime's collectives ("native") or staged over gloo
+    ("staged"); what each rank returned. On the device every collective on device tensors must
+    have run on ``path``, and at least one must have."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result")
         mp.spawn(_worker, args=(_free_port(), target, out, path, body), nprocs=WORLD, join=True)
         results = [torch.load(f"{out}.{rank}") for rank in range(WORLD)]
-    if path:
+    if path in ("native", "staged"):
         counts = results[0]["counts"]
         other = {k: n for k, n in counts.items() if not k.startswith(f"{path}:")}
         assert counts and not other, (f"collectives on {target.device} tensors: expected all on the {path} "
@@ -292,12 +309,14 @@ _CASES: dict[str, Callable[..., Any]] = {"ddp_compiled": _ddp, "fsdp2": _fsdp2, 
 
 def cases(target: Target, profile: str) -> list[Case]:
     """The four cases on the CPU over gloo (training and full profiles, with a backend); on a
-    torchvendor device each also on the device, on the runtime's collectives and staged."""
+    torchvendor device each also on the device, on the runtime's collectives and staged; on
+    ``cuda`` each also over torch's NCCL process group."""
     if not target.backend or profile not in ("training", "full"):
         return []
     out = [Case(f"distributed/{name}_two_processes", "distributed", fn, timeout=600) for name, fn in _CASES.items()]
-    if target.device not in ("cpu", "cuda", "meta"):
-        for path in ("native", "staged"):
-            out += [Case(f"distributed/{name}_on_device_{path}", "distributed", functools.partial(fn, path=path),
-                         timeout=600) for name, fn in _CASES.items()]
+    paths = {"cpu": (), "meta": (), "cuda": ("nccl",)}.get(target.device, ("native", "staged"))
+    for path in paths:
+        where = "on_cuda" if path == "nccl" else "on_device"
+        out += [Case(f"distributed/{name}_{where}_{path}", "distributed", functools.partial(fn, path=path),
+                     timeout=600) for name, fn in _CASES.items()]
     return out

@@ -22,7 +22,7 @@ __all__ = ["STATUS", "SUCCESS", "INVALID_VALUE", "INVALID_DEVICE", "OUT_OF_MEMOR
            "LaunchConfig", "RuntimeTable", "GetRuntime", "OPTIONAL", "COLLECTIVES", "minor_size",
            "ABI_MAJOR", "ABI_MINOR", "ENTRY_SYMBOL"]
 
-ABI_MAJOR, ABI_MINOR = 1, 1
+ABI_MAJOR, ABI_MINOR = 1, 2
 ENTRY_SYMBOL = "torchvendor_get_runtime"
 
 #: tv_status values, as the header's enum names them
@@ -102,6 +102,8 @@ class RuntimeTable(ctypes.Structure):
         ("all_gather", _fn(_vp, _vp, _sz, _enum, _vp, _vp)),
         ("reduce_scatter", _fn(_vp, _vp, _sz, _enum, _enum, _vp, _vp)),
         ("send", _fn(_vp, _sz, _enum, _i32, _vp, _vp)), ("recv", _fn(_vp, _sz, _enum, _i32, _vp, _vp)),
+        # communicator bootstrap (minor 2)
+        ("comm_token", _fn(_i32, _vp, _P(_sz))), ("comm_create_from_token", _fn(_vp, _sz, _i32, _i32, _i32, _P(_vp))),
     ]
 
 
@@ -113,15 +115,19 @@ OPTIONAL = frozenset({
     "host_malloc", "host_free", "memcpy_async", "memset", "memset_async", "stream_priority_range",
     "event_elapsed_time", "module_load_file", "module_load_data", "module_unload", "module_get_function",
     "launch", "get_error_string", "last_error_message", "comm_create", "comm_destroy", "all_reduce",
-    "broadcast", "all_gather", "reduce_scatter", "send", "recv"})
+    "broadcast", "all_gather", "reduce_scatter", "send", "recv", "comm_token", "comm_create_from_token"})
 #: the collective entries of minor 1: provided together or not at all
 COLLECTIVES = ("comm_create", "comm_destroy", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "send",
                "recv")
 
 
+#: the bootstrap entries of minor 2: provided together or not at all
+BOOTSTRAP = ("comm_token", "comm_create_from_token")
+
+
 def minor_size(minor: int) -> int:
     """``sizeof(tv_runtime)`` as a library built against ``minor`` declares it (0: up to
-    ``last_error_message``; 1: with the collectives)."""
-    if minor >= 1:
+    ``last_error_message``; 1: with the collectives; 2: with the communicator bootstrap)."""
+    if minor >= 2:
         return ctypes.sizeof(RuntimeTable)
-    return getattr(RuntimeTable, "comm_create").offset
+    return getattr(RuntimeTable, "comm_create" if minor < 1 else "comm_token").offset

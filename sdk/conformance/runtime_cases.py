@@ -93,9 +93,16 @@ def _required_entries(rt: Probe) -> None:
     missing = [e for e in in_table if e not in abi.OPTIONAL and not getattr(rt.t, e)]
     check(not missing, missing[0] if missing else "", "Every other entry is required",
           f"NULL: {', '.join(missing)}", *missing)
+    # comm_create or the bootstrap pair makes communicators: "A runtime that has these may leave
+    # comm_create NULL"; the other collective entries come together with either
     given = [e for e in abi.COLLECTIVES if e in in_table and getattr(rt.t, e)]
-    check(len(given) in (0, len(abi.COLLECTIVES)), "collectives", "provided together or not at all",
+    boot = [e for e in abi.BOOTSTRAP if e in in_table and getattr(rt.t, e)]
+    complete = len(given) == len(abi.COLLECTIVES) or (len(given) == len(abi.COLLECTIVES) - 1
+                                                      and "comm_create" not in given and len(boot) == 2)
+    check(not given or complete, "collectives", "provided together or not at all",
           f"only {', '.join(given)} of the collective entries are set", *abi.COLLECTIVES)
+    check(len(boot) in (0, 2), "communicator bootstrap", "provided together",
+          f"only {', '.join(boot)} of the bootstrap entries is set", *abi.BOOTSTRAP)
 
 
 # ---- devices ---------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ gives a process group whose collectives accept device tensors. Two paths:
 
 - **native**, when the runtime table has the optional collectives (runtime.h minor 1: a
   communicator plus all_reduce, broadcast, all_gather, reduce_scatter, send and recv on a stream):
-  the group joins one communicator (its id shared through the c10d store) and enqueues each
-  collective on the caller's current stream, like NCCL.
+  the group joins one communicator (rank 0's bootstrap token, or its id, shared through the
+  c10d store) and enqueues each collective on the caller's current stream, like NCCL.
 - **staged** otherwise, or for a dtype or reduce op the runtime refuses: the device tensors are
   copied to pinned host buffers on the caller's current stream, gloo runs the collective, and the
   result is copied back on that same stream.
@@ -281,6 +281,9 @@ class DeviceProcessGroup(dist.ProcessGroup):
         # C++ backend registered for the device: ours hands each call back to the method of the
         # same name here. gloo there received device pointers and crashed.
         self._ext.attach_device_backend(self, BACKEND_NAME)
+        # c10d's C++ side (torch 2.15's flight recorder, sequence numbers) asks the group for its
+        # default backend: the device's, as c10d picks for a group bound to a device
+        compat.process_group_set_default_backend(self, dist.ProcessGroup.BackendType.CUSTOM)
         self._native = self._ext.has_collectives()
         self._store = store
         self._comm: tuple[int, int] | None = None  # (device index, tv_comm) once joined
@@ -377,13 +380,21 @@ class DeviceProcessGroup(dist.ProcessGroup):
 
     def _comm_for(self, device: torch.device) -> int:
         """The group's communicator, joined on first use (every rank gets here on the same
-        collective); its id comes from rank 0 through the group's store."""
+        collective). Rank 0 puts what the others need into the group's c10d store: the runtime's
+        bootstrap token (runtime.h minor 2, e.g. NCCL's unique id, so one code path spans hosts),
+        or else an id for ``comm_create``."""
         if self._comm is None:
-            key = "torchvendor_comm_id"
-            if self.rank() == 0:
-                self._store.set(key, f"tv-{uuid.uuid4().hex[:24]}")
-            comm_id = self._store.get(key).decode()
-            handle = self._ext.comm_create(comm_id, self.size(), self.rank(), device.index)
+            key = "torchvendor_comm"
+            if self._ext.has_token_bootstrap():
+                if self.rank() == 0:
+                    self._store.set(key, self._ext.comm_token(device.index))
+                handle = self._ext.comm_create_from_token(self._store.get(key), self.size(), self.rank(),
+                                                          device.index)
+            else:
+                if self.rank() == 0:
+                    self._store.set(key, f"tv-{uuid.uuid4().hex[:24]}")
+                handle = self._ext.comm_create(self._store.get(key).decode(), self.size(), self.rank(),
+                                               device.index)
             self._comm = (device.index, handle)
             weakref.finalize(self, self._ext.comm_destroy, handle)
         index, handle = self._comm

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define TV_RUNTIME_ABI_MAJOR 1
-#define TV_RUNTIME_ABI_MINOR 1
+#define TV_RUNTIME_ABI_MINOR 2
 
 /* The one symbol a vendor library exports. */
 #define TV_RUNTIME_ENTRY_SYMBOL "torchvendor_get_runtime"
@@ -92,6 +92,9 @@ typedef struct tv_event_st* tv_event;
 typedef struct tv_module_st* tv_module;
 typedef struct tv_function_st* tv_function;
 typedef struct tv_comm_st* tv_comm;       /* minor 1: one rank's handle on a communicator */
+
+/* The most bytes a communicator's bootstrap token may have (minor 2; NCCL's unique id is 128). */
+#define TV_COMM_TOKEN_MAX 1024
 
 /* Element types of collectives (minor 1). */
 typedef enum tv_dtype {
@@ -245,7 +248,8 @@ typedef struct tv_runtime {
    * NULL. */
   const char* (*last_error_message)(void);
 
-  /* ---- collectives (minor 1): all optional, provided together or not at all ----
+  /* ---- collectives (minor 1): all optional, provided together or not at all (comm_create may
+   * be NULL when the minor-2 bootstrap entries below are there) ----
    * Like NCCL: every rank of a communicator enqueues the same collectives in the same order;
    * each runs when its stream reaches it and completes when every rank's part has run. Buffers
    * are device memory of the communicator's device, `count` is in elements of `dtype`. A peer
@@ -283,6 +287,20 @@ typedef struct tv_runtime {
   /* Optional. Enqueue on `stream` the receiving of `count` elements from rank `peer` into buf. */
   tv_status (*recv)(void* buf, size_t count, tv_dtype dtype, int32_t peer, tv_comm comm,
                     tv_stream stream);
+
+  /* ---- communicator bootstrap (minor 2): optional, provided together ----
+   * For a collective library whose communicators span hosts (NCCL, RCCL, ...): rank 0 makes a
+   * token, the device layer hands it to every rank through the process group's c10d store, and
+   * every rank joins with it. A runtime that has these may leave comm_create NULL; the device
+   * layer prefers them when both are there. */
+  /* Optional. Write the bootstrap token of a new communicator on `device` (at most
+   * TV_COMM_TOKEN_MAX bytes) to `token` and its length to *size; called on rank 0 only. */
+  tv_status (*comm_token)(int32_t device, void* token, size_t* size);
+  /* Optional. [blocks] Join the communicator of `token` (size bytes from comm_token on rank 0)
+   * as `rank` of `nranks`, for `device`; returns once all ranks have joined. Errors as
+   * comm_create. */
+  tv_status (*comm_create_from_token)(const void* token, size_t size, int32_t nranks,
+                                      int32_t rank, int32_t device, tv_comm* comm);
 } tv_runtime;
 
 /* The entry point. `requested_major` is the major version the caller speaks; a library that

@@ -13,17 +13,24 @@ on disk by the hash of its source, the ABI header, ``cuda.h`` and the compiler::
 Then ``torchvendor.sdk.register_device("gpu", runtime=path)`` makes the GPU a PrivateUse1
 device. Without an NVIDIA driver, registration fails with a :class:`RuntimeLoadError` whose
 message says so.
+
+Its collectives run on NCCL, which the library opens with ``dlopen`` on first use:
+``$TORCHVENDOR_NCCL``, which ``build_runtime()`` points at the NCCL torch ships
+(:func:`nccl_library`) unless it is set already, else any ``libnccl.so.2`` on the library path.
+Without one, joining a communicator fails with a message saying how to get it.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
 from torchvendor.sdk import ArtifactCache, include_dir
 
-__all__ = ["build_runtime", "cuda_include_dir", "runtime_include_dir", "SOURCE", "RuntimeBuildError"]
+__all__ = ["build_runtime", "cuda_include_dir", "nccl_library", "runtime_include_dir", "SOURCE",
+           "RuntimeBuildError"]
 
 #: The C source of the runtime library.
 SOURCE = Path(__file__).resolve().with_name("tv_cuda_runtime.c")
@@ -51,6 +58,21 @@ def cuda_include_dir() -> str | None:
     return None
 
 
+def nccl_library() -> str | None:
+    """The NCCL that torch's CUDA wheels ship (``nvidia/nccl/lib/libnccl.so.2`` in site-packages),
+    or None when it is not installed (a CPU build of torch).
+
+    >>> p = nccl_library()
+    >>> p is None or p.endswith("libnccl.so.2")
+    True
+    """
+    for entry in sys.path:
+        path = Path(entry or ".", "nvidia", "nccl", "lib", "libnccl.so.2")
+        if path.is_file():
+            return str(path.resolve())
+    return None
+
+
 def runtime_include_dir() -> str:
     """The folder holding ``torchvendor/runtime.h`` (the ABI header the library implements).
 
@@ -71,10 +93,15 @@ def build_runtime(cache: ArtifactCache | None = None, cc: str | None = None) -> 
     """Compile ``tv_cuda_runtime.c`` into a shared library (cached) and return its path.
 
     ``cc`` is the C compiler (default ``$CC`` or ``cc``). Needs ``cuda.h``, not a GPU or a driver.
+    Also sets ``$TORCHVENDOR_NCCL`` to :func:`nccl_library` when it is unset, so the library's
+    collectives (and those of processes started from here) load the NCCL torch ships.
 
     >>> build_runtime() == build_runtime() if cuda_include_dir() else True   # the second is a cache hit
     True
     """
+    nccl = nccl_library()
+    if nccl and not os.environ.get("TORCHVENDOR_NCCL"):
+        os.environ["TORCHVENDOR_NCCL"] = nccl
     cuda_inc = cuda_include_dir()
     if cuda_inc is None:
         raise RuntimeBuildError("cannot build the CUDA runtime library: cuda.h not found; install the CUDA "

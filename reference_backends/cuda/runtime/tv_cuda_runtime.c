@@ -21,6 +21,12 @@
  * CU_LAUNCH_PARAM_BUFFER_POINTER: the ABI's buffer layout (natural C alignment) is the kernel
  * parameter layout. Device pointers are real GPU addresses, so pointer_offsets are not needed.
  *
+ * Collectives (runtime.h minor 1 and 2) run on NCCL, opened with dlopen on first use (the one
+ * torch ships, found by the Python side; no build-time dependency). Rank 0's ncclUniqueId is the
+ * communicator's bootstrap token, which the device layer hands to the other ranks through the
+ * c10d store, so one communicator spans hosts; each collective is the NCCL call on the
+ * tv_stream's CUstream.
+ *
  * Failures. A kernel fault is sticky for the whole context in CUDA (not only for its stream, as
  * the ABI describes): every later call on the device returns TV_ERROR_LAUNCH_FAILED.
  */
@@ -519,6 +525,198 @@ static tv_status cu_launch(tv_function f, const tv_launch_config* cfg, const voi
   return TV_SUCCESS;
 }
 
+/* ---------------------------------------------------------------- collectives, over NCCL */
+/* NCCL is opened with dlopen on first use, like the driver: $TORCHVENDOR_NCCL, else the
+ * libnccl.so.2 already in the process or on the library path (the Python side points
+ * TORCHVENDOR_NCCL at the one torch ships, nvidia/nccl/lib/libnccl.so.2). The few types and
+ * functions used are declared here from NCCL's stable C API, so nccl.h is not needed to build. */
+typedef struct { char internal[128]; } nccl_uid; /* ncclUniqueId */
+typedef struct nccl_comm* nccl_comm_t;           /* ncclComm_t */
+typedef int nccl_result;                         /* ncclResult_t: 0 is ncclSuccess */
+enum { NCCL_INT8 = 0, NCCL_UINT8 = 1, NCCL_INT32 = 2, NCCL_INT64 = 4, NCCL_FLOAT16 = 6,
+       NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_BFLOAT16 = 9 };      /* ncclDataType_t */
+enum { NCCL_SUM = 0, NCCL_PROD = 1, NCCL_MAX = 2, NCCL_MIN = 3, NCCL_AVG = 4 }; /* ncclRedOp_t */
+
+static struct {
+  nccl_result (*GetUniqueId)(nccl_uid*);
+  nccl_result (*CommInitRank)(nccl_comm_t*, int, nccl_uid, int);
+  nccl_result (*CommDestroy)(nccl_comm_t);
+  const char* (*GetErrorString)(nccl_result);
+  const char* (*GetLastError)(nccl_comm_t);
+  nccl_result (*AllReduce)(const void*, void*, size_t, int, int, nccl_comm_t, CUstream);
+  nccl_result (*Broadcast)(const void*, void*, size_t, int, int, nccl_comm_t, CUstream);
+  nccl_result (*AllGather)(const void*, void*, size_t, int, nccl_comm_t, CUstream);
+  nccl_result (*ReduceScatter)(const void*, void*, size_t, int, int, nccl_comm_t, CUstream);
+  nccl_result (*Send)(const void*, size_t, int, int, nccl_comm_t, CUstream);
+  nccl_result (*Recv)(void*, size_t, int, int, nccl_comm_t, CUstream);
+} nccl;
+static tv_status nccl_status;
+static char nccl_msg[512];
+
+static void load_nccl(void) {
+  const char* path = getenv("TORCHVENDOR_NCCL");
+  path = path && *path ? path : "libnccl.so.2";
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    nccl_status = TV_ERROR_NOT_SUPPORTED;
+    snprintf(nccl_msg, sizeof nccl_msg, "the collectives need NCCL, and %s cannot be loaded (%s): "
+             "install torch's CUDA build (it ships nvidia/nccl/lib/libnccl.so.2) or the "
+             "nvidia-nccl-cu13 package, or set TORCHVENDOR_NCCL to the path of libnccl.so.2", path,
+             dlerror());
+    return;
+  }
+  const char* missing = NULL;
+#define NCCL_LOAD(f) if (!(*(void**)&nccl.f = dlsym(lib, "nccl" #f)) && !missing) missing = "nccl" #f;
+  NCCL_LOAD(GetUniqueId) NCCL_LOAD(CommInitRank) NCCL_LOAD(CommDestroy) NCCL_LOAD(GetErrorString)
+  NCCL_LOAD(GetLastError) NCCL_LOAD(AllReduce) NCCL_LOAD(Broadcast) NCCL_LOAD(AllGather)
+  NCCL_LOAD(ReduceScatter) NCCL_LOAD(Send) NCCL_LOAD(Recv)
+  if (missing) {
+    nccl_status = TV_ERROR_NOT_SUPPORTED;
+    snprintf(nccl_msg, sizeof nccl_msg, "%s lacks %s: NCCL 2.7 or newer is needed", path, missing);
+  }
+}
+
+static tv_status need_nccl(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, load_nccl);
+  return nccl_status ? fail(nccl_status, "%s", nccl_msg) : TV_SUCCESS;
+}
+
+struct tv_comm_st { uint32_t magic; int32_t dev, nranks, rank; nccl_comm_t c; };
+
+static tv_status nccl_check(nccl_result r, nccl_comm_t c, const char* where) {
+  if (!r) return TV_SUCCESS;
+  const char* last = c && nccl.GetLastError ? nccl.GetLastError(c) : "";
+  /* ncclInvalidArgument (4) and ncclInvalidUsage (5) are the caller's; the rest the system's */
+  return fail(r == 4 || r == 5 ? TV_ERROR_INVALID_VALUE : TV_ERROR_UNKNOWN, "%s: %s%s%s", where,
+              nccl.GetErrorString(r), last && *last ? ": " : "", last ? last : "");
+}
+
+static tv_status cu_comm_token(int32_t dev, void* token, size_t* size) {
+  CHECK_ARGS(token && size);
+  TRY(need_nccl());
+  TRY(use(dev));
+  nccl_uid id;
+  TRY(nccl_check(nccl.GetUniqueId(&id), NULL, "ncclGetUniqueId"));
+  memcpy(token, &id, sizeof id);
+  *size = sizeof id;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_comm_create_from_token(const void* token, size_t size, int32_t nranks,
+                                           int32_t rank, int32_t dev, tv_comm* comm) {
+  CHECK_ARGS(token && comm && nranks > 0 && rank >= 0 && rank < nranks);
+  if (size != sizeof(nccl_uid))
+    return fail(TV_ERROR_INVALID_VALUE, "%s: a token of %zu bytes; NCCL's (from comm_token) has "
+                "%zu", __func__, size, sizeof(nccl_uid));
+  TRY(need_nccl());
+  TRY(use(dev)); /* NCCL takes the device from the current context */
+  nccl_uid id;
+  memcpy(&id, token, sizeof id);
+  tv_comm c = calloc(1, sizeof *c);
+  if (!c) return fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+  tv_status st = nccl_check(nccl.CommInitRank(&c->c, nranks, id, rank), NULL, "ncclCommInitRank");
+  if (st) return free(c), st;
+  c->magic = LIVE, c->dev = dev, c->nranks = nranks, c->rank = rank;
+  *comm = c;
+  return TV_SUCCESS;
+}
+
+static tv_status cu_comm_destroy(tv_comm c) {
+  CHECK_ARGS(c);
+  if (c->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid communicator", __func__);
+  TRY(use(c->dev));
+  c->magic = 0; /* ncclCommDestroy waits for the collectives already enqueued */
+  tv_status st = nccl_check(nccl.CommDestroy(c->c), NULL, "ncclCommDestroy");
+  free(c);
+  return st;
+}
+
+/* NCCL's type and reduction for a tv_dtype and tv_reduce_op (op < 0: no reduction); bool
+ * travels as uint8, where SUM and MAX are "or", PROD and MIN "and", as torch's NCCL group does. */
+static tv_status nccl_args(tv_dtype dtype, int op, int* type, int* red) {
+  static const int types[] = {NCCL_FLOAT32, NCCL_FLOAT64, NCCL_FLOAT16, NCCL_BFLOAT16,
+                              NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_INT64, NCCL_UINT8};
+  if ((unsigned)dtype > TV_BOOL) return fail(TV_ERROR_INVALID_VALUE, "unknown tv_dtype %d", dtype);
+  *type = types[dtype], *red = op;
+  if (op < 0) return TV_SUCCESS;
+  if (op > TV_REDUCE_AVG) return fail(TV_ERROR_INVALID_VALUE, "unknown tv_reduce_op %d", op);
+  if (op == TV_REDUCE_AVG && dtype >= TV_INT8)
+    return fail(TV_ERROR_NOT_SUPPORTED, "TV_REDUCE_AVG of an integer or bool tv_dtype (%d): "
+                "floating-point types only", dtype);
+  if (dtype == TV_BOOL) *red = op == TV_REDUCE_SUM || op == TV_REDUCE_MAX ? NCCL_MAX : NCCL_MIN;
+  return TV_SUCCESS;
+}
+
+/* The communicator's CUstream for `stream`, which must be of the communicator's device. */
+static tv_status comm_stream(tv_comm c, tv_stream stream, CUstream* s, const char* where) {
+  int32_t dev;
+  if (!c || c->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid communicator", where);
+  TRY(resolve(stream, s, &dev));
+  if (dev != c->dev)
+    return fail(TV_ERROR_INVALID_VALUE, "%s: communicator of device %d, stream of device %d", where,
+                (int)c->dev, (int)dev);
+  return TV_SUCCESS;
+}
+
+static tv_status cu_all_reduce(const void* send, void* recv, size_t count, tv_dtype dtype,
+                               tv_reduce_op op, tv_comm c, tv_stream stream) {
+  CUstream s;
+  int type = 0, red = 0;
+  TRY(comm_stream(c, stream, &s, __func__));
+  TRY(nccl_args(dtype, op, &type, &red));
+  return nccl_check(nccl.AllReduce(send, recv, count, type, red, c->c, s), c->c, "ncclAllReduce");
+}
+
+static tv_status cu_broadcast(const void* send, void* recv, size_t count, tv_dtype dtype,
+                              int32_t root, tv_comm c, tv_stream stream) {
+  CUstream s;
+  int type = 0, red = 0;
+  TRY(comm_stream(c, stream, &s, __func__));
+  TRY(nccl_args(dtype, -1, &type, &red));
+  CHECK_ARGS(root >= 0 && root < c->nranks);
+  return nccl_check(nccl.Broadcast(send, recv, count, type, root, c->c, s), c->c, "ncclBroadcast");
+}
+
+static tv_status cu_all_gather(const void* send, void* recv, size_t count, tv_dtype dtype,
+                               tv_comm c, tv_stream stream) {
+  CUstream s;
+  int type = 0, red = 0;
+  TRY(comm_stream(c, stream, &s, __func__));
+  TRY(nccl_args(dtype, -1, &type, &red));
+  return nccl_check(nccl.AllGather(send, recv, count, type, c->c, s), c->c, "ncclAllGather");
+}
+
+static tv_status cu_reduce_scatter(const void* send, void* recv, size_t count, tv_dtype dtype,
+                                   tv_reduce_op op, tv_comm c, tv_stream stream) {
+  CUstream s;
+  int type = 0, red = 0;
+  TRY(comm_stream(c, stream, &s, __func__));
+  TRY(nccl_args(dtype, op, &type, &red));
+  return nccl_check(nccl.ReduceScatter(send, recv, count, type, red, c->c, s), c->c,
+                    "ncclReduceScatter");
+}
+
+static tv_status cu_send(const void* buf, size_t count, tv_dtype dtype, int32_t peer, tv_comm c,
+                         tv_stream stream) {
+  CUstream s;
+  int type = 0, red = 0;
+  TRY(comm_stream(c, stream, &s, __func__));
+  TRY(nccl_args(dtype, -1, &type, &red));
+  CHECK_ARGS(peer >= 0 && peer < c->nranks && peer != c->rank);
+  return nccl_check(nccl.Send(buf, count, type, peer, c->c, s), c->c, "ncclSend");
+}
+
+static tv_status cu_recv(void* buf, size_t count, tv_dtype dtype, int32_t peer, tv_comm c,
+                         tv_stream stream) {
+  CUstream s;
+  int type = 0, red = 0;
+  TRY(comm_stream(c, stream, &s, __func__));
+  TRY(nccl_args(dtype, -1, &type, &red));
+  CHECK_ARGS(peer >= 0 && peer < c->nranks && peer != c->rank);
+  return nccl_check(nccl.Recv(buf, count, type, peer, c->c, s), c->c, "ncclRecv");
+}
+
 /* ---------------------------------------------------------------- errors and entry point */
 static const char* cu_get_error_string(tv_status status) {
   static const char* names[] = {
@@ -586,6 +784,11 @@ static const tv_runtime table = {
     .module_unload = cu_module_unload, .module_get_function = cu_module_get_function,
     .launch = cu_launch, .get_error_string = cu_get_error_string,
     .last_error_message = cu_last_error_message,
+    /* collectives over NCCL; comm_create stays NULL: NCCL joins from rank 0's unique id */
+    .comm_destroy = cu_comm_destroy, .all_reduce = cu_all_reduce, .broadcast = cu_broadcast,
+    .all_gather = cu_all_gather, .reduce_scatter = cu_reduce_scatter, .send = cu_send,
+    .recv = cu_recv, .comm_token = cu_comm_token,
+    .comm_create_from_token = cu_comm_create_from_token,
 };
 
 TV_EXPORT tv_status torchvendor_get_runtime(uint32_t requested_major, const tv_runtime** runtime) {

@@ -1,0 +1,198 @@
+"""Bus bandwidth of the native c10d path on a PrivateUse1 GPU device (the CUDA reference runtime's
+collectives, NCCL underneath) against torch's own NCCL process group on ``cuda`` tensors: two
+processes, one GPU each, in one run.
+
+    python bench/bench_collectives_gpu.py [--quick] [--out docs/bench_distributed.md]
+
+Each rank registers its GPU twice over: as torch's ``cuda`` device, in an ``nccl`` group, and as
+the PrivateUse1 device ``gpu`` on ``tv_cuda_runtime.c``, in a ``tvgloo`` group on the native path.
+For all_reduce (SUM), all_gather (into one tensor) and reduce_scatter (SUM, from one tensor),
+float32, 4 KiB .. 1 GiB, each repeat times a burst of calls on each of the two, interleaved, and
+synchronizes the device after the burst; the median over repeats of the slower rank is reported.
+Bus bandwidth follows nccl-tests: the size is the larger buffer (all_reduce's tensor,
+all_gather's output, reduce_scatter's input), algorithm bandwidth = size / time and bus bandwidth
+= algorithm bandwidth x 2(n-1)/n for all_reduce, x (n-1)/n for the other two (1 GB = 1e9 bytes).
+Latency is the time per call of a one-element all_reduce, averaged over a burst.
+
+The results replace the section between the ``gpu-collectives`` markers of the output file (the
+rest of the file, bench/bench_distributed.py's CPU numbers, stays).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = [4 << 10 << 2 * i for i in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB
+KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+WORLD = 2
+START, END = "<!-- gpu-collectives:start -->", "<!-- gpu-collectives:end -->"
+for _var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+    os.environ.setdefault(_var, "0" if _var == "NCCL_NVLS_ENABLE" else "1")  # NVLink multicast off
+
+
+def _burst(size: int) -> int:
+    """Calls per timed burst: about 64 MiB moved, at least 4 and at most 200 calls."""
+    return max(4, min(200, (64 << 20) // size))
+
+
+def _collective(kind: str, size: int, dev: str, group: Any) -> Callable[[], Any]:
+    """A zero-argument call of ``kind`` on ``size`` bytes of float32 (the larger buffer) on ``dev``."""
+    import torch.distributed as dist
+
+    n = size // 4
+    if kind == "all_reduce":
+        x = torch.ones(n, device=dev)
+        return lambda: dist.all_reduce(x, group=group)
+    big, small = torch.ones(n, device=dev), torch.ones(n // WORLD, device=dev)
+    if kind == "all_gather":
+        return lambda: dist.all_gather_into_tensor(big, small, group=group)
+    return lambda: dist.reduce_scatter_tensor(small, big, group=group)
+
+
+def _time(calls: list, burst: int, repeats: int) -> list[float]:
+    """Median seconds per call of each ``(fn, sync)``, bursts interleaved, after one warm burst."""
+    times: list[list[float]] = [[] for _ in calls]
+    for i in range(repeats + 1):
+        for (fn, sync), ts in zip(calls, times):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(burst):
+                fn()
+            sync()
+            if i:
+                ts.append((time.perf_counter() - t0) / burst)
+    return [statistics.median(ts) for ts in times]
+
+
+def _worker(rank: int, port: int, out: str, sizes: list[int], repeats: int) -> None:
+    import torch.distributed as dist
+
+    from torchvendor.reference_backends.cuda.runtime import build_runtime
+    from torchvendor.sdk import collective_counts, register_device, register_distributed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    gpu = register_device("gpu", runtime=build_runtime())
+    torch.cuda.set_device(rank)
+    gpu.set_device(rank)
+    dist.init_process_group(register_distributed(), rank=rank, world_size=WORLD, device_id=torch.device("gpu", rank))
+    assert dist.group.WORLD.native, "the CUDA runtime should serve the collective entries"
+    nccl = dist.new_group(backend="nccl", device_id=torch.device("cuda", rank))
+    gloo = dist.new_group(backend="gloo")
+    sync_cuda, sync_gpu = torch.cuda.synchronize, gpu.synchronize
+
+    def slower(times: list[float]) -> list[float]:
+        t = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)
+        return t.tolist()
+
+    rows = []
+    for kind in KINDS:
+        for size in sizes:
+            calls = [(_collective(kind, size, f"cuda:{rank}", nccl), sync_cuda),
+                     (_collective(kind, size, f"gpu:{rank}", None), sync_gpu)]
+            rows.append((kind, size, *slower(_time(calls, _burst(size), repeats))))
+            del calls
+            torch.cuda.empty_cache()
+            gpu.empty_cache()
+    one = [(_collective("all_reduce", 4, f"cuda:{rank}", nccl), sync_cuda),
+           (_collective("all_reduce", 4, f"gpu:{rank}", None), sync_gpu)]
+    latency = slower(_time(one, 1000, repeats))
+    counts = collective_counts()
+    dist.destroy_process_group()
+    if rank == 0:
+        torch.save({"rows": rows, "latency": latency, "counts": counts,
+                    "gpu": torch.cuda.get_device_name(0)}, out)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fmt_size(b: int) -> str:
+    return f"{b >> 30} GiB" if b >= 1 << 30 else f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+
+def _busbw(kind: str, size: int, t: float) -> float:
+    factor = 2 * (WORLD - 1) / WORLD if kind == "all_reduce" else (WORLD - 1) / WORLD
+    return size / t / 1e9 * factor
+
+
+def _markdown(result: dict) -> str:
+    lines = [
+        START,
+        "## Two GPUs: the native path on the PrivateUse1 device vs torch's NCCL process group",
+        "",
+        f"Generated by `bench/bench_collectives_gpu.py` on {datetime.date.today()}: torch {torch.__version__}, "
+        f"{WORLD} processes on one machine, one {result['gpu']} each (NVLink multicast off: "
+        "NCCL_NVLS_ENABLE=0). `nccl` = torch's `nccl` process group on `cuda` tensors; `native` = the "
+        "`tvgloo` group on the PrivateUse1 device `gpu` (the CUDA reference runtime, "
+        "`reference_backends/cuda/runtime/tv_cuda_runtime.c`, whose collective entries call the NCCL "
+        "torch ships, opened with dlopen), enqueued on the device's current stream. float32; median "
+        "time per call of the slower rank over bursts of calls; bus bandwidth as nccl-tests computes it "
+        "(all_reduce: size/time x 2(n-1)/n; all_gather, reduce_scatter: size/time x (n-1)/n, size = the "
+        "larger buffer; 1 GB = 1e9 bytes).",
+        "",
+        "| collective | size | nccl (us) | native (us) | nccl busbw (GB/s) | native busbw (GB/s) | native / nccl busbw |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind, size, t_nccl, t_nat in result["rows"]:
+        b_nccl, b_nat = _busbw(kind, size, t_nccl), _busbw(kind, size, t_nat)
+        lines.append(f"| {kind} | {_fmt_size(size)} | {t_nccl * 1e6:.1f} | {t_nat * 1e6:.1f} | {b_nccl:.2f} "
+                     f"| {b_nat:.2f} | {b_nat / b_nccl:.2f}x |")
+    t_nccl, t_nat = result["latency"]
+    lines += [
+        "",
+        f"Small-message latency (one-element all_reduce, per call, bursts of 1000): nccl {t_nccl * 1e6:.1f} us, "
+        f"native {t_nat * 1e6:.1f} us.",
+        "",
+        f"Collectives on device tensors counted by rank 0 (`collective_counts()`): {result['counts']}.",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def _splice(path: Path, section: str) -> str:
+    """``path``'s text with the marked section replaced by ``section`` (appended if absent)."""
+    text = path.read_text() if path.exists() else ""
+    if START in text and END in text:
+        return text[:text.index(START)] + section + text[text.index(END) + len(END):]
+    return text.rstrip("\n") + "\n\n" + section + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch.multiprocessing as mp
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="sizes up to 1 MiB, fewer repeats")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "bench_distributed.md"))
+    args = parser.parse_args(argv)
+    if torch.cuda.device_count() < WORLD:
+        print(f"bench_collectives_gpu: needs {WORLD} GPUs, found {torch.cuda.device_count()}", file=sys.stderr)
+        return 2
+    sizes = [s for s in SIZES if s <= (1 << 20)] if args.quick else SIZES
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.pt")
+        mp.spawn(_worker, args=(_free_port(), out, sizes, 3 if args.quick else 5), nprocs=WORLD, join=True)
+        result = torch.load(out)
+    section = _markdown(result)
+    print(section)
+    if not args.quick:
+        Path(args.out).write_text(_splice(Path(args.out), section))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
