@@ -310,6 +310,14 @@ def _tensors(obj) -> Iterable[torch.Tensor]:
             yield from _tensors(o)
 
 
+NOT_IMPLEMENTED = "device error: not implemented (no kernel / fallback refused)"
+
+
+def all_not_implemented(res: "OpResult") -> bool:
+    """Whether every failure of ``res`` is the device's "not implemented" (no wrong answer)."""
+    return bool(res.failures) and all(f.kind == NOT_IMPLEMENTED for f in res.failures)
+
+
 def classify_exception(exc: BaseException) -> str:
     """A stable, coarse failure class for an exception raised on the device."""
     msg = str(exc)
