@@ -8,7 +8,7 @@ constant here agrees with it, so the two cannot drift apart again.
     >>> import ctypes
     >>> [name for name, _ in RuntimeTable._fields_[:4]]
     ['abi_major', 'abi_minor', 'struct_size', 'name']
-    >>> ctypes.sizeof(RuntimeTable) == minor_size(1) > minor_size(0)
+    >>> ctypes.sizeof(RuntimeTable) == minor_size(2) > minor_size(1) > minor_size(0)
     True
 """
 from __future__ import annotations
