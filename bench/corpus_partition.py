@@ -159,10 +159,15 @@ def write(rows: list[dict], path: Path, load0: float, load1: float, repeat: int)
                      f"{o['values']} / {p['values']} / {c['values']} | {o['bytes']:,} / {p['bytes']:,} / {c['bytes']:,} | "
                      f"{ratio(r):.3f} | {o['s'] * 1e3:.1f} / {c['s'] * 1e3:.1f} |")
     lines += ["", END, ""]
+    write_section(path, BEGIN, END, "\n".join(lines))
+
+
+def write_section(path: Path, begin: str, end: str, block: str) -> None:
+    """Replace the section of ``path`` between the markers ``begin`` and ``end`` by ``block``
+    (appended when the markers are not there yet); the rest of the page stays as it is."""
     text = path.read_text() if path.exists() else "# Partitioning benchmark\n\n"
-    block = "\n".join(lines)
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END) + "\n?", lambda _: block, text, flags=re.S)
+    if begin in text:
+        text = re.sub(re.escape(begin) + ".*?" + re.escape(end) + "\n?", lambda _: block, text, flags=re.S)
     else:
         text = text.rstrip("\n") + "\n\n" + block
     path.write_text(text)

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 import time
 from collections import defaultdict
@@ -38,7 +37,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import MODELS, graphs, random_profile  # noqa: E402
-from corpus_partition import boundary  # noqa: E402
+from corpus_partition import boundary, write_section  # noqa: E402
 from torch.fx.passes.operator_support import OperatorSupportBase  # noqa: E402
 
 from torchvendor.ir import FxView  # noqa: E402
@@ -235,13 +234,7 @@ def write(rows: list[dict], path: Path, load0: float, load1: float, wall: float,
                      f"{sum(r['ours']['parts'] for r in sub)} / {sum(r['cbp']['parts'] for r in sub)} | "
                      f"{sum(r['ours']['s'] for r in sub):.2f} / {sum(r['cbp']['s'] for r in sub):.2f} |")
     lines += ["", END, ""]
-    text = path.read_text() if path.exists() else "# Partitioning benchmark\n\n"
-    block = "\n".join(lines)
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END) + "\n?", lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    path.write_text(text)
+    write_section(path, BEGIN, END, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -50,3 +50,21 @@ def corpus_on_device(names: frozenset[str]) -> dict[str, OpResult]:
     once per session in a child process (``run_opinfo_corpus_isolated``): the device OpInfo tests
     and the stable-kernel tests' fallback-only baseline share one run (about 20 s)."""
     return run_opinfo_corpus_isolated(DEVICE, torch.float32, names=sorted(names), op_timeout=600)
+
+
+def kernel_template():
+    """The stable-ABI kernel template (examples/stable_kernels) built with cmake, as
+    ``examples/native_kernel.py`` builds it; skips the calling test where cmake is missing."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    if shutil.which("cmake") is None:
+        pytest.skip("no cmake")
+    path = Path(__file__).resolve().parents[1] / "examples" / "native_kernel.py"
+    spec = importlib.util.spec_from_file_location("tv_native_kernel_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build_template()

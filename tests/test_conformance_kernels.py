@@ -2,14 +2,13 @@
 every worker, so what it serves runs natively (``pass``) where the CPU fallback served it before."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from device_utils import kernel_template
 
 from torchvendor.sdk.conformance.core import ConformanceError, ManifestError, Target, load_manifest
 
@@ -18,12 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def template() -> Path:
-    if shutil.which("cmake") is None:
-        pytest.skip("no cmake")
-    spec = importlib.util.spec_from_file_location("tv_native_kernel_example", ROOT / "examples" / "native_kernel.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.build_template()
+    return kernel_template()
 
 
 def _run(tmp_path: Path, name: str, *args: str) -> dict:

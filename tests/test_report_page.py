@@ -4,7 +4,6 @@ headless Chromium, and a kernel library dropped between two runs showing as "los
 ``diff``."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -15,6 +14,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from device_utils import kernel_template
 import torch
 
 from torchvendor.sdk import Backend, Level, register_backend
@@ -140,12 +140,7 @@ def test_html_report_opens_on_its_failures_in_headless_chromium(tmp_path):
 
 @pytest.fixture(scope="module")
 def kernel_library() -> Path:
-    if shutil.which("cmake") is None:
-        pytest.skip("no cmake")
-    spec = importlib.util.spec_from_file_location("tv_native_kernel_example", ROOT / "examples" / "native_kernel.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.build_template()
+    return kernel_template()
 
 
 def _conformance(*args: str) -> subprocess.CompletedProcess:
