@@ -37,7 +37,8 @@ __all__ = ["CpuBackend"]
 #: a digest of the code generator's source: a change to it makes new cache keys
 _GENERATOR = hashlib.sha256(b"".join(p.read_bytes() for p in codegen.generator_sources())).hexdigest()
 #: the compiler runs of one partition's kernels go in parallel (a transformer block has dozens)
-_BUILDS = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="torchvendor_cpu_build")
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+_BUILDS = ThreadPoolExecutor(max_workers=max(2, _CORES), thread_name_prefix="torchvendor_cpu_build")
 
 
 class CpuBackend(Backend):

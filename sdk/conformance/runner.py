@@ -147,7 +147,9 @@ class _Pool:
                  cases: Sequence[Case], record: Any, timeout: float | None) -> None:
         # workers build only the areas of the cases to run (``only`` may leave out the ops area,
         # whose cases import torch's OpInfo database)
-        threads = max(1, (os.cpu_count() or 1) // max(1, jobs)) if jobs > 1 else None  # cores split evenly
+        # the cores this process may use (taskset, a container's cpuset), split evenly
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = max(1, cores // max(1, jobs)) if jobs > 1 else None
         self.args = (mp.get_context("spawn"), target, profile, manifest, sorted({c.area for c in cases}), threads)
         self.workers = [_Worker(*self.args) for _ in range(max(1, jobs))]
         self.record = record
