@@ -317,37 +317,42 @@ def _reduction_open(w: CppRenderer, st: Stmt) -> None:
         raise CodegenError(f"reduction kind {kind!r} is not supported by the C++ code generator")
 
 
+#: one update statement per reduction kind: ``n`` the reduction's name, ``v`` the value, ``ct`` the
+#: accumulator's C type, ``cmp`` the comparison of max/min-like kinds, ``i`` the reduction index
+_UPDATE = {
+    "sum": "{n}_acc += ({ct}){v};",
+    "prod": "{n}_acc *= ({ct}){v};",
+    "xor_sum": "{n}_acc ^= ({ct}){v};",
+    "any": "{n}_acc = {n}_acc || ({v} != 0);",
+    # floats: the comparison alone vectorizes; NaNs go to the flag
+    "float_minmax": "{{ {ct} v = ({ct}){v}; {n}_acc = v {cmp} {n}_acc ? v : {n}_acc; {n}_nan |= v != v; }}",
+    "minmax": "{n}_acc = tv_{kind}<{ct}>({n}_acc, ({ct}){v});",
+    "arg": "if (!{n}_nan && (({ct}){v} != ({ct}){v} || ({ct}){v} {cmp} {n}_acc)) "
+           "{{ {n}_acc = ({ct}){v}; {n}_idx = {i}; {n}_nan = {n}_acc != {n}_acc; }}",
+    "welford_reduce": "{{ {n}_w += 1; {ct} d = ({ct}){v} - {n}_mean; {n}_mean += d / {n}_w; "
+                      "{n}_m2 += d * (({ct}){v} - {n}_mean); }}",
+    "welford_combine": "if ({weight} != 0) {{ {ct} nw = {n}_w + {weight}; {ct} d = {mean} - {n}_mean; "
+                       "{n}_mean += d * {weight} / nw; {n}_m2 += {m2} + d * d * {n}_w * {weight} / nw; {n}_w = nw; }}",
+    "online_softmax_reduce": "{{ {ct} nm = tv_max<{ct}>({n}_max, ({ct}){v}); "
+                             "if (nm != -std::numeric_limits<{ct}>::infinity()) "
+                             "{{ {n}_sum = {n}_sum * std::exp({n}_max - nm) + std::exp(({ct}){v} - nm); }} {n}_max = nm; }}",
+}
+
+
 def _reduction_update(w: CppRenderer, st: Stmt, ridx: str) -> None:
-    kind, n, v = st.attr("kind"), st.name, st.args[0]
-    dtype = _acc_dtype(w, st)
-    ct = VALUE[dtype]
-    if kind == "sum":
-        w.emit(f"{n}_acc += ({ct}){v};")
-    elif kind == "prod":
-        w.emit(f"{n}_acc *= ({ct}){v};")
-    elif kind == "xor_sum":
-        w.emit(f"{n}_acc ^= ({ct}){v};")
-    elif kind == "any":
-        w.emit(f"{n}_acc = {n}_acc || ({v} != 0);")
-    elif kind in ("max", "min") and dtype in FLOATS:  # the comparison alone vectorizes; NaNs go to the flag
-        w.emit(f"{{ {ct} v = ({ct}){v}; {n}_acc = v {'>' if kind == 'max' else '<'} {n}_acc ? v : {n}_acc; "
-               f"{n}_nan |= v != v; }}")
-    elif kind in ("max", "min"):
-        w.emit(f"{n}_acc = tv_{kind}<{ct}>({n}_acc, ({ct}){v});")
+    kind, dtype = st.attr("kind"), _acc_dtype(w, st)
+    form = kind
+    if kind in ("max", "min"):
+        form = "float_minmax" if dtype in FLOATS else "minmax"
     elif kind in ("argmax", "argmin"):
-        cmp = ">" if kind == "argmax" else "<"
-        w.emit(f"if (!{n}_nan && (({ct}){v} != ({ct}){v} || ({ct}){v} {cmp} {n}_acc)) "
-               f"{{ {n}_acc = ({ct}){v}; {n}_idx = {ridx}; {n}_nan = {n}_acc != {n}_acc; }}")
-    elif kind == "welford_reduce":
-        w.emit(f"{{ {n}_w += 1; {ct} d = ({ct}){v} - {n}_mean; {n}_mean += d / {n}_w; "
-               f"{n}_m2 += d * (({ct}){v} - {n}_mean); }}")
-    elif kind == "welford_combine":
-        mean, m2, weight = st.args
-        w.emit(f"if ({weight} != 0) {{ {ct} nw = {n}_w + {weight}; {ct} d = {mean} - {n}_mean; "
-               f"{n}_mean += d * {weight} / nw; {n}_m2 += {m2} + d * d * {n}_w * {weight} / nw; {n}_w = nw; }}")
-    elif kind == "online_softmax_reduce":
-        w.emit(f"{{ {ct} nm = tv_max<{ct}>({n}_max, ({ct}){v}); if (nm != -std::numeric_limits<{ct}>::infinity()) "
-               f"{{ {n}_sum = {n}_sum * std::exp({n}_max - nm) + std::exp(({ct}){v} - nm); }} {n}_max = nm; }}")
+        form = "arg"
+    if form not in _UPDATE:
+        return
+    fields = dict(n=st.name, v=st.args[0], ct=VALUE[dtype], kind=kind, i=ridx,
+                  cmp=">" if kind in ("max", "argmax") else "<")
+    if kind == "welford_combine":
+        fields.update(zip(("mean", "m2", "weight"), st.args))
+    w.emit(_UPDATE[form].format(**fields))
 
 
 def _reduction_close(w: CppRenderer, st: Stmt) -> None:
