@@ -687,6 +687,10 @@ void install() {
 
 void count_cpu_fallback(const std::string& name) { count_fallback(name); }
 
+void run_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback(op, stack);
+}
+
 std::map<std::string, int64_t> fallback_counts() {
   std::map<std::string, int64_t> out;
   {
