@@ -187,17 +187,11 @@ TV_SIM_KERNEL(tv_tpl_mm) {
   for (int64_t i = 0; i < k->m; ++i)
     for (int64_t j = 0; j < k->n; ++j) {
       char* po = (char*)k->out + (i * k->n + j) * s;
-      if (k->dtype == TV_TPL_F64) {
+      if (is_float(k->dtype)) { /* in double, rounded once: see tv_tpl_sum */
         double acc = 0;
         for (int64_t p = 0; p < k->k; ++p)
           acc += load_f((const char*)k->a + (i * k->stride_a[0] + p * k->stride_a[1]) * s, k->dtype) *
                  load_f((const char*)k->b + (p * k->stride_b[0] + j * k->stride_b[1]) * s, k->dtype);
-        store_f(po, k->dtype, acc);
-      } else if (is_float(k->dtype)) { /* float, as the CPU's sgemm and its f16/bf16 gemm */
-        float acc = 0;
-        for (int64_t p = 0; p < k->k; ++p)
-          acc = fmaf((float)load_f((const char*)k->a + (i * k->stride_a[0] + p * k->stride_a[1]) * s, k->dtype),
-                     (float)load_f((const char*)k->b + (p * k->stride_b[0] + j * k->stride_b[1]) * s, k->dtype), acc);
         store_f(po, k->dtype, acc);
       } else {
         int64_t acc = 0;
@@ -210,20 +204,6 @@ TV_SIM_KERNEL(tv_tpl_mm) {
   return 0;
 }
 
-/* Sum of reduced elements [lo, hi) of one output in float, pairwise as the CPU's cascade sum
- * (its error grows with log n, not n, as a running float sum's would). */
-static float sum_pairwise(const tv_tpl_sum_args* k, int64_t base, int64_t lo, int64_t hi) {
-  const int si = item_size[k->dtype_in];
-  if (hi - lo <= 16) {
-    float acc = 0;
-    for (int64_t r = lo; r < hi; ++r)
-      acc += (float)load_f((const char*)k->in + (base + offset_of(r, k->red_ndim, k->red_sizes, k->red_strides)) * si, k->dtype_in);
-    return acc;
-  }
-  const int64_t mid = lo + (hi - lo) / 2;
-  return sum_pairwise(k, base, lo, mid) + sum_pairwise(k, base, mid, hi);
-}
-
 TV_SIM_KERNEL(tv_tpl_sum) {
   if (launch->args_size < sizeof(tv_tpl_sum_args)) return 1;
   const tv_tpl_sum_args* k = (const tv_tpl_sum_args*)args;
@@ -233,12 +213,11 @@ TV_SIM_KERNEL(tv_tpl_sum) {
   for (int32_t d = 0; d < k->red_ndim; ++d) n_red *= k->red_sizes[d];
   for (int64_t o = 0; o < n_out; ++o) {
     const int64_t base = offset_of(o, k->out_ndim, k->out_sizes, k->out_strides);
-    /* The CPU's accumulation types: double for a float64 sum, float for float32/16, int64. */
-    const int f64 = k->dtype_out == TV_TPL_F64 || k->dtype_in == TV_TPL_F64;
+    /* Floating sums accumulate in double and round once to the output dtype (see the note at
+     * the top of kernels.cpp); integer sums in int64, as the CPU's. */
     double acc_f = 0;
     int64_t acc_i = 0;
-    if (is_float(k->dtype_out) && !f64) acc_f = sum_pairwise(k, base, 0, n_red);
-    else for (int64_t r = 0; r < n_red; ++r) {
+    for (int64_t r = 0; r < n_red; ++r) {
       const char* p = (const char*)k->in + (base + offset_of(r, k->red_ndim, k->red_sizes, k->red_strides)) * si;
       if (is_float(k->dtype_out)) acc_f += load_f(p, k->dtype_in);
       else acc_i += load_i(p, k->dtype_in);
