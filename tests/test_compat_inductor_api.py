@@ -124,3 +124,8 @@ def test_loop_body_of_and_fallback_kernel() -> None:
     torch.testing.assert_close(f(torch.ones(3, 2)), torch.ones(3, 2).sin().sum(0))
     assert seen and seen[0].kernels
     assert not compat.is_fallback_kernel(object())
+
+
+def test_has_device_scheduling() -> None:
+    assert compat.has_device_scheduling("cpu")
+    assert not compat.has_device_scheduling("tv_no_such_device")

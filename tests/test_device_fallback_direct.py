@@ -1,7 +1,7 @@
 """The CPU fallback's direct path (csrc/device/fallback.cpp, direct_fallback): dense device
 tensors move with one runtime copy each instead of torch's cpu_fallback dispatches. Checked here
 against CPU eager where it could go wrong: stream ordering behind work still queued on the
-device, permuted and gapped (generic path) inputs, out= and in-place writes (resized, returned
+device, permuted and gapped inputs (the CPU kernel sees their layout), out= and in-place writes (resized, returned
 as the caller's tensor), CPU scalar operands, several outputs, a second device, and errors."""
 from __future__ import annotations
 
@@ -69,11 +69,28 @@ def test_permuted_and_gapped_inputs(acme):
     # permuted (dense, direct path), the output keeps the CPU kernel's strides
     got = torch.sub(ad.t(), bd)
     assert torch.equal(got.cpu(), a.t() - b) and got.stride() == (a.t() - b).stride()
-    # gaps between elements (generic path)
+    # gaps between elements: the span of storage comes over, viewed with the same strides
     got = torch.sub(ad[:, ::2], bd.t()[:, ::2])
     assert torch.equal(got.cpu(), a[:, ::2] - b.t()[:, ::2])
     # a view at a storage offset
     assert torch.equal(torch.sub(ad[1:], ad[:-1]).cpu(), a[1:] - a[:-1])
+
+
+def test_the_cpu_kernel_sees_a_gapped_inputs_layout(acme):
+    # The CPU's reduced-precision batch norm picks its kernel by layout; a contiguous host copy
+    # of a strided input rounded differently (up to 16 bfloat16 ulps). The same layout gives the
+    # CPU's bits.
+    torch.manual_seed(0)
+    for dtype in (torch.bfloat16, torch.float16):
+        base = torch.randn(3, 8, 4, dtype=dtype)
+        x = base[:, ::2]                                              # (3, 4, 4) with gaps
+        stats = [torch.randn(4, dtype=dtype), torch.rand(4, dtype=dtype) + 0.5,
+                 torch.randn(4, dtype=dtype), torch.randn(4, dtype=dtype)]
+        want = torch.nn.functional.batch_norm(x, *stats, training=False, momentum=-1.2)
+        xd = base.to(DEVICE)[:, ::2]
+        assert not xd.is_contiguous()
+        got = torch.nn.functional.batch_norm(xd, *[t.to(DEVICE) for t in stats], training=False, momentum=-1.2)
+        assert torch.equal(got.cpu(), want), dtype
 
 
 def test_out_argument(acme):

@@ -359,3 +359,59 @@ def test_template_orders_after_queued_work(libs) -> None:
             x.zero_()
         """, template=libs["template"])
     assert out.strip().splitlines()[-2:] == ["ordered True True"] * 2, out
+
+
+def test_template_hands_what_it_does_not_handle_to_the_fallback(libs) -> None:
+    # Kernel API minor 2 (tv::fallback): complex dtypes, a CPU `self` in add, operands on two
+    # devices and arguments the CPU kernel refuses go to the device's counted CPU fallback, so the
+    # answer (or the error, worded by the CPU kernel) is the device's without the library.
+    out = run("""
+        load_kernel_library({template!r})
+        from torchvendor.sdk.device.kernels import native_counts, reset_native_counts
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        c = torch.randn(3, 4, dtype=torch.complex64)
+        x = torch.randn(3, 4)
+        cases = [
+            lambda d: c.to(d) + c.to(d),
+            lambda d: torch.add(c.to(d), c.to(d), alpha=2),
+            lambda d: c.to(d) * 2,
+            lambda d: torch.mm(c.to(d), c.t().to(d)),
+            lambda d: c.to(d).sum(),
+            lambda d: c.to(d).sum(dim=1),
+            lambda d: x.to(d).sum(dim=1, dtype=torch.complex64),
+            lambda d: torch.tensor(2.5) + x.to(d),                       # a CPU `self`
+            lambda d: torch.tensor(2.5 + 1j) * x.to(d),                  # a complex CPU scalar
+        ]
+        torch.acme.reset_fallback_counts(); reset_native_counts()
+        for i, case in enumerate(cases):
+            want, got = case("cpu"), case("acme")
+            assert got.device.type == "acme" and got.dtype == want.dtype, (i, got.device, got.dtype)
+            torch.testing.assert_close(got.cpu(), want, msg=lambda m: f"case {{i}}: {{m}}")
+        print("fallback", sorted(torch.acme.fallback_counts()))
+        print("native", sorted(native_counts()))
+        errors = [
+            lambda d: torch.relu(torch.ones(3, dtype=torch.bool).to(d)),
+            lambda d: torch.mm(x.to(d), x.to(d)),
+            lambda d: torch.mm(x.to(d), x.t().double().to(d)),
+            lambda d: x.to(d).sum(dim=(0, 0)),
+            lambda d: x.to(d).sum(dim=5),
+        ]
+        for i, case in enumerate(errors):
+            try:
+                case("cpu")
+            except Exception as e:
+                want = str(e).splitlines()[0]
+            try:
+                case("acme")
+                print("no error", i)
+            except Exception as e:
+                print("same error" if want in str(e) else f"other error {{i}}: {{e}} (cpu: {{want}})")
+        """, template=libs["template"])
+    lines = out.strip().splitlines()
+    fallback = next(l for l in lines if l.startswith("fallback"))
+    for op in ("add.Tensor", "mul.Tensor", "mm", "sum", "sum.dim_IntList"):
+        assert f"'{op}'" in fallback, fallback
+    native = next(l for l in lines if l.startswith("native"))
+    assert "'mm'" not in native and "'sum'" not in native, native  # fallbacks count as fallbacks
+    assert lines[-5:] == ["same error"] * 5, out

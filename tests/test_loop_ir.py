@@ -459,3 +459,17 @@ def test_validate_accepts_captured_programs_and_names_each_broken_invariant():
                     "k/op0/t1 (neg): t1 is defined twice", "k/op0/store: no buffer 'w'",
                     "k/op0/store: index 'i1' uses i1"):
         assert problem in str(e.value)
+
+
+def test_masked_scatter_compiles_for_a_torchvendor_device(acme) -> None:
+    # Inductor's masked_scatter decomposition asks the device's backend for a feature; a
+    # torchvendor device's Scheduling is registered only while its graph lowers, so the question
+    # asserted (an AssertionError without a message) before the table kept the operator there.
+    assert not compat.has_device_scheduling("acme") and compat.has_device_scheduling("cpu")
+    x = torch.randn(5, 5)
+    mask = torch.rand(5) > 0.5
+    source = torch.randn(5, 5)
+    compat.dynamo_reset()
+    f = torch.compile(torch.masked_scatter, backend="torchvendor_cpu")
+    got = f(x.to("acme"), mask.to("acme"), source.to("acme"))
+    torch.testing.assert_close(got.cpu(), torch.masked_scatter(x, mask, source))

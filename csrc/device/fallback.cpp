@@ -129,8 +129,35 @@ void StagingAllocator::release(void* p) {
   c10::free_cpu(p);
 }
 
-// A CPU tensor of `dev`'s sizes and strides; with its values unless `contents` is false.
+// Strided, without conjugate/negative bits: its elements lie in one span of its storage from
+// data_ptr on (torch's strides are never negative).
+bool spanned(const at::Tensor& t) {
+  return t.layout() == c10::Layout::Strided && !t.is_conj() && !t.is_neg();
+}
+
+// Elements from the first to the last one `t` addresses.
+int64_t storage_span(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return last + 1;
+}
+
+// A CPU tensor of `dev`'s sizes and strides; with its values unless `contents` is false. A
+// tensor that is not dense (a slice with gaps, an expanded tensor) comes over as the span of
+// storage it addresses, viewed with its strides: the CPU kernel then sees the layout the CPU
+// itself would see, and some kernels choose their algorithm by layout (bfloat16/float16 batch
+// norm rounds differently on a strided input than on a contiguous copy, by up to 16 ulps).
 at::Tensor host_copy(const at::Tensor& dev, bool contents) {
+  if (!dev.is_non_overlapping_and_dense()) {
+    const int64_t span = storage_span(dev);
+    at::Tensor base = at::detail::empty_strided_generic(
+        {span}, {1}, &g_staging, c10::DispatchKeySet(c10::DispatchKey::CPU), dev.scalar_type());
+    if (contents && span > 0)
+      copy_bytes(base.mutable_data_ptr(), dev.const_data_ptr(), span * dev.element_size(),
+                 TV_MEMCPY_DEVICE_TO_HOST, current_stream(dev.device().index()), false);
+    return base.as_strided(dev.sizes(), dev.strides());
+  }
   at::Tensor host = at::detail::empty_strided_generic(
       dev.sizes(), dev.strides(), &g_staging, c10::DispatchKeySet(c10::DispatchKey::CPU),
       dev.scalar_type());
@@ -170,7 +197,8 @@ struct Moved {
 
 // The direct path for an operator whose schema qualifies (OpInfo::direct). Returns false,
 // having changed nothing, when this call needs cpu_fallback's general path: a device tensor
-// that is not dense, a tensor on a third device, or no device tensor at all.
+// with conjugate or negative bits or another layout, a tensor on a third device, or no device
+// tensor at all.
 bool direct_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& args = op.schema().arguments();
   const size_t begin = stack->size() - args.size();
@@ -178,7 +206,7 @@ bool direct_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t i = begin; i < stack->size(); ++i) {
     const c10::IValue& v = (*stack)[i];
     if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().is_cpu()) continue;
-    if (!v.toTensor().is_privateuseone() || !plain(v.toTensor())) return false;
+    if (!v.toTensor().is_privateuseone() || !spanned(v.toTensor())) return false;
     if (!target) target = v.toTensor().device();
   }
   if (!target) return false;
@@ -686,6 +714,10 @@ void install() {
 }
 
 void count_cpu_fallback(const std::string& name) { count_fallback(name); }
+
+void run_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback(op, stack);
+}
 
 std::map<std::string, int64_t> fallback_counts() {
   std::map<std::string, int64_t> out;

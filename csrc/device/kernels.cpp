@@ -14,6 +14,7 @@
 #include <ATen/ops/sub.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
+#include <torch/csrc/stable/c/shim.h>
 #include <torch/library.h>
 #include <torch/version.h>
 
@@ -266,6 +267,112 @@ tv_status api_current_stream(int32_t device, tv_stream* stream) {
   }
 }
 
+// ---- minor 2: handing a call back to the CPU fallback -----------------------------------------
+// The arguments arrive as torch encodes a stable kernel's (stableivalue_conversions.h): a tensor
+// is an AtenTensorHandle (an at::Tensor*), a number its bits, an optional a pointer to its value
+// or 0, a list a StableListHandle. They are borrowed: the caller releases them.
+
+std::optional<c10::IValue> decode_arg(const c10::TypePtr& type, uint64_t v);
+
+std::optional<c10::IValue> decode_list(const c10::TypePtr& element, uint64_t v) {
+  if (element->kind() != c10::TypeKind::IntType && element->kind() != c10::TypeKind::SymIntType)
+    return std::nullopt;
+  auto list = reinterpret_cast<StableListHandle>(v);
+  size_t n = 0;
+  if (torch_list_size(list, &n) != AOTI_TORCH_SUCCESS) return std::nullopt;
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    StableIValue item = 0;
+    if (torch_list_get_item(list, i, &item) != AOTI_TORCH_SUCCESS) return std::nullopt;
+    out[i] = static_cast<int64_t>(item);
+  }
+  return c10::IValue(std::move(out));
+}
+
+std::optional<c10::IValue> decode_arg(const c10::TypePtr& type, uint64_t v) {
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType:
+      return c10::IValue(*reinterpret_cast<const at::Tensor*>(v));
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      return c10::IValue(static_cast<int64_t>(v));
+    case c10::TypeKind::FloatType: {
+      double d;
+      std::memcpy(&d, &v, sizeof d);
+      return c10::IValue(d);
+    }
+    case c10::TypeKind::BoolType:
+      return c10::IValue((v & 0xff) != 0);  // a bool's byte, the rest zero
+    case c10::TypeKind::ScalarTypeType:  // the shim's dtype codes are ScalarType's
+      return c10::IValue(static_cast<c10::ScalarType>(static_cast<int32_t>(v)));
+    case c10::TypeKind::ListType:
+      return decode_list(type->castRaw<c10::ListType>()->getElementType(), v);
+    case c10::TypeKind::OptionalType:
+      if (v == 0) return c10::IValue();
+      return decode_arg(type->castRaw<c10::OptionalType>()->getElementType(),
+                        *reinterpret_cast<const uint64_t*>(v));
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<uint64_t> encode_result(c10::IValue v) {
+  uint64_t bits = 0;
+  if (v.isTensor()) return reinterpret_cast<uint64_t>(
+      torch::aot_inductor::new_tensor_handle(std::move(v).toTensor()));
+  if (v.isInt()) return static_cast<uint64_t>(v.toInt());
+  if (v.isBool()) return static_cast<uint64_t>(v.toBool());
+  if (v.isDouble()) {
+    const double d = v.toDouble();
+    std::memcpy(&bits, &d, sizeof d);
+    return bits;
+  }
+  return std::nullopt;
+}
+
+// The aten operator a twin serves ("torchvendor::add.Tensor" -> "aten::add.Tensor"); its float
+// alpha reaches the aten operator's Scalar as a double.
+c10::OperatorHandle fallback_target(const std::string& op) {
+  if (op.rfind("torchvendor::", 0) == 0) return find_operator("aten::" + op.substr(13));
+  return find_operator(op);
+}
+
+tv_status api_fallback(const char* op, const uint64_t* args, uint64_t num_args, uint64_t* outputs,
+                       uint64_t num_outputs) {
+  if (op == nullptr || (num_args > 0 && args == nullptr) || (num_outputs > 0 && outputs == nullptr))
+    return api_fail(TV_ERROR_INVALID_VALUE, "fallback: op, args and outputs must not be NULL");
+  try {
+    const auto& schema = find_operator(op).schema();  // the arguments as the kernel got them
+    const c10::OperatorHandle target = fallback_target(op);
+    if (schema.arguments().size() != num_args || target.schema().returns().size() != num_outputs)
+      return api_fail(TV_ERROR_NOT_SUPPORTED, std::string("fallback: ") + op + " takes " +
+                      std::to_string(schema.arguments().size()) + " arguments and returns " +
+                      std::to_string(target.schema().returns().size()) + " results; the call "
+                      "passed " + std::to_string(num_args) + " and " + std::to_string(num_outputs));
+    torch::jit::Stack stack;
+    for (uint64_t i = 0; i < num_args; ++i) {
+      auto value = decode_arg(schema.arguments()[i].real_type(), args[i]);
+      if (!value)
+        return api_fail(TV_ERROR_NOT_SUPPORTED, std::string("fallback: cannot read argument '") +
+                        schema.arguments()[i].name() + "' of " + op + " (type " +
+                        schema.arguments()[i].real_type()->str() + "); kernel_api.h lists the "
+                        "kinds it reads");
+      stack.push_back(std::move(*value));
+    }
+    run_boxed_fallback(target, &stack);
+    for (const c10::IValue& v : stack)
+      if (!v.isTensor() && !v.isInt() && !v.isBool() && !v.isDouble())
+        return api_fail(TV_ERROR_NOT_SUPPORTED, std::string("fallback: ") + op + " returned a " +
+                        v.tagKind() + ", which the stable ABI's stack cannot carry here");
+    for (uint64_t i = 0; i < num_outputs; ++i) outputs[i] = *encode_result(std::move(stack[i]));
+    return TV_SUCCESS;
+  } catch (const c10::Error& e) {
+    return api_fail(TV_ERROR_INVALID_VALUE, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return api_fail(TV_ERROR_INVALID_VALUE, e.what());
+  }
+}
+
 tv_kernel_api g_api{};
 
 const tv_kernel_api* kernel_api() {
@@ -281,6 +388,7 @@ const tv_kernel_api* kernel_api() {
   g_api.last_error_message = &api_last_error;
   g_api.empty_strided = &api_empty_strided;
   g_api.current_stream = &api_current_stream;
+  g_api.fallback = &api_fallback;
   return &g_api;
 }
 

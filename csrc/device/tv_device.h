@@ -32,6 +32,10 @@
 namespace pybind11 {
 class object;  // process_group.cpp's entry point takes a Python object
 }  // namespace pybind11
+namespace c10 {
+class OperatorHandle;  // the boxed fallback's entry (fallback.cpp) takes a dispatcher operator
+struct IValue;
+}  // namespace c10
 
 namespace torchvendor {
 
@@ -163,6 +167,9 @@ std::map<std::string, std::vector<int64_t>> fallback_costs();
 std::vector<std::string> registered_pieces();  // for diagnose()
 // Counts one call of `name` computed on the CPU (and warns once), as the boxed fallback does.
 void count_cpu_fallback(const std::string& name);
+// Runs `op` on `stack` (its arguments) through the counted, priced boxed CPU fallback: what the
+// device does for an operator without a kernel. The kernel API's fallback entry calls it.
+void run_boxed_fallback(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack);
 
 // ---- kernels.cpp ---------------------------------------------------------------------------
 

@@ -187,7 +187,7 @@ TV_SIM_KERNEL(tv_tpl_mm) {
   for (int64_t i = 0; i < k->m; ++i)
     for (int64_t j = 0; j < k->n; ++j) {
       char* po = (char*)k->out + (i * k->n + j) * s;
-      if (is_float(k->dtype)) {
+      if (is_float(k->dtype)) { /* in double, rounded once: see tv_tpl_sum */
         double acc = 0;
         for (int64_t p = 0; p < k->k; ++p)
           acc += load_f((const char*)k->a + (i * k->stride_a[0] + p * k->stride_a[1]) * s, k->dtype) *
@@ -213,6 +213,8 @@ TV_SIM_KERNEL(tv_tpl_sum) {
   for (int32_t d = 0; d < k->red_ndim; ++d) n_red *= k->red_sizes[d];
   for (int64_t o = 0; o < n_out; ++o) {
     const int64_t base = offset_of(o, k->out_ndim, k->out_sizes, k->out_strides);
+    /* Floating sums accumulate in double and round once to the output dtype (see the note at
+     * the top of kernels.cpp); integer sums in int64, as the CPU's. */
     double acc_f = 0;
     int64_t acc_i = 0;
     for (int64_t r = 0; r < n_red; ++r) {

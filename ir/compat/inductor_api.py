@@ -14,7 +14,8 @@ from typing import Any as _Any, Iterator as _Iterator
 
 __all__ = ["inductor", "inductor_config_patch", "scoped_inductor_backend", "ensure_device_hooks",
            "sympy_index_functions", "loop_body_of", "is_fallback_kernel", "run_and_get_code",
-           "fx_cache_hashes_custom_backend_passes", "inductor_decompositions", "ordered_set"]
+           "fx_cache_hashes_custom_backend_passes", "inductor_decompositions", "ordered_set",
+           "has_device_scheduling"]
 
 
 @_functools.cache
@@ -245,6 +246,15 @@ def inductor_decompositions() -> dict[_Any, _Any]:
     from torch._inductor.decomposition import select_decomp_table
 
     return dict(select_decomp_table())
+
+
+def has_device_scheduling(device_type: str) -> bool:
+    """Whether Inductor has a Scheduling registered for ``device_type`` now (its built-in
+    devices always; a torchvendor device only inside ``scoped_inductor_backend``). Decompositions
+    that ask the device's backend features (``has_backend_feature``) assert without one."""
+    common = inductor().common
+    common.init_backend_registration()
+    return common.get_scheduling_for_device(device_type) is not None
 
 
 def ordered_set() -> type:

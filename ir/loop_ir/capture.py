@@ -22,6 +22,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import torch
@@ -138,7 +139,11 @@ def capture_loop(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Seque
 def inductor_decompositions() -> dict[Any, Any]:
     """Inductor's decomposition table, for ``aten_ir_hook(decompositions=...)`` before :func:`lower_graph`,
     with one numerics fix: ``var_mean`` over an empty dimension gives NaN for both results, as
-    eager does (Inductor folds the empty Welford reduction to a mean of 0).
+    eager does (Inductor folds the empty Welford reduction to a mean of 0), and one device fix:
+    ``masked_scatter`` asks the device's Inductor backend for a feature, but a torchvendor
+    device's Scheduling is registered only while its graph is lowered, after decomposition, so
+    the question asserted; there it gets the answer of the LOOP schedulings (which lack the
+    feature): no decomposition, Inductor's own ``masked_scatter`` lowering.
 
     >>> import torch
     >>> table = inductor_decompositions()
@@ -147,7 +152,19 @@ def inductor_decompositions() -> dict[Any, Any]:
     """
     table = compat.inductor_decompositions()
     table[torch.ops.aten.var_mean.correction] = _var_mean_of_empty
+    masked_scatter = table.get(torch.ops.aten.masked_scatter.default)
+    if masked_scatter is not None:
+        table[torch.ops.aten.masked_scatter.default] = functools.partial(_masked_scatter, masked_scatter)
     return table
+
+
+def _masked_scatter(inductor_decomposition: Any, self: torch.Tensor, mask: torch.Tensor,
+                    source: torch.Tensor) -> Any:
+    """Inductor's decomposition where Inductor knows the device's backend; NotImplemented (keep
+    the operator) for a device whose LOOP Scheduling is not registered yet."""
+    if compat.has_device_scheduling(self.device.type):
+        return inductor_decomposition(self, mask, source)
+    return NotImplemented
 
 
 def _var_mean_of_empty(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:

@@ -383,9 +383,59 @@ def _assert_close(actual, expected, what: str, tol_kwargs: dict) -> None:
             raise AssertionError(f"output {actual!r} != {expected!r}") from None
 
 
+#: reduced-precision dtypes whose results are measured against float64 truth when they differ
+_WIDENED = {torch.float16: torch.float64, torch.bfloat16: torch.float64, torch.float32: torch.float64,
+            torch.complex32: torch.complex128, torch.complex64: torch.complex128}
+
+
+def _to_float64(obj: Any) -> Any:
+    """``obj`` with its reduced-precision floating/complex tensors in float64/complex128
+    (``requires_grad`` kept, as new leaves)."""
+    def widen(t: torch.Tensor) -> torch.Tensor:
+        wide = torch.complex128 if t.is_complex() else torch.float64
+        return t.detach().to(wide).requires_grad_(t.requires_grad)
+    if isinstance(obj, torch.Tensor):
+        return widen(obj) if obj.dtype in _WIDENED else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_float64(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _to_float64(v) for k, v in obj.items()}
+    return obj
+
+
+def _no_less_accurate(actual: list, expected: list, truth: Callable[[], list]) -> bool:
+    """Whether the device's results are as close to the float64 truth as the CPU's, by the model
+    suite's rule (``models.check``: relative RMS error at most 3 x the CPU's + 1e-5, the Dynamo
+    benchmark harness's). A device kernel that sums in another order or in a wider accumulator
+    rounds differently from the CPU's, and ill-conditioned formulas (pinv, lstsq, multi_dot
+    gradients) amplify one rounding past the strict tolerance; that is not wrong. A kernel that
+    computes something else is as far from the truth as from the CPU, and still fails."""
+    from .models.check import MULTIPLIER, TOLERANCE, relative_error
+
+    pairs = [(a, e) for a, e in zip(actual, expected) if isinstance(e, torch.Tensor) and e.dtype in _WIDENED]
+    if not pairs or len(actual) != len(expected):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            wide = [t for t in truth() if isinstance(t, torch.Tensor) and t.dtype in _WIDENED.values()]
+    except Exception:  # noqa: BLE001 - no float64 kernel: no yardstick
+        return False
+    if len(wide) != len(pairs):
+        return False
+    for (a, e), t in zip(pairs, wide):
+        if not isinstance(a, torch.Tensor) or a.shape != e.shape or t.shape != e.shape or a.is_complex():
+            return False
+        if relative_error(a, t) > MULTIPLIER * relative_error(e, t) + TOLERANCE:
+            return False
+    return True
+
+
 def _compare_sample(sample, actual_dev, expected, d_inputs, device: torch.device, meta_only: str,
-                    tol_kwargs: dict) -> None:
-    """Raises AssertionError (or _SampleFailed) when the device's result differs from the CPU's."""
+                    tol_kwargs: dict, truth: Callable[[], list] | None = None) -> None:
+    """Raises AssertionError (or _SampleFailed) when the device's result differs from the CPU's
+    (outputs beyond the tolerance pass when ``truth``, the float64 results, shows them no less
+    accurate than the CPU's)."""
     for t in _tensors(actual_dev):
         if t.device.type != device.type:
             raise AssertionError(f"result tensor on {t.device}, expected {device.type}")
@@ -396,8 +446,12 @@ def _compare_sample(sample, actual_dev, expected, d_inputs, device: torch.device
     if meta_only:
         _compare_meta(actual, expected, device.type)
         return
-    _assert_close(sample.output_process_fn_grad(actual), sample.output_process_fn_grad(expected),
-                  "output mismatch", tol_kwargs)
+    out_actual, out_expected = sample.output_process_fn_grad(actual), sample.output_process_fn_grad(expected)
+    try:
+        _assert_close(out_actual, out_expected, "output mismatch", tol_kwargs)
+    except AssertionError:
+        if truth is None or not _no_less_accurate(list(_tensors(out_actual)), list(_tensors(out_expected)), truth):
+            raise
     # the CPU reference ran on the original sample: in-place ops mutated it as they must
     _assert_close(d_inputs_back, to_cpu((sample.input, sample.args, sample.kwargs)),
                   "input mutation differs", tol_kwargs)
@@ -424,8 +478,12 @@ def _run_one_sample(res: OpResult, fn: Callable, sample, device: torch.device, o
         actual_dev = fn(d_input, *d_args, **d_kwargs)
     except Exception as exc:
         raise _SampleFailed(classify_exception(exc), describe_exception(exc)) from None
+    def truth() -> list:
+        wide = _to_float64((sample.input, sample.args, sample.kwargs))
+        return list(_tensors(sample.output_process_fn_grad(fn(wide[0], *wide[1], **wide[2]))))
     try:
-        _compare_sample(sample, actual_dev, expected, (d_input, d_args, d_kwargs), device, meta_only, tol_kwargs)
+        _compare_sample(sample, actual_dev, expected, (d_input, d_args, d_kwargs), device, meta_only, tol_kwargs,
+                        truth)
     except AssertionError as exc:
         raise _SampleFailed(_failure_kind(str(exc)), describe_exception(exc)) from None
     if meta_only:
@@ -459,13 +517,15 @@ def _grad_targets(obj) -> list[torch.Tensor]:
     return [t for t in _tensors(obj) if t.requires_grad]
 
 
-def _grads(out, inputs, seed: int, device: torch.device | None):
+def _grads(out, inputs, seed: int, device: torch.device | None, like: list | None = None):
     """Gradients of ``out`` (after OpInfo's ``output_process_fn_grad``) for ``inputs``, with a fixed
-    random upstream gradient made on the CPU (the same on both sides)."""
+    random upstream gradient made on the CPU (the same on both sides; with ``like``, the outputs
+    of another run, the upstream gradients made for those, widened to ``out``'s dtypes)."""
     outs = [t for t in _tensors(out) if t.requires_grad and (t.is_floating_point() or t.is_complex())]
     if not outs:
         return None
-    ups = [_upstream(tuple(t.shape), t.dtype, seed + k) for k, t in enumerate(outs)]
+    dtypes = [t.dtype for t in (like or outs)]
+    ups = [_upstream(tuple(t.shape), dtypes[k], seed + k).to(t.dtype) for k, t in enumerate(outs)]
     if device is not None:
         ups = [u.to(device) for u in ups]
     return torch.autograd.grad(outs, inputs, ups, allow_unused=True)
@@ -498,11 +558,26 @@ def _run_one_backward(res: OpResult, fn: Callable, sample, device: torch.device,
             if (a is None) != (e is None):
                 raise AssertionError(f"gradient mismatch: {'no' if a is None else 'a'} gradient on the device, "
                                      f"{'none' if e is None else 'one'} on the CPU")
-        _assert_close(to_cpu([a for a in actual if a is not None]), [e for e in expected if e is not None],
-                      "gradient mismatch", tol_kwargs)
+        got, want = to_cpu([a for a in actual if a is not None]), [e for e in expected if e is not None]
+        try:
+            _assert_close(got, want, "gradient mismatch", tol_kwargs)
+        except AssertionError:
+            if not _no_less_accurate(got, want, lambda: _float64_grads(fn, sample, seed, out)):
+                raise
     except AssertionError as exc:
         raise _SampleFailed(_failure_kind(str(exc)), describe_exception(exc)) from None
     return "pass"
+
+
+def _float64_grads(fn: Callable, sample, seed: int, out) -> list:
+    """The gradients of ``sample`` computed in float64 on the CPU, for the upstream gradients the
+    reduced-precision run ``out`` got: the truth the device and the CPU are measured against."""
+    inp, args, kwargs = _to_float64((sample.input, sample.args, sample.kwargs))
+    like = [t for t in _tensors(sample.output_process_fn_grad(out))
+            if t.requires_grad and (t.is_floating_point() or t.is_complex())]
+    wide = fn(inp, *args, **kwargs)
+    grads = _grads(sample.output_process_fn_grad(wide), _grad_targets((inp, args, kwargs)), seed, None, like)
+    return [g for g in (grads or ()) if g is not None]
 
 
 def run_backward_samples(res: OpResult, fn: Callable, samples, device: torch.device, tol_kwargs: dict) -> None:

@@ -26,6 +26,11 @@
  *     diagnose(), beside the CPU fallback's counts.
  *   - Checked mode (the conformance suite turns it on): checked_mode() tells kernels to compare
  *     every output's device and shape with what the operator's meta kernel says.
+ *   - Handing a call back: a kernel meets a case it does not handle (a complex dtype, a CPU
+ *     `self`, an argument its device code has no path for). Calling the operator again through
+ *     the dispatcher (torch_call_dispatcher) would reach the same kernel; the stable ABI has no
+ *     redispatch below it. Minor 2's fallback runs the call through the device's counted CPU
+ *     fallback, exactly as if the library had no kernel for the operator.
  *   - Minor 1, the per-call cost of a small op: torch::stable::empty is a dispatcher call by
  *     operator name with heap-allocated optional arguments, and getCurrentStream heap-allocates
  *     a stream handle; empty_strided and current_stream do the same work directly (measured in
@@ -47,7 +52,7 @@ extern "C" {
 #endif
 
 #define TV_KERNEL_API_MAJOR 1
-#define TV_KERNEL_API_MINOR 1
+#define TV_KERNEL_API_MINOR 2
 
 /* The function a kernel library exports; called once, after the library is loaded and its
  * registrations are checked, before any of its kernels can run. Return TV_SUCCESS, or an error
@@ -103,6 +108,23 @@ typedef struct tv_kernel_api {
    * native_stream(device, getCurrentStream(device).id()) gives, without the stable API's
    * heap-allocated stream handle). TV_ERROR_INVALID_DEVICE for a device out of range. */
   tv_status (*current_stream)(int32_t device, tv_stream* stream);
+
+  /* ---- minor 2 ---- */
+  /* Run the operator `op` ("aten::mm"; a twin, "torchvendor::add.Tensor", runs as the aten
+   * operator it serves) on `args` through the device's counted CPU fallback: the arguments go to
+   * the host, the CPU kernel computes, the results come back, and the call counts in
+   * fallback_counts() (not as a native call), as if the library had no kernel for `op`.
+   * `args` holds the num_args arguments in the schema's order, encoded as torch encodes a stable
+   * kernel's arguments (torch::stable::detail::from of the kernel's own parameters); they are
+   * borrowed, not consumed. On success `outputs` receives the operator's num_outputs results
+   * (a tensor as a new AtenTensorHandle the caller owns, a number as its bits).
+   * Argument kinds it reads: Tensor, int, SymInt, float, bool, ScalarType, int[], and optionals
+   * of these; another kind, or num_args/num_outputs unlike the schema's, is
+   * TV_ERROR_NOT_SUPPORTED. An error of the CPU kernel (the same error the operator raises on
+   * the CPU) is TV_ERROR_INVALID_VALUE; last_error_message gives its message.
+   * torchvendor/stable_kernels.h wraps it: `return tv::fallback<Tensor>("aten::mm", a, b);`. */
+  tv_status (*fallback)(const char* op, const uint64_t* args, uint64_t num_args,
+                        uint64_t* outputs, uint64_t num_outputs);
 } tv_kernel_api;
 
 /* Whether `api` (the SDK's table) has `entry`: a library built against a newer minor than the

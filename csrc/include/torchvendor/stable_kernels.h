@@ -10,6 +10,8 @@
 //   tv::current_stream(device)         the runtime stream behind torch's current stream
 //   tv::empty(sizes, dtype, device)    a new contiguous device tensor from the caching allocator
 //   tv::DeviceGuard guard(device)      torch's device guard, skipped when `device` is current
+//   tv::fallback<Tensor>("aten::mm", a, b)  hands the call to the device's counted CPU fallback
+//                                      (kernel API minor 2): for what a kernel does not handle
 #pragma once
 
 #include <torchvendor/kernel_api.h>
@@ -19,7 +21,10 @@
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
 
+#include <array>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include <stdexcept>
 #include <string>
@@ -114,19 +119,59 @@ inline void check(tv_status status, const char* what) {
 
 namespace detail {
 
+// Set by tv::fallback on the calling thread: the kernel that is running handed its call back, so
+// it is not counted as a native call.
+inline bool& fell_back() {
+  thread_local bool flag = false;
+  return flag;
+}
+
+// Releases the references torch::stable::detail::from made for the arguments (to<T> takes them
+// back: a tensor handle, an optional's box, a list).
+template <typename... Args, size_t... I>
+void release(StableIValue* stack, std::index_sequence<I...>) {
+  ((void)torch::stable::detail::to<Args>(stack[I]), ...);
+}
+
 template <typename F, F* fn>
 void run(const char* op, StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
   const tv_kernel_api& a = api();
-  a.kernel_called(op);
   const bool checked = a.checked_mode() != 0;
   if (checked && a.check_begin(op, stack, num_args) != TV_SUCCESS)
     throw std::runtime_error(a.last_error_message());
+  const bool outer = std::exchange(fell_back(), false);  // a kernel may call another kernel
   torch::stable::detail::boxer<F, fn>::boxed_fn(stack, num_args, num_outputs);
+  if (!std::exchange(fell_back(), outer)) a.kernel_called(op);
   if (checked && a.check_end(op, stack, num_outputs) != TV_SUCCESS)
     throw std::runtime_error(a.last_error_message());
 }
 
 }  // namespace detail
+
+// Runs `op` ("aten::mm", or the twin "torchvendor::add.Tensor" a kernel serves) on `args` -- the
+// operator's arguments in its schema's order, typed as the kernel received them -- through the
+// device's counted CPU fallback, and returns its result: what a kernel returns for a case it does
+// not handle (a dtype, a CPU operand, an error the CPU kernel should word), so the caller gets
+// exactly what the device gives without the kernel. The call counts as a fallback, not as a
+// native call. Needs an SDK with kernel API minor 2 (it throws, naming the case, on an older one).
+//
+//     if (a.scalar_type() == ScalarType::ComplexFloat) return tv::fallback<Tensor>("aten::mm", a, b);
+template <typename R, typename... Args>
+R fallback(const char* op, const Args&... args) {
+  const tv_kernel_api& a = api();
+  if (!TV_KERNEL_API_HAS(&a, fallback))
+    throw std::runtime_error(std::string("this torchvendor's kernel API (minor ") +
+                             std::to_string(a.abi_minor) + ") cannot hand " + op + " back to the "
+                             "CPU fallback (minor 2 can): upgrade torchvendor.");
+  std::array<StableIValue, sizeof...(Args) == 0 ? 1 : sizeof...(Args)> stack{
+      torch::stable::detail::from(args)...};
+  StableIValue out = 0;
+  const tv_status status = a.fallback(op, stack.data(), sizeof...(Args), &out, 1);
+  detail::release<Args...>(stack.data(), std::index_sequence_for<Args...>{});
+  if (status != TV_SUCCESS) throw std::runtime_error(a.last_error_message());
+  detail::fell_back() = true;
+  return torch::stable::detail::to<R>(out);
+}
 }  // namespace tv
 
 #define TV_KERNELS_INIT()                                                                   \
