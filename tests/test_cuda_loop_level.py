@@ -52,8 +52,8 @@ _CHILD = "TORCHVENDOR_TEST_CHILD"
 
 
 def test_efficient_attention_training_partitions_compile():
-    """Runs in a child process. With a PrivateUse1 device registered in the process (acme, by
-    other tests of the same xdist worker), torch takes PrivateUse1 as *the* accelerator
+    """Runs in a child process without acme. With a PrivateUse1 device registered in the process
+    (tests/conftest.py registers acme in every test process), torch takes PrivateUse1 as *the* accelerator
     (``at::getAccelerator`` prefers a registered PrivateUse1 backend), so autograd nodes on
     ``cuda`` report no stream, and the backward that AOTAutograd traces for the joint graph trips
     the engine's internal assert "opt_ready_stream && opt_parent_stream" (engine.cpp; torch 2.11,
@@ -61,8 +61,9 @@ def test_efficient_attention_training_partitions_compile():
     layer's: no stream of ours is involved."""
     if os.environ.get(_CHILD) == "1":
         return _efficient_attention_training()
+    # --noconftest: tests/conftest.py registers acme for every test process
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
-                           "-m", "gpu", f"{__file__}::test_efficient_attention_training_partitions_compile"],
+                           "--noconftest", "-m", "gpu", f"{__file__}::test_efficient_attention_training_partitions_compile"],
                           capture_output=True, text=True, timeout=600, env={**os.environ, _CHILD: "1"},
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
