@@ -92,12 +92,15 @@ def full_float32() -> Iterator[None]:
     ...     torch.backends.cudnn.allow_tf32
     False
     """
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    cudnn, saved = torch.backends.cudnn, torch.backends.cuda.matmul.allow_tf32
+    # cudnn's flags() context: torch's test utilities forbid setting its flags directly
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                     allow_tf32=False):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _op_name(key: str) -> str:
