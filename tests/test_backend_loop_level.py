@@ -223,3 +223,39 @@ def test_output_check_accepts_aten_cpu_scalars(acme, tmp_path):
     with torch.no_grad(), pytest.raises(Exception, match="output 0 is on cpu, expected acme"):
         torch.compile(_fresh(lambda t: (t * 2, (t * 3).sum())), backend="tv_test_host_scalars",
                       options={"strict": True, "all": True, "cache_dir": str(tmp_path)})(x)
+
+
+class Externs(Backend):
+    """Runs extern kernels through its own hook (a vendor's BLAS), kernels on the interpreter."""
+
+    name = "tv_test_loop_externs"
+    level = Level.LOOP
+    calls: list = []
+
+    def compile(self, kernel):
+        return reference_kernel(kernel)
+
+    def extern_kernel(self, extern, aten, device):
+        def run(*args, **kwargs):
+            type(self).calls.append((extern.op, device))
+            return aten(*args, **kwargs)
+        return run
+
+
+register_backend(Externs)
+
+
+@pytest.mark.parametrize("device", ["cpu", "acme"])
+def test_extern_kernels_run_through_the_backends_hook(device, request):
+    """``Backend.extern_kernel`` gives what runs each extern kernel (the CUDA backend runs cuBLAS
+    on a PrivateUse1 GPU device through it); the default is ATen on the device."""
+    if device == "acme":
+        request.getfixturevalue("acme")
+    Externs.calls.clear()
+    x, w = torch.randn(8, 16).to(device), torch.randn(16, 4).to(device)
+    f = _fresh(lambda x, w: (x @ w).relu() + 1)
+    with torch.no_grad():
+        out = torch.compile(f, backend="tv_test_loop_externs", options={"strict": True})(x, w)
+    torch.testing.assert_close(out.cpu(), f(x.cpu(), w.cpu()))
+    assert ("aten.mm.default", device) in Externs.calls
+    assert get_backend("tv_test_loop_interpreted").extern_kernel(None, torch.mm, device) is torch.mm

@@ -303,7 +303,8 @@ def test_pytest_plugin_runs_cases_in_a_vendors_ci(tmp_path):
                           "--tv-backend", "tv_conf_dropped_mutation", "-k", "compile/mutation or compile/aliasing",
                           "-p", "conformance_mutants"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(  # the caller's path kept
+                             [str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])])})
     assert "1 failed, 1 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
     assert "compile/mutation" in run.stdout
 

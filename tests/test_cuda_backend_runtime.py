@@ -102,3 +102,40 @@ def test_gpu_private_use1_device():
         """)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ok" in done.stdout
+
+
+@pytest.mark.gpu
+def test_extern_kernels_on_the_gpu_device_run_on_cuda():
+    """torchvendor_cuda on the PrivateUse1 GPU device: matmul, convolution and their backward
+    (extern kernels) run cuBLAS/cuDNN on aliases of the device's memory, not the CPU fallback;
+    the results match eager on the CPU, forward and gradients (not eager on ``cuda``: with a
+    PrivateUse1 device registered, torch's autograd engine asserts in a backward on ``cuda``)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    done = _run(f"""
+        import torch
+        from torchvendor.sdk import register_device, reports
+        import torchvendor.reference_backends.cuda
+        gpu = register_device("gpu", runtime={build_runtime()!r})
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        torch.manual_seed(0)
+        ref = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                  torch.nn.Linear(8 * 6 * 6, 10))
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 6 * 6, 10)).to("gpu")
+        m.load_state_dict(ref.state_dict())
+        x = torch.randn(4, 3, 8, 8)
+        g = torch.compile(m, backend="torchvendor_cuda", options={{"strict": True}})
+        y = g(x.to("gpu"))
+        y.sum().backward()
+        ref(x).sum().backward()
+        torch.testing.assert_close(y.cpu(), ref(x).detach(), rtol=1e-4, atol=1e-4)
+        for a, b in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-4)
+        parts = [p for r in reports() for gr in r.graphs for p in gr.partitions]
+        fallback = {{k: v for p in parts for k, v in (p.device_fallback or {{}}).items()}}
+        print("fallback", fallback, [p.status for p in parts])
+        """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fallback {}" in done.stdout, done.stdout

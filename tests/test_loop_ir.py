@@ -270,7 +270,7 @@ def test_interpreter_tables_cover_the_schema() -> None:
 
     assert set(interpreter.STATEMENTS) == {
         "load", "store", "store_reduction", "load_seed", "constant", "index_expr", "to_dtype", "to_dtype_bitcast",
-        "indirect_indexing", "check_bounds", "reduction", "getitem", "masked"}
+        "indirect_indexing", "check_bounds", "device_assert", "reduction", "getitem", "masked"}
     assert set(INDEX_FUNCTIONS) <= set(interpreter.INDEX_EVALUATORS)
     assert set(interpreter.REDUCTIONS) == {"sum", "prod", "max", "min", "any", "xor_sum", "argmax", "argmin",
                                           "welford_reduce", "welford_combine", "online_softmax_reduce"}

@@ -181,6 +181,8 @@ class _Recorder(compat.inductor().DefaultHandler):  # type: ignore[misc]
                           self.state.dtype_of(name))
 
     def store(self, name: str, index: sympy.Expr, value: _Value, mode: Any = None) -> None:
+        if value is None:  # the body of a side effect only (an assertion): its buffer holds nothing
+            return
         self._emit("store", (value,), (("buffer", self._real(name)), ("index", self._expr(index)),
                                        ("mode", mode)), None, define=False)
 
@@ -228,6 +230,11 @@ class _Recorder(compat.inductor().DefaultHandler):  # type: ignore[misc]
         self._emit("check_bounds", (), (("expr", self._expr(expr)), ("size", self._expr(size)),
                                         ("lower", bool(lower)), ("upper", bool(upper))), None, define=False)
 
+    def device_assert_async(self, cond: _Value, msg: str) -> None:
+        """``torch._assert_async`` (``one_hot``'s class check): a ``device_assert`` statement that
+        fails the kernel with ``msg`` where ``cond`` is false."""
+        self._emit("device_assert", (cond,), (("msg", str(msg)),), None, define=False)
+
     def masked(self, mask: _Value, body: Callable[[], Any], other: Any) -> _Value:
         sub = _Recorder(self.state, self.counter, self.indirect)
         with compat.inductor().V.set_ops_handler(sub):
@@ -255,7 +262,7 @@ class _Recorder(compat.inductor().DefaultHandler):  # type: ignore[misc]
         return None
 
 
-_UNSUPPORTED_OPS = {"partial_accumulate", "inline_asm_elementwise", "dot", "halide_clamp", "device_assert_async"}
+_UNSUPPORTED_OPS = {"partial_accumulate", "inline_asm_elementwise", "dot", "halide_clamp"}
 
 
 def _reduction_outputs(kind: str) -> int:

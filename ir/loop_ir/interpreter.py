@@ -602,6 +602,16 @@ def _check_bounds(st: Stmt, ctx: Context) -> None:
     """Nothing to do: indirect_indexing already checked."""
 
 
+@_statement("device_assert")
+def _device_assert(st: Stmt, ctx: Context) -> None:
+    """``torch._assert_async``: a false condition (where the mask is on) raises with the message."""
+    cond = torch.as_tensor(ctx.input(st)).to(torch.bool)
+    if ctx.mask is not None:
+        cond = cond | ~ctx.mask
+    if not bool(cond.all()):
+        raise LoopIRRuntimeError(f"device assertion failed: {st.attr('msg')}")
+
+
 @_statement("reduction")
 def _reduction(st: Stmt, ctx: Context) -> Any:
     """Reduce the reduction dimensions (kept, with size 1); see _reduce for the kinds."""

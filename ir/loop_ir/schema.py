@@ -49,7 +49,8 @@ BufferKind = Literal["input", "output", "intermediate", "constant"]
 
 #: Statement ops with a meaning of their own (memory, structure, conversions, indirect indices).
 STATEMENT_OPS = ("load", "store", "store_reduction", "reduction", "masked", "yield", "constant", "index_expr",
-                 "to_dtype", "to_dtype_bitcast", "getitem", "indirect_indexing", "check_bounds", "load_seed")
+                 "to_dtype", "to_dtype_bitcast", "getitem", "indirect_indexing", "check_bounds", "load_seed",
+                 "device_assert")
 
 #: Compute ops: Inductor's ``ops.*`` names with the semantics of the torch function of that name
 #: (``docs/loop_ir.md``); ``libdevice_<name>`` spells ``<name>``. A code generator renders each

@@ -38,6 +38,9 @@ import sympy
 from torchvendor.ir.loop_ir import LoopNest, Stmt, parse_expr
 from torchvendor.sdk import CodegenError, CStyleRenderer, LoopKernel
 
+#: how the message of a failed ``device_assert`` starts (the host reports it as it is)
+ASSERTION = "device assertion failed: "
+
 __all__ = ["generate", "CodegenError", "CppRenderer", "PRELUDE"]
 
 
@@ -228,9 +231,17 @@ class CppRenderer(CStyleRenderer):
         check = self.check(f"index {st.attr('expr')}", st.attr("size"))
         self.emit(f"if (({expr}) < 0 || ({expr}) >= {size}) {{ tv_fail({check}, {expr}); tv_status = 3; }}")
 
+    def stmt_device_assert(self, st: Stmt) -> None:
+        """``torch._assert_async``: where the condition is false the kernel returns 3 with the message."""
+        check = self.message(f"{ASSERTION}{st.attr('msg')}")
+        self.emit(f"if (!({st.args[0]})) {{ tv_fail({check}, 0); tv_status = 3; }}")
+
     def check(self, what: str, size: str) -> int:
         """Number a bounds check; its message names what is indexed and the bound."""
-        message = f"{what}: outside [0, {size})"
+        return self.message(f"{what}: outside [0, {size})")
+
+    def message(self, message: str) -> int:
+        """Number a failure message (a bounds check's, an assertion's)."""
         if message not in self.checks:
             self.checks.append(message)
         return self.checks.index(message)
@@ -430,7 +441,7 @@ def _simd_reduction_clauses(w: CppRenderer, reductions: Sequence[Stmt], inner: S
     vectorized reductions do. Maxima and minima carry a NaN flag of their own (an OR reduction),
     since OpenMP's combining ``max`` drops NaNs. Only for plain loads and arithmetic inside.
     """
-    if any(st.op in ("masked", "indirect_indexing", "check_bounds") for st in inner):
+    if any(st.op in ("masked", "indirect_indexing", "check_bounds", "device_assert") for st in inner):
         return False
     clauses: dict[str, list[str]] = {}
     for st in reductions:
@@ -482,7 +493,7 @@ _LANES = 64
 def _is_outer_reduction(nest: LoopNest, inner: Sequence[Stmt]) -> bool:
     """Whether the loads feeding the reductions are contiguous along the last output variable
     and strided along the innermost reduced one."""
-    if not nest.ranges or any(s.op in ("masked", "indirect_indexing", "check_bounds") for s in inner):
+    if not nest.ranges or any(s.op in ("masked", "indirect_indexing", "check_bounds", "device_assert") for s in inner):
         return False
     loads = [parse_expr(s.attr("index")) for s in inner if s.op == "load"]
     return any(_coeff(e, nest.iter_vars[-1]) == 1 for e in loads) and \
@@ -571,7 +582,7 @@ def _row_invariant(w: CppRenderer, nest: LoopNest) -> list[Stmt]:
     the vectorization of the inner loop)."""
     allowed, hoisted = {nest.iter_vars[0], *w.lk.size_vars}, []
     for st in nest.body:
-        if st.op in ("store", "store_reduction", "masked", "indirect_indexing", "check_bounds") or st.body:
+        if st.op in ("store", "store_reduction", "masked", "indirect_indexing", "check_bounds", "device_assert") or st.body:
             continue
         if _symbols(st) <= allowed and set(st.args) <= allowed and st.name:
             hoisted.append(st)
@@ -585,7 +596,7 @@ def _nest(w: CppRenderer, nest: LoopNest, bound: int = 0) -> None:
     parallel = bool(nest.ranges) and not bound and _parallel([nest])
     iter_vars, ranges = nest.iter_vars[bound:], nest.ranges[bound:]
     if not nest.reduction_ranges:
-        simple = all(s.op not in ("masked", "indirect_indexing", "check_bounds") and s.attr("mode") != "atomic_add"
+        simple = all(s.op not in ("masked", "indirect_indexing", "check_bounds", "device_assert") and s.attr("mode") != "atomic_add"
                      for s in nest.body)
         hoisted = _row_invariant(w, nest) if len(nest.ranges) > 1 else []
         opened = 0 if bound or not hoisted else _loops(w, iter_vars[:1], ranges[:1], parallel, False)

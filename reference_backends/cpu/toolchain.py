@@ -27,6 +27,8 @@ import torch
 
 from torchvendor.sdk import get_function, launch, load_module
 
+from .codegen import ASSERTION
+
 __all__ = ["compiler", "compiler_flags", "build", "HostKernel", "DeviceKernel", "ToolchainError"]
 
 _WANTED = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp")
@@ -131,7 +133,8 @@ class HostKernel:
         block = _pack(args[:self.n], args[self.n:])
         status = self.fn(None, block)
         if status:
-            raise IndexError(out_of_bounds(self.name, self.error, status))
+            message = out_of_bounds(self.name, self.error, status)
+            raise (RuntimeError if ASSERTION in message else IndexError)(message)
 
 
 def out_of_bounds(kernel: str, error: Any, status: int) -> str:
@@ -141,6 +144,8 @@ def out_of_bounds(kernel: str, error: Any, status: int) -> str:
     what = error(ctypes.byref(value)) if error is not None else None
     if what is None:
         return f"kernel {kernel}: an index was out of bounds (status {status})"
+    if what.decode().startswith(ASSERTION):
+        return f"kernel {kernel}: {what.decode()}"
     return (f"kernel {kernel}: index out of bounds: {what.decode()}, got {value.value} "
             "(as eager indexing raises; the generated kernel read nothing there)")
 

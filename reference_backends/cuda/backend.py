@@ -17,6 +17,7 @@ from torchvendor.ir.loop_ir import Kernel
 from torchvendor.sdk import Backend, BackendError, CompiledProgram, Level, loop_kernels
 
 from .codegen import CodegenError, CudaKernel, generate
+from .externs import on_cuda
 from .graphs import GraphedProgram, graphs_enabled
 from .launch import CompiledKernel, nvrtc_compile
 
@@ -75,6 +76,12 @@ class CudaBackend(Backend):
 
         cubin = self.cache.get_or_build(f"{arch}\n{code.source}", build, suffix=".cubin")
         return CompiledKernel(code, Path(cubin).read_bytes())
+
+    def extern_kernel(self, extern: Any, aten: Callable[..., Any], device: str) -> Callable[..., Any]:
+        """Extern kernels run ATen's CUDA operators (cuBLAS, cuDNN): on ``cuda`` as they are, on a
+        PrivateUse1 GPU device on aliases of its memory (:mod:`.externs`), not through the
+        device's CPU fallback."""
+        return aten if device == "cuda" else on_cuda(aten, device)
 
     def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
         """The SDK's runner for a partition, replayed from a CUDA graph on ``cuda`` (the runner's

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .codegen import CudaKernel
+from .codegen import ASSERTION, CudaKernel
 
 __all__ = ["BoundsRecord"]
 
@@ -45,5 +45,7 @@ class BoundsRecord:
             return
         self.lib.cuMemcpyHtoD_v2(self.ptr, _CLEAR, ctypes.c_size_t(16))
         what = kernel.checks[record[0]] if 0 <= record[0] < len(kernel.checks) else f"check {record[0]}"
+        if what.startswith(ASSERTION):
+            raise RuntimeError(f"kernel {kernel.name}: {what}")
         raise IndexError(f"kernel {kernel.name}: index out of bounds: {what}, got {record[1]} "
                          "(as eager indexing raises; the generated kernel read nothing there)")

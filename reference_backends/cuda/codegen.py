@@ -49,6 +49,9 @@ from torchvendor.sdk import CodegenError, CStyleRenderer
 
 from .segments import C, Part, X, accesses, canonical, classify, post_names, prod, row_col_steps
 
+#: how the message of a failed ``device_assert`` starts (checks.py reports it as it is)
+ASSERTION = "device assertion failed: "
+
 __all__ = ["generate", "CudaKernel", "CudaRenderer", "Launch", "CodegenError", "CTYPES"]
 
 
@@ -755,6 +758,13 @@ class CudaRenderer(CStyleRenderer):
 
     def stmt_check_bounds(self, st: Stmt, scope: _Scope) -> None:
         pass
+
+    def stmt_device_assert(self, st: Stmt, scope: _Scope) -> None:
+        """``torch._assert_async``: a false condition records the message for the host (checks.py)."""
+        what = f"{ASSERTION}{st.attr('msg')}"
+        if what not in self.checks:
+            self.checks.append(what)
+        self.lines.append(f"{scope.indent}if (!({scope.arg(st.args[0])})) tv_fail({self.checks.index(what)}, 0);")
 
     def stmt_constant(self, st: Stmt, scope: _Scope) -> None:
         self._declare(scope, st, self.literal(st.attr("value"), st.attr("dtype") or st.dtype))

@@ -154,6 +154,14 @@ class Backend:
         ``dataclasses.replace`` on the public schema (the SDK runs the program you return)."""
         return compile_kernels(self, program)
 
+    def extern_kernel(self, extern: Any, aten: Callable[..., Any], device: str) -> Callable[..., Any]:
+        """LOOP level: what runs one extern kernel of a program (a matmul, a convolution: the
+        :class:`~torchvendor.ir.loop_ir.ExternKernel` the loop IR leaves to a library), given
+        its ATen operator and the device type; called with the operator's arguments. The default
+        returns ``aten`` (ATen on the device); override to call the vendor's library (the CUDA
+        backend runs cuBLAS/cuDNN on a PrivateUse1 GPU device this way)."""
+        return aten
+
     def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
         """LOOP level: what runs one partition, given the SDK's runner of its compiled kernels and
         its loop program. The default returns ``runner``; override to wrap it, e.g. to replay the

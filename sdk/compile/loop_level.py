@@ -118,7 +118,7 @@ class LoopLevel(LevelRules):
         if not isinstance(compiled, CompiledProgram):
             raise BackendError(f"compile_program() returned {type(compiled).__name__}; return a "
                                f"torchvendor.sdk.CompiledProgram(program, {{kernel name: callable}})")
-        runner = ProgramRunner(compiled.program, compiled.kernels, device)
+        runner = ProgramRunner(compiled.program, compiled.kernels, device, extern=backend.extern_kernel)
         return backend.program_runner(runner, compiled.program)
 
 

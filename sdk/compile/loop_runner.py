@@ -148,6 +148,8 @@ def _ints(texts: Sequence[str], sizes: Mapping[str, int]) -> list[int]:
 
 
 Getter = Callable[[dict, Mapping[str, int]], Any]
+#: ``(extern kernel, its ATen operator, device type) -> what runs it`` (``Backend.extern_kernel``)
+ExternHook = Callable[[ExternKernel, Callable[..., Any], str], Callable[..., Any]]
 
 
 def _getter(value: Any) -> Getter:
@@ -190,6 +192,8 @@ class ProgramRunner:
         device: the device type the program runs on (default ``program.device``); its buffers are
             allocated on the device of the first tensor input of that type (a buffer the program
             declares on another device, e.g. a CPU scalar, on that device).
+        extern: ``extern(extern_kernel, aten_op, device) -> callable`` gives what runs each extern
+            kernel (``Backend.extern_kernel``); default: the ATen operator on the device.
 
     Everything that does not depend on the inputs' values is resolved once: extern operators
     and their argument lists at construction, layouts, allocations and size arguments once per
@@ -198,9 +202,10 @@ class ProgramRunner:
     """
 
     def __init__(self, program: LoopProgram, compiled: Mapping[str, Callable[..., Any]],
-                 device: str | None = None) -> None:
+                 device: str | None = None, extern: ExternHook | None = None) -> None:
         self.program = program
         self.device = device or program.device
+        self._extern = extern
         kernels = loop_kernels(program)
         missing = [lk.name for lk in kernels if lk.name not in compiled]
         if missing:
@@ -259,6 +264,8 @@ class ProgramRunner:
                 fn = resolve_op(ext.op)
             except Exception as e:
                 raise ValueError(f"extern kernel {ext.name}: cannot resolve {ext.op!r}: {e}") from None
+            if self._extern is not None:
+                fn = self._extern(ext, fn, self.device)
             args = [_getter(a) for a in ext.args]
             kwargs = [(k, _getter(v)) for k, v in ext.kwargs]
             call = lambda env, sizes: fn(*[g(env, sizes) for g in args],  # noqa: E731

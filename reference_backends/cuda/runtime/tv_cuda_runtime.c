@@ -51,7 +51,7 @@
   X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)       \
   X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuCtxGetStreamPriorityRange) X(cuMemAlloc)              \
   X(cuMemFree) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpy) X(cuMemcpyAsync) X(cuMemsetD8Async)  \
-  X(cuPointerGetAttribute) X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamQuery)       \
+  X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamQuery)       \
   X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
   X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuEventElapsedTime) X(cuModuleLoadDataEx)           \
   X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)
@@ -287,6 +287,43 @@ static tv_status cu_stream_priority_range(int32_t* least, int32_t* greatest) {
 }
 
 /* ---------------------------------------------------------------- copies */
+/* What the driver knows of one side of a copy, in one call: the device whose memory it is (-1:
+ * not device memory, i.e. host memory, pinned or not) and the live allocation around it. */
+typedef struct { int dev; CUdeviceptr base; size_t size; } side;
+
+static side classify(const void* ptr) {
+  unsigned type = 0;
+  int ordinal = -1;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* data[] = {&type, &ordinal, &base, &size};
+  /* an address the driver does not know is not an error here: its attributes stay 0 */
+  if (drv.cuPointerGetAttributes(4, attrs, data, (CUdeviceptr)(uintptr_t)ptr) ||
+      type != CU_MEMORYTYPE_DEVICE)
+    return (side){-1, 0, 0};
+  return (side){ordinal, base, size};
+}
+
+/* INVALID_VALUE unless `p` is memory of the kind the copy says (device memory for a device side,
+ * anything else for a host side) and, for device memory, [p, p + n) lies in its allocation. */
+static tv_status check_side(const char* what, const char* name, const void* p, size_t n,
+                            int device, side info) {
+  if (!device && info.dev >= 0)
+    return fail(TV_ERROR_INVALID_VALUE, "%s: the %s %p is device memory of device %d, but the "
+                "kind says host memory", what, name, p, info.dev);
+  if (device && info.dev < 0)
+    return fail(TV_ERROR_INVALID_VALUE, "%s: %s %p (+%zu bytes) is not device memory", what, name,
+                p, n);
+  CUdeviceptr a = (CUdeviceptr)(uintptr_t)p;
+  if (device && (a - info.base > info.size || n > info.size - (a - info.base)))
+    return fail(TV_ERROR_INVALID_VALUE, "%s: the %s range %p + %zu bytes ends %zu bytes past its "
+                "allocation (%zu bytes at %p)", what, name, p, n,
+                (size_t)(a - info.base) + n - info.size, info.size, (void*)(uintptr_t)info.base);
+  return TV_SUCCESS;
+}
+
 static tv_status transfer(void* dst, const void* src, int value, size_t n, int kind,
                           int async, tv_stream stream) {
   int set = kind == 0; /* memset */
@@ -294,14 +331,14 @@ static tv_status transfer(void* dst, const void* src, int value, size_t n, int k
   if (!set && (kind < TV_MEMCPY_HOST_TO_DEVICE || kind > TV_MEMCPY_HOST_TO_HOST))
     return fail(TV_ERROR_INVALID_VALUE, "memcpy: unknown kind %d", kind);
   if (!n) return TV_SUCCESS;
-  int dd = set || kind == TV_MEMCPY_HOST_TO_DEVICE || kind == TV_MEMCPY_DEVICE_TO_DEVICE;
-  int sd = !set && (kind == TV_MEMCPY_DEVICE_TO_HOST || kind == TV_MEMCPY_DEVICE_TO_DEVICE);
-  int ddev = dd ? device_of(dst) : -1, sdev = sd ? device_of(src) : -1;
   if (!dst || (!set && !src))
     return fail(TV_ERROR_INVALID_VALUE, "%s: %s is NULL", what, dst ? "source" : "destination");
-  if ((dd && ddev < 0) || (sd && sdev < 0))
-    return fail(TV_ERROR_INVALID_VALUE, "%s: %s %p (+%zu bytes) is not device memory", what,
-                dd && ddev < 0 ? "destination" : "source", dd && ddev < 0 ? dst : src, n);
+  int dd = set || kind == TV_MEMCPY_HOST_TO_DEVICE || kind == TV_MEMCPY_DEVICE_TO_DEVICE;
+  int sd = !set && (kind == TV_MEMCPY_DEVICE_TO_HOST || kind == TV_MEMCPY_DEVICE_TO_DEVICE);
+  side di = classify(dst), si = set ? (side){-1, 0, 0} : classify(src);
+  TRY(check_side(what, "destination", dst, n, dd, di));
+  if (!set) TRY(check_side(what, "source", src, n, sd, si));
+  int ddev = di.dev, sdev = si.dev;
   if (kind == TV_MEMCPY_HOST_TO_HOST && !async) return memcpy(dst, src, n), TV_SUCCESS;
   CUstream s = NULL;
   int32_t dev = ddev >= 0 ? ddev : sdev >= 0 ? sdev : t_dev;
