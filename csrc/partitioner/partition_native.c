@@ -1112,6 +1112,170 @@ done:
   return result;
 }
 
+
+/* ---- cuts.py's min_cut: Dinic's maximum flow, then the source side of the residual graph ---- */
+
+#define CAP_INF ((i64)1 << 62) /* an infinite capacity (float('inf') in Python); never decreased */
+
+typedef struct {
+  Py_ssize_t n, m;  /* nodes, arcs (twice the input arcs: each with its reverse at e ^ 1) */
+  long *head;
+  i64 *cap;
+  Py_ssize_t *first; /* the arcs of node v: order[first[v]] .. order[first[v + 1] - 1] */
+  Py_ssize_t *order, *it;
+  long *level, *queue;
+  Py_ssize_t *path;
+} Flow;
+
+static void flow_free(Flow *f) {
+  free(f->head), free(f->cap), free(f->first), free(f->order), free(f->it), free(f->level), free(f->queue),
+      free(f->path);
+}
+
+/* Breadth-first levels from the source over arcs with residual capacity; returns the sink's level. */
+static long flow_levels(Flow *f, long source, long sink) {
+  for (Py_ssize_t v = 0; v < f->n; ++v) f->level[v] = -1;
+  Py_ssize_t qh = 0, qt = 0;
+  f->level[source] = 0;
+  f->queue[qt++] = source;
+  while (qh < qt) {
+    long v = f->queue[qh++];
+    for (Py_ssize_t k = f->first[v]; k < f->first[v + 1]; ++k) {
+      Py_ssize_t e = f->order[k];
+      long w = f->head[e];
+      if (f->cap[e] > 0 && f->level[w] < 0) f->level[w] = f->level[v] + 1, f->queue[qt++] = w;
+    }
+  }
+  return f->level[sink];
+}
+
+/* One blocking-flow path (iterative DFS), pushed; 0 if none is left in this phase. */
+static int flow_augment(Flow *f, long source, long sink) {
+  Py_ssize_t depth = 0;
+  long v = source;
+  for (;;) {
+    if (v == sink) {
+      i64 push = CAP_INF;
+      for (Py_ssize_t d = 0; d < depth; ++d)
+        if (f->cap[f->path[d]] < push) push = f->cap[f->path[d]];
+      for (Py_ssize_t d = 0; d < depth; ++d) {
+        Py_ssize_t e = f->path[d];
+        if (f->cap[e] < CAP_INF) f->cap[e] -= push;
+        if (f->cap[e ^ 1] < CAP_INF) f->cap[e ^ 1] += push;
+      }
+      return push < CAP_INF ? 1 : -1; /* -1: an infinite path, no finite cut */
+    }
+    Py_ssize_t e = -1;
+    for (; f->it[v] < f->first[v + 1]; ++f->it[v]) {
+      Py_ssize_t c = f->order[f->it[v]];
+      if (f->cap[c] > 0 && f->level[f->head[c]] == f->level[v] + 1) {
+        e = c;
+        break;
+      }
+    }
+    if (e < 0) {
+      if (!depth) return 0;
+      f->level[v] = -1; /* dead end: never again in this phase */
+      e = f->path[--depth];
+      v = f->head[e ^ 1];
+      ++f->it[v];
+      continue;
+    }
+    f->path[depth++] = e;
+    v = f->head[e];
+  }
+}
+
+static int arc_capacity(PyObject *c, i64 *out) {
+  if (PyFloat_Check(c)) {
+    double d = PyFloat_AS_DOUBLE(c);
+    if (d != d || d < 0) return PyErr_SetString(PyExc_ValueError, "min_cut: a capacity is negative or NaN"), -1;
+    *out = d >= (double)CAP_INF ? CAP_INF : (i64)d;
+    if ((double)*out != d && *out < CAP_INF)
+      return PyErr_SetString(PyExc_ValueError, "min_cut: a finite capacity must be an integer"), -1;
+    return 0;
+  }
+  *out = PyLong_AsLongLong(c);
+  if (*out == -1 && PyErr_Occurred()) return -1;
+  if (*out < 0) return PyErr_SetString(PyExc_ValueError, "min_cut: a capacity is negative"), -1;
+  if (*out > CAP_INF) *out = CAP_INF;
+  return 0;
+}
+
+/* Read the (tail, head, capacity) arcs into the residual graph, bucketed by tail. */
+static int flow_read(Flow *f, PyObject *arcs_obj, Py_ssize_t n) {
+  PyObject *seq = PySequence_Fast(arcs_obj, "min_cut: arcs must be a sequence of (tail, head, capacity)");
+  if (!seq) return -1;
+  Py_ssize_t na = PySequence_Fast_GET_SIZE(seq), m = 2 * na;
+  f->n = n, f->m = m;
+  f->head = malloc(sizeof(long) * (m + 1)), f->cap = malloc(sizeof(i64) * (m + 1));
+  f->first = calloc(n + 2, sizeof(Py_ssize_t)), f->order = malloc(sizeof(Py_ssize_t) * (m + 1));
+  f->it = malloc(sizeof(Py_ssize_t) * (n + 1)), f->level = malloc(sizeof(long) * (n + 1));
+  f->queue = malloc(sizeof(long) * (n + 1)), f->path = malloc(sizeof(Py_ssize_t) * (n + 1));
+  int rc = -1;
+  if (!f->head || !f->cap || !f->first || !f->order || !f->it || !f->level || !f->queue || !f->path) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k < na; ++k) {
+    PyObject *t = PySequence_Fast_GET_ITEM(seq, k);
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+      PyErr_SetString(PyExc_TypeError, "min_cut: each arc must be a (tail, head, capacity) tuple");
+      goto done;
+    }
+    long a = PyLong_AsLong(PyTuple_GET_ITEM(t, 0)), b = PyLong_AsLong(PyTuple_GET_ITEM(t, 1));
+    if (PyErr_Occurred()) goto done;
+    if (a < 0 || a >= n || b < 0 || b >= n) {
+      PyErr_Format(PyExc_IndexError, "min_cut: arc %zd (%ld, %ld) names a node outside 0..%zd", k, a, b, n - 1);
+      goto done;
+    }
+    if (arc_capacity(PyTuple_GET_ITEM(t, 2), &f->cap[2 * k]) < 0) goto done;
+    f->head[2 * k] = b, f->head[2 * k + 1] = a, f->cap[2 * k + 1] = 0;
+    f->first[a + 1]++, f->first[b + 1]++;
+  }
+  for (Py_ssize_t v = 0; v < n; ++v) f->first[v + 1] += f->first[v];
+  for (Py_ssize_t v = 0; v < n; ++v) f->it[v] = f->first[v];
+  for (Py_ssize_t e = 0; e < m; ++e) { /* arcs of each node in input order, as the Python adjacency lists */
+    long tail = f->head[e ^ 1];
+    f->order[f->it[tail]++] = e;
+  }
+  rc = 0;
+done:
+  Py_DECREF(seq);
+  return rc;
+}
+
+static PyObject *min_cut(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_ssize_t n;
+  long source = 0, sink = 1;
+  PyObject *arcs_obj, *result = NULL;
+  if (!PyArg_ParseTuple(args, "nO|ll:min_cut", &n, &arcs_obj, &source, &sink)) return NULL;
+  if (n < 2 || source < 0 || source >= n || sink < 0 || sink >= n || source == sink)
+    return PyErr_Format(PyExc_ValueError, "min_cut: need n >= 2 and distinct source and sink in 0..n-1 "
+                        "(got n=%zd, source=%ld, sink=%ld)", n, source, sink);
+  Flow f = {0};
+  if (flow_read(&f, arcs_obj, n) < 0) goto done;
+  for (int infinite = 0; !infinite && flow_levels(&f, source, sink) >= 0;) {
+    for (Py_ssize_t v = 0; v < n; ++v) f.it[v] = f.first[v];
+    for (int r; (r = flow_augment(&f, source, sink)) != 0;)
+      if (r < 0) { /* an infinite source-sink path: no finite cut; stop (the sink stays reachable) */
+        infinite = 1;
+        break;
+      }
+  }
+  flow_levels(&f, source, sink);
+  if (!(result = PyList_New(n))) goto done;
+  for (Py_ssize_t v = 0; v < n; ++v) {
+    PyObject *b = f.level[v] >= 0 ? Py_True : Py_False;
+    Py_INCREF(b);
+    PyList_SET_ITEM(result, v, b);
+  }
+done:
+  flow_free(&f);
+  return result;
+}
+
 static PyMethodDef methods[] = {
     {"edges", edges, METH_VARARGS,
      "edges(lens, flat) -> (distinct inputs of each node, readers of each node, first topological break or -1): "
@@ -1128,6 +1292,8 @@ static PyMethodDef methods[] = {
      "refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, movable, sweeps, order, "
      "sizes=None, books=None)"
      " -> moves: torchvendor.partitioner.boundary.refine_waves's sweeps; uwave is updated in place."},
+    {"min_cut", min_cut, METH_VARARGS,
+     "min_cut(n, arcs, source=0, sink=1) -> the source side of a minimum cut (the smallest): cuts.min_cut."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
