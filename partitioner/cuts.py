@@ -260,6 +260,9 @@ def pair_cuts(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]], up
     unit holding an exempt node stays where it is)."""
     if n_waves < 2:
         return 0
+    if _native.lib is not None:  # the same passes in C
+        return _native.lib.pair_cuts(uwave, n_waves, usucc, upreds, unit_of, members if isinstance(members, dict) else dict(members), preds, succ, size_of,
+                                     sizes, books, max_passes)
     if order is None:
         order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
     if sizes is None:
