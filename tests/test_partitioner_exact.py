@@ -264,3 +264,54 @@ def test_pair_cuts_c_gives_the_python_result():
         assert (got, fast) == (want, ref)
         moved += got
     assert moved > 50
+
+
+def multiway_cut_gadget(n_free: int, edges: list[tuple[int, int]]):
+    """The placement instance of a 3-terminal multiway cut on ``H`` (vertices ``0, 1, 2`` the
+    terminals, then ``n_free`` others; ``edges`` undirected): a chain ``s0 -> q0 -> s1 -> q1 -> s2``
+    (``q`` unsupported) pins terminal ``i`` (= ``s_i``) at wave ``i`` of 3; each other vertex is a
+    supported node; each edge ``{u, v}`` gets copies ``u' <- u``, ``v' <- v`` and a node
+    ``m <- u', v'``. Vertices' values weigh ``W`` (more than every edge together: copies stay
+    with their vertex), copies 1: an edge then costs 2 (a read and a write) exactly when its
+    ends differ (``m`` joins the later one). Returns ``(n, preds, sup, sizes, vertex nodes)``."""
+    preds: list[list[int]] = [[], [0], [1], [2], [3]]  # s0, q0, s1, q1, s2
+    sup = [True, False, True, False, True]
+    vert = [0, 2, 4]
+    for _ in range(n_free):
+        vert.append(len(preds))
+        preds.append([])
+        sup.append(True)
+    heavy = set(vert)
+    for u, v in edges:
+        cu, cv = len(preds), len(preds) + 1
+        preds += [[vert[u]], [vert[v]], [cu, cv]]
+        sup += [True, True, True]
+    w = 4 * len(edges) + 1
+    sizes = [w if i in heavy else 1 for i in range(len(preds))]
+    return len(preds), preds, sup, sizes, vert
+
+
+def test_placement_with_three_waves_is_np_hard():
+    """The reduction behind docs/partitioner.md's hardness note, checked by brute force on every
+    small ``H``: the least boundary bytes of the gadget (over every count-optimal, jointly
+    convex placement) is a constant plus twice the minimum 3-terminal multiway cut of ``H``
+    (NP-hard: Dahlhaus et al. 1994), so no polynomial placement is exact with 3 waves or more
+    unless P = NP; two waves are one minimum cut (above)."""
+    pairs = [(a, b) for a in range(4) for b in range(a + 1, 4) if b == 3 or a + b == 3]  # v=3 and t1-t2
+    checked = set()
+    for r in range(1, 4):
+        for edges in itertools.combinations(pairs, r):
+            n, preds, sup, sizes, vert = multiway_cut_gadget(1, list(edges))
+            succ = [[] for _ in range(n)]
+            for i, ps in enumerate(preds):
+                for p in ps:
+                    succ[p].append(i)
+            waves, k, _ = core._waves(n, succ, list(map(len, preds)), sup)
+            assert k == 3
+            size = sizes.__getitem__
+            best = min(boundary_total(p, None, succ, size) for p in all_placements(n, preds, succ, sup, k))
+            cut = min(sum(lab[a] != lab[b] for a, b in edges) for lab in ((0, 1, 2, x) for x in range(3)))
+            const = sum(sizes[:4])  # s0, s1 written for q0, q1 and q0, q1 read by s1, s2, whatever the placement
+            assert best == const + 2 * cut, (edges, best, cut)
+            checked.add(cut)
+    assert checked == {0, 1, 2}
