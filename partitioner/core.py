@@ -808,7 +808,7 @@ def _place(uwave: list[int], n_waves: int, units: _Units, g: _Index, size_of, si
 _PLACE_ROUNDS = 4
 
 #: graphs up to this many nodes get the pair cuts (in C since issue 22's second round; without the cap the
-#: 10k-node bench rows took 3-4.6x their capped time, past issue 11's 2x of the bare scan: larger graphs keep
+#: 10k-node bench rows took 2.8-4.6x their capped time, past issue 11's 2x of the bare scan: larger graphs keep
 #: the sweeps)
 _CUTS_MAX_NODES = 1000
 

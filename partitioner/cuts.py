@@ -21,7 +21,13 @@ solves them all at once; passes alternate parities until neither lowers the byte
 accepted pass lowers an integer total, so this ends). The result is **pair-optimal**: no set of
 units moving between two adjacent waves lowers the bytes; with two waves that is the exact
 optimum over every count-optimal, jointly convex placement (``tests/test_partitioner_exact.py``
-checks both against brute force).
+checks both against brute force). With three waves or more no polynomial placement is exact
+unless P = NP: a 3-terminal multiway cut is such a placement (docs/partitioner.md, *How close to
+the optimum*; the test checks the reduction by brute force).
+
+Both functions run in C when the package is built (``_partition_native.pair_cuts`` and
+``min_cut``: the same network pass by pass, and a minimum cut's smallest source side is unique,
+so the waves are the same); these Python ones are the reference (:mod:`._native`).
 
 A value's cost is what it really moves: ``bytes * (reads by other partitions + one write if it
 leaves its partition)``, so a value that the graph returns (a training forward's saved

@@ -3,7 +3,8 @@
  * - edges, buckets, crossings: core.py's _edges, _buckets, _crossings (index and assembly);
  * - waves: core.py's _waves (Kahn's sort in waves);
  * - refine_waves: boundary.py's refine_waves, the boundary-bytes sweeps;
- * - boundary_total: boundary.py's boundary_total.
+ * - boundary_total: boundary.py's boundary_total;
+ * - pair_cuts, min_cut: cuts.py's pair_cuts (the same flow network pass by pass) and min_cut (Dinic).
  *
  * The Python functions are the specification, as heapq is for _heapq: this file mirrors them,
  * and for the sweeps _boundary_marks, _summaries, _sweep_backward/_sweep_forward, _visit,
