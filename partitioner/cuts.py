@@ -21,7 +21,13 @@ solves them all at once; passes alternate parities until neither lowers the byte
 accepted pass lowers an integer total, so this ends). The result is **pair-optimal**: no set of
 units moving between two adjacent waves lowers the bytes; with two waves that is the exact
 optimum over every count-optimal, jointly convex placement (``tests/test_partitioner_exact.py``
-checks both against brute force).
+checks both against brute force). With three waves or more no polynomial placement is exact
+unless P = NP: a 3-terminal multiway cut is such a placement (docs/partitioner.md, *How close to
+the optimum*; the test checks the reduction by brute force).
+
+Both functions run in C when the package is built (``_partition_native.pair_cuts`` and
+``min_cut``: the same network pass by pass, and a minimum cut's smallest source side is unique,
+so the waves are the same); these Python ones are the reference (:mod:`._native`).
 
 A value's cost is what it really moves: ``bytes * (reads by other partitions + one write if it
 leaves its partition)``, so a value that the graph returns (a training forward's saved
@@ -38,6 +44,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Mapping, Sequence
 
+from . import _native
 from .boundary import _topo_order, boundary_cost
 
 __all__ = ["pair_cuts", "min_cut"]
@@ -49,9 +56,16 @@ def min_cut(n: int, arcs: Sequence[tuple[int, int, float]], source: int = 0, sin
     """Source side of a minimum ``source``-``sink`` cut of a network on nodes ``0..n-1`` with
     ``arcs`` ``(tail, head, capacity)`` (Dinic's algorithm); the smallest such side.
 
+    Capacities are non-negative integers or ``float("inf")``. The C version
+    (:mod:`~torchvendor.partitioner._native`) gives the same side (the smallest source side is
+    unique, whatever the flow); both stop at an infinite source-sink path (no finite cut: the sink
+    is then on the source side).
+
     >>> min_cut(4, [(0, 2, 3), (2, 1, 1), (0, 3, 1), (3, 1, 5)])
     [True, False, True, False]
     """
+    if _native.lib is not None:
+        return _native.lib.min_cut(n, arcs, source, sink)
     head: list[int] = []
     cap: list[float] = []
     adj: list[list[int]] = [[] for _ in range(n)]
@@ -67,8 +81,11 @@ def min_cut(n: int, arcs: Sequence[tuple[int, int, float]], source: int = 0, sin
         if level[sink] < 0:
             break
         it = [0] * n
-        while _augment(adj, head, cap, level, it, source, sink):
-            pass
+        pushed = _augment(adj, head, cap, level, it, source, sink)
+        while 0 < pushed < INF:
+            pushed = _augment(adj, head, cap, level, it, source, sink)
+        if pushed == INF:  # an infinite path: no finite cut
+            break
     return [lv >= 0 for lv in _levels(n, adj, head, cap, source)]
 
 
@@ -86,17 +103,20 @@ def _levels(n: int, adj, head, cap, source: int) -> list[int]:
     return level
 
 
-def _augment(adj, head, cap, level, it, source: int, sink: int) -> bool:
-    """One blocking-flow path from ``source`` to ``sink`` (iterative DFS), pushed; False if none."""
+def _augment(adj, head, cap, level, it, source: int, sink: int) -> float:
+    """One blocking-flow path from ``source`` to ``sink`` (iterative DFS), pushed; returns the
+    amount (0: none left in this phase; ``INF``: an infinite path, nothing pushed)."""
     path: list[int] = []
     v = source
     while True:
         if v == sink:
             push = min(cap[e] for e in path)
+            if push == INF:
+                return INF
             for e in path:
                 cap[e] -= push
                 cap[e ^ 1] += push
-            return True
+            return push
         edges = adj[v]
         while it[v] < len(edges):
             e = edges[it[v]]
@@ -106,7 +126,7 @@ def _augment(adj, head, cap, level, it, source: int, sink: int) -> bool:
             it[v] += 1
         else:
             if not path:
-                return False
+                return 0
             level[v] = -1  # dead end: never again in this phase
             e = path.pop()
             v = head[e ^ 1]
@@ -246,6 +266,9 @@ def pair_cuts(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]], up
     unit holding an exempt node stays where it is)."""
     if n_waves < 2:
         return 0
+    if _native.lib is not None:  # the same passes in C
+        return _native.lib.pair_cuts(uwave, n_waves, usucc, upreds, unit_of, members if isinstance(members, dict) else dict(members), preds, succ, size_of,
+                                     sizes, books, max_passes)
     if order is None:
         order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
     if sizes is None:

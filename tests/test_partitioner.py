@@ -264,7 +264,7 @@ def test_the_c_loops_are_built_and_in_use():
     from torchvendor.partitioner import _native
 
     assert _native.lib is not None, "torchvendor.partitioner._partition_native is missing: rebuild the package"
-    assert {"waves", "refine_waves", "boundary_total"} <= set(dir(_native.lib))
+    assert {"waves", "refine_waves", "boundary_total", "pair_cuts", "min_cut"} <= set(dir(_native.lib))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -284,8 +284,8 @@ def test_random_dag_c_loops_give_the_python_results(case, min_size, with_groups,
         ref = partition(g, oracle_of(support), **kw)
     assert [p.nodes for p in fast.partitions] == [p.nodes for p in ref.partitions]
     assert fast.fallback == ref.fallback and fast.reasons == ref.reasons
-    assert {k: fast.stats.get(k) for k in ("waves", "boundary_moves", "boundary_start", "ejected")} == \
-        {k: ref.stats.get(k) for k in ("waves", "boundary_moves", "boundary_start", "ejected")}
+    assert {k: fast.stats.get(k) for k in ("waves", "boundary_moves", "boundary_start", "ejected", "cut_moves")} == \
+        {k: ref.stats.get(k) for k in ("waves", "boundary_moves", "boundary_start", "ejected", "cut_moves")}
 
 
 def test_size_caches_are_shared_between_calls():
@@ -320,6 +320,21 @@ def test_the_c_loops_pass_on_errors_and_check_their_input():
             bd.boundary_total([-1, 0, -1, 0, 1], None, succ, broken)
     with pytest.raises(ValueError, match="uwave and succ differ in length"):
         bd.refine_waves([0, 1], 2, succ, preds, None, {}, preds, succ, lambda i: 1)
+    from torchvendor.partitioner import _native, cuts
+
+    for runs in (contextlib.nullcontext, python_loops):
+        with runs(), pytest.raises(RuntimeError, match="no size for"):
+            cuts.pair_cuts([-1, 0, -1, 0, 1], 2, succ, preds, None, {}, preds, succ, broken)
+    with pytest.raises(ValueError, match="uwave and succ differ in length"):
+        cuts.pair_cuts([0, 1], 2, succ, preds, None, {}, preds, succ, lambda i: 1)
+    with pytest.raises(IndexError, match=r"arc 0 \(0, 5\) names a node outside 0..2"):
+        _native.lib.min_cut(3, [(0, 5, 1)])
+    with pytest.raises(ValueError, match="a capacity is negative"):
+        _native.lib.min_cut(3, [(0, 2, -1)])
+    with pytest.raises(TypeError, match=r"each arc must be a \(tail, head, capacity\) tuple"):
+        _native.lib.min_cut(3, [[0, 2, 1]])
+    with pytest.raises(ValueError, match="distinct source and sink"):
+        _native.lib.min_cut(3, [], 1, 1)
 
 
 def test_boundary_aware_pulls_a_weight_transpose_to_its_matmul():

@@ -3,7 +3,8 @@
  * - edges, buckets, crossings: core.py's _edges, _buckets, _crossings (index and assembly);
  * - waves: core.py's _waves (Kahn's sort in waves);
  * - refine_waves: boundary.py's refine_waves, the boundary-bytes sweeps;
- * - boundary_total: boundary.py's boundary_total.
+ * - boundary_total: boundary.py's boundary_total;
+ * - pair_cuts, min_cut: cuts.py's pair_cuts (the same flow network pass by pass) and min_cut (Dinic).
  *
  * The Python functions are the specification, as heapq is for _heapq: this file mirrors them,
  * and for the sweeps _boundary_marks, _summaries, _sweep_backward/_sweep_forward, _visit,
@@ -740,6 +741,40 @@ static int members_csr(St *st, PyObject *members) {
   return 0;
 }
 
+/* The state's graphs, waves, size cache and books from refine_waves's (and pair_cuts's) arguments. */
+static int st_open(St *st, PyObject *uwave_obj, long n_waves, PyObject *usucc, PyObject *upreds, PyObject *unit_of,
+                   PyObject *members, PyObject *preds, PyObject *succ, PyObject *size_of, PyObject *cache,
+                   PyObject *books) {
+  memset(st, 0, sizeof *st);
+  st->n_units = PyList_GET_SIZE(uwave_obj);
+  st->n_nodes = PyObject_Length(succ);
+  st->n_waves = n_waves;
+  st->size_of = size_of, st->movable = Py_None;
+  Py_ssize_t nu = st->n_units ? st->n_units : 1, nn = st->n_nodes > 0 ? st->n_nodes : 1;
+  st->uwave = malloc(sizeof(long) * nu);
+  if (st->n_nodes < 0 || to_longs(uwave_obj, st->n_units, st->uwave, "uwave", -1, n_waves - 1) < 0) return -1;
+  if (unit_of == Py_None) {
+    if (st->n_nodes != st->n_units) {
+      PyErr_SetString(PyExc_ValueError, "without unit_of, every node is a unit: uwave and succ differ in length");
+      return -1;
+    }
+    st->nwave = st->uwave;
+  } else {
+    st->unit_of = malloc(sizeof(long) * nn);
+    st->nwave = malloc(sizeof(long) * nn);
+    if (to_longs(unit_of, st->n_nodes, st->unit_of, "unit_of", 0, (long)st->n_units - 1) < 0) return -1;
+    for (Py_ssize_t i = 0; i < st->n_nodes; ++i) st->nwave[i] = st->uwave[st->unit_of[i]];
+  }
+  if (to_csr(usucc, st->n_units, &st->usucc, "usucc", st->n_units) < 0 ||
+      to_csr(upreds, st->n_units, &st->upreds, "upreds", st->n_units) < 0 ||
+      to_csr(preds, st->n_nodes, &st->preds, "preds", st->n_nodes) < 0 ||
+      to_csr(succ, st->n_nodes, &st->succ, "succ", st->n_nodes) < 0 || members_csr(st, members) < 0)
+    return -1;
+  st->sizes = malloc(sizeof(i64) * nn);
+  st->fresh = malloc(sizeof(long) * nn);
+  return read_cache(cache, st->n_nodes, st->sizes) < 0 || (books != Py_None && read_books(st, books) < 0) ? -1 : 0;
+}
+
 static PyObject *refine_waves(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *uwave_obj, *usucc, *upreds, *unit_of, *members, *preds, *succ, *size_of, *movable, *order_obj;
@@ -750,40 +785,14 @@ static PyObject *refine_waves(PyObject *self, PyObject *args) {
                         &cache, &books))
     return NULL;
   St st;
-  memset(&st, 0, sizeof st);
-  st.n_units = PyList_GET_SIZE(uwave_obj);
-  st.n_nodes = PyObject_Length(succ);
-  st.n_waves = n_waves;
-  st.size_of = size_of, st.movable = movable;
-  Py_ssize_t nu = st.n_units ? st.n_units : 1, nn = st.n_nodes > 0 ? st.n_nodes : 1;
+  Py_ssize_t nu = PyList_GET_SIZE(uwave_obj) ? PyList_GET_SIZE(uwave_obj) : 1;
   long *order = malloc(sizeof(long) * nu), *a_of = malloc(sizeof(long) * nu), *b_of = malloc(sizeof(long) * nu);
   PyObject *result = NULL;
-  st.uwave = malloc(sizeof(long) * nu);
-  if (st.n_nodes < 0 || to_longs(uwave_obj, st.n_units, st.uwave, "uwave", -1, n_waves - 1) < 0 ||
+  if (st_open(&st, uwave_obj, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, cache, books) < 0 ||
       to_longs(order_obj, st.n_units, order, "order", 0, (long)st.n_units - 1) < 0)
     goto done;
-  if (unit_of == Py_None) {
-    if (st.n_nodes != st.n_units) {
-      PyErr_SetString(PyExc_ValueError, "without unit_of, every node is a unit: uwave and succ differ in length");
-      goto done;
-    }
-    st.nwave = st.uwave;
-  } else {
-    st.unit_of = malloc(sizeof(long) * nn);
-    st.nwave = malloc(sizeof(long) * nn);
-    if (to_longs(unit_of, st.n_nodes, st.unit_of, "unit_of", 0, (long)st.n_units - 1) < 0) goto done;
-    for (Py_ssize_t i = 0; i < st.n_nodes; ++i) st.nwave[i] = st.uwave[st.unit_of[i]];
-  }
-  if (to_csr(usucc, st.n_units, &st.usucc, "usucc", st.n_units) < 0 ||
-      to_csr(upreds, st.n_units, &st.upreds, "upreds", st.n_units) < 0 ||
-      to_csr(preds, st.n_nodes, &st.preds, "preds", st.n_nodes) < 0 ||
-      to_csr(succ, st.n_nodes, &st.succ, "succ", st.n_nodes) < 0 ||
-      members_csr(&st, members) < 0)
-    goto done;
-  Py_ssize_t waves = n_waves + 2;
-  st.sizes = malloc(sizeof(i64) * nn);
-  st.fresh = malloc(sizeof(long) * nn);
-  if (read_cache(cache, st.n_nodes, st.sizes) < 0 || (books != Py_None && read_books(&st, books) < 0)) goto done;
+  st.movable = movable;
+  Py_ssize_t nn = st.n_nodes > 0 ? st.n_nodes : 1, waves = n_waves + 2;
   st.marks = malloc(nu), st.settled = calloc(nu, 1);
   st.settled_lo = malloc(sizeof(long) * nu), st.settled_hi = malloc(sizeof(long) * nu);
   st.gain = malloc(sizeof(i64) * waves);
@@ -1112,6 +1121,545 @@ done:
   return result;
 }
 
+
+/* ---- cuts.py's min_cut: Dinic's maximum flow, then the source side of the residual graph ---- */
+
+#define CAP_INF ((i64)1 << 62) /* an infinite capacity (float('inf') in Python); never decreased */
+
+typedef struct {
+  Py_ssize_t n, m;  /* nodes, arcs (twice the input arcs: each with its reverse at e ^ 1) */
+  long *head;
+  i64 *cap;
+  Py_ssize_t *first; /* the arcs of node v: order[first[v]] .. order[first[v + 1] - 1] */
+  Py_ssize_t *order, *it;
+  long *level, *queue;
+  Py_ssize_t *path;
+} Flow;
+
+static void flow_free(Flow *f) {
+  free(f->head), free(f->cap), free(f->first), free(f->order), free(f->it), free(f->level), free(f->queue),
+      free(f->path);
+}
+
+/* Breadth-first levels from the source over arcs with residual capacity; returns the sink's level. */
+static long flow_levels(Flow *f, long source, long sink) {
+  for (Py_ssize_t v = 0; v < f->n; ++v) f->level[v] = -1;
+  Py_ssize_t qh = 0, qt = 0;
+  f->level[source] = 0;
+  f->queue[qt++] = source;
+  while (qh < qt) {
+    long v = f->queue[qh++];
+    for (Py_ssize_t k = f->first[v]; k < f->first[v + 1]; ++k) {
+      Py_ssize_t e = f->order[k];
+      long w = f->head[e];
+      if (f->cap[e] > 0 && f->level[w] < 0) f->level[w] = f->level[v] + 1, f->queue[qt++] = w;
+    }
+  }
+  return f->level[sink];
+}
+
+/* One blocking-flow path (iterative DFS), pushed; 0 if none is left in this phase. */
+static int flow_augment(Flow *f, long source, long sink) {
+  Py_ssize_t depth = 0;
+  long v = source;
+  for (;;) {
+    if (v == sink) {
+      i64 push = CAP_INF;
+      for (Py_ssize_t d = 0; d < depth; ++d)
+        if (f->cap[f->path[d]] < push) push = f->cap[f->path[d]];
+      for (Py_ssize_t d = 0; d < depth; ++d) {
+        Py_ssize_t e = f->path[d];
+        if (f->cap[e] < CAP_INF) f->cap[e] -= push;
+        if (f->cap[e ^ 1] < CAP_INF) f->cap[e ^ 1] += push;
+      }
+      return push < CAP_INF ? 1 : -1; /* -1: an infinite path, no finite cut */
+    }
+    Py_ssize_t e = -1;
+    for (; f->it[v] < f->first[v + 1]; ++f->it[v]) {
+      Py_ssize_t c = f->order[f->it[v]];
+      if (f->cap[c] > 0 && f->level[f->head[c]] == f->level[v] + 1) {
+        e = c;
+        break;
+      }
+    }
+    if (e < 0) {
+      if (!depth) return 0;
+      f->level[v] = -1; /* dead end: never again in this phase */
+      e = f->path[--depth];
+      v = f->head[e ^ 1];
+      ++f->it[v];
+      continue;
+    }
+    f->path[depth++] = e;
+    v = f->head[e];
+  }
+}
+
+static int arc_capacity(PyObject *c, i64 *out) {
+  if (PyFloat_Check(c)) {
+    double d = PyFloat_AS_DOUBLE(c);
+    if (d != d || d < 0) return PyErr_SetString(PyExc_ValueError, "min_cut: a capacity is negative or NaN"), -1;
+    *out = d >= (double)CAP_INF ? CAP_INF : (i64)d;
+    if ((double)*out != d && *out < CAP_INF)
+      return PyErr_SetString(PyExc_ValueError, "min_cut: a finite capacity must be an integer"), -1;
+    return 0;
+  }
+  *out = PyLong_AsLongLong(c);
+  if (*out == -1 && PyErr_Occurred()) return -1;
+  if (*out < 0) return PyErr_SetString(PyExc_ValueError, "min_cut: a capacity is negative"), -1;
+  if (*out > CAP_INF) *out = CAP_INF;
+  return 0;
+}
+
+/* The residual graph of arcs (tails[k], heads[k], caps[k]), bucketed by tail in input order. */
+static int flow_build(Flow *f, Py_ssize_t n, const long *tails, const long *heads, const i64 *caps, Py_ssize_t na) {
+  Py_ssize_t m = 2 * na;
+  f->n = n, f->m = m;
+  f->head = malloc(sizeof(long) * (m + 1)), f->cap = malloc(sizeof(i64) * (m + 1));
+  f->first = calloc(n + 2, sizeof(Py_ssize_t)), f->order = malloc(sizeof(Py_ssize_t) * (m + 1));
+  f->it = malloc(sizeof(Py_ssize_t) * (n + 1)), f->level = malloc(sizeof(long) * (n + 1));
+  f->queue = malloc(sizeof(long) * (n + 1)), f->path = malloc(sizeof(Py_ssize_t) * (n + 1));
+  if (!f->head || !f->cap || !f->first || !f->order || !f->it || !f->level || !f->queue || !f->path) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t k = 0; k < na; ++k) {
+    f->head[2 * k] = heads[k], f->head[2 * k + 1] = tails[k];
+    f->cap[2 * k] = caps[k], f->cap[2 * k + 1] = 0;
+    f->first[tails[k] + 1]++, f->first[heads[k] + 1]++;
+  }
+  for (Py_ssize_t v = 0; v < n; ++v) f->first[v + 1] += f->first[v];
+  for (Py_ssize_t v = 0; v < n; ++v) f->it[v] = f->first[v];
+  for (Py_ssize_t e = 0; e < m; ++e) f->order[f->it[f->head[e ^ 1]]++] = e;
+  return 0;
+}
+
+/* Maximum flow (Dinic); afterwards level[v] >= 0 marks the smallest source side of a minimum cut. */
+static void flow_solve(Flow *f, long source, long sink) {
+  for (int infinite = 0; !infinite && flow_levels(f, source, sink) >= 0;) {
+    for (Py_ssize_t v = 0; v < f->n; ++v) f->it[v] = f->first[v];
+    for (int r; (r = flow_augment(f, source, sink)) != 0;)
+      if (r < 0) { /* an infinite source-sink path: no finite cut; stop (the sink stays reachable) */
+        infinite = 1;
+        break;
+      }
+  }
+  flow_levels(f, source, sink);
+}
+
+/* Read the (tail, head, capacity) arcs of Python's min_cut. */
+static int flow_read(Flow *f, PyObject *arcs_obj, Py_ssize_t n) {
+  PyObject *seq = PySequence_Fast(arcs_obj, "min_cut: arcs must be a sequence of (tail, head, capacity)");
+  if (!seq) return -1;
+  Py_ssize_t na = PySequence_Fast_GET_SIZE(seq);
+  long *tails = malloc(sizeof(long) * (na + 1)), *heads = malloc(sizeof(long) * (na + 1));
+  i64 *caps = malloc(sizeof(i64) * (na + 1));
+  int rc = -1;
+  for (Py_ssize_t k = 0; k < na; ++k) {
+    PyObject *t = PySequence_Fast_GET_ITEM(seq, k);
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+      PyErr_SetString(PyExc_TypeError, "min_cut: each arc must be a (tail, head, capacity) tuple");
+      goto done;
+    }
+    long a = PyLong_AsLong(PyTuple_GET_ITEM(t, 0)), b = PyLong_AsLong(PyTuple_GET_ITEM(t, 1));
+    if (PyErr_Occurred()) goto done;
+    if (a < 0 || a >= n || b < 0 || b >= n) {
+      PyErr_Format(PyExc_IndexError, "min_cut: arc %zd (%ld, %ld) names a node outside 0..%zd", k, a, b, n - 1);
+      goto done;
+    }
+    if (arc_capacity(PyTuple_GET_ITEM(t, 2), &caps[k]) < 0) goto done;
+    tails[k] = a, heads[k] = b;
+  }
+  rc = flow_build(f, n, tails, heads, caps, na);
+done:
+  free(tails), free(heads), free(caps);
+  Py_DECREF(seq);
+  return rc;
+}
+
+static PyObject *min_cut(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_ssize_t n;
+  long source = 0, sink = 1;
+  PyObject *arcs_obj, *result = NULL;
+  if (!PyArg_ParseTuple(args, "nO|ll:min_cut", &n, &arcs_obj, &source, &sink)) return NULL;
+  if (n < 2 || source < 0 || source >= n || sink < 0 || sink >= n || source == sink)
+    return PyErr_Format(PyExc_ValueError, "min_cut: need n >= 2 and distinct source and sink in 0..n-1 "
+                        "(got n=%zd, source=%ld, sink=%ld)", n, source, sink);
+  Flow f = {0};
+  if (flow_read(&f, arcs_obj, n) < 0) goto done;
+  flow_solve(&f, source, sink);
+  if (!(result = PyList_New(n))) goto done;
+  for (Py_ssize_t v = 0; v < n; ++v) {
+    PyObject *b = f.level[v] >= 0 ? Py_True : Py_False;
+    Py_INCREF(b);
+    PyList_SET_ITEM(result, v, b);
+  }
+done:
+  flow_free(&f);
+  return result;
+}
+
+/* ---- cuts.py's pair_cuts: minimum cuts between adjacent waves ------------------------------------
+ * Mirrors cuts.py's _State.run_pass, _forced, _chain, _values, _value_terms, _apply, _short_pairs and
+ * pair_cuts's loop over the dirty pairs. The network is the same (node numbers of the extra nodes
+ * may differ); its smallest minimum-cut source side is unique, so both give the same waves. */
+
+typedef struct {
+  St *st;
+  long *free_k;  /* per unit: the low wave k of its pair in this pass, or -1 */
+  long *node;    /* per unit: its network node (0: the source, 1: the sink, else >= 2) */
+  signed char *forced; /* per unit: -1, or pinned at 0 (wave k) / 1 (wave k + 1) */
+  long *stack, *buf, *old, *changed;
+  Py_ssize_t n_changed;
+  long *tails, *heads;
+  i64 *caps;
+  Py_ssize_t na, arc_cap;
+  long n; /* network nodes */
+  Set seen, vals, cons, fixed, pairs; /* units, nodes, units, waves + 1, low waves */
+  i64 *wave_nodes, *wave_comp;
+  char *kept;
+} Cut;
+
+static void cut_arc(Cut *c, long a, long b, i64 cap) {
+  if (a == b || a == 1 || b == 0 || c->st->failed) return; /* self-loops, out of the sink, into the source */
+  if (c->na == c->arc_cap) {
+    Py_ssize_t nc = c->arc_cap * 2 + 64;
+    long *t = realloc(c->tails, sizeof(long) * nc), *h = t ? realloc(c->heads, sizeof(long) * nc) : NULL;
+    if (t) c->tails = t;
+    if (h) c->heads = h;
+    i64 *k = h ? realloc(c->caps, sizeof(i64) * nc) : NULL;
+    if (!k) {
+      c->st->failed = 1;
+      PyErr_NoMemory();
+      return;
+    }
+    c->caps = k, c->arc_cap = nc;
+  }
+  c->tails[c->na] = a, c->heads[c->na] = b, c->caps[c->na++] = cap;
+}
+
+/* _Network.some_at: `size` if some of units[0..k) sits in the upper wave (upper) or the lower one */
+static void some_at(Cut *c, const long *units, Py_ssize_t k, int upper, i64 size) {
+  if (k == 1) {
+    if (upper) cut_arc(c, 0, c->node[units[0]], size);
+    else cut_arc(c, c->node[units[0]], 1, size);
+    return;
+  }
+  long a = c->n++;
+  if (upper) cut_arc(c, 0, a, size);
+  else cut_arc(c, a, 1, size);
+  for (Py_ssize_t i = 0; i < k; ++i) {
+    if (upper) cut_arc(c, a, c->node[units[i]], CAP_INF);
+    else cut_arc(c, c->node[units[i]], a, CAP_INF);
+  }
+}
+
+static int cmp_pair(const void *a, const void *b) {
+  const long *x = a, *y = b;
+  return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+#define FIXED(w) set_has(&c->fixed, (w) + 1)
+/* _value_terms: the terms of the value of unit pu read by the distinct units cons[0..m) (pu excluded) */
+static void value_terms(Cut *c, long pu, const long *cons, Py_ssize_t m, i64 size) {
+  long kp = c->free_k[pu], pw = c->st->uwave[pu], *buf = c->buf, *grp = c->buf + 2 * m;
+  Py_ssize_t nf = 0, n_groups = 0, at_kp = -1;
+  set_clear(&c->fixed);
+  for (Py_ssize_t i = 0; i < m; ++i) {
+    long k = c->free_k[cons[i]];
+    if (k < 0) set_add(&c->fixed, c->st->uwave[cons[i]] + 1);
+    else buf[2 * nf] = k, buf[2 * nf + 1] = cons[i], nf++;
+  }
+  qsort(buf, nf, 2 * sizeof(long), cmp_pair);
+  for (Py_ssize_t i = 0; i < nf; ++i) grp[i] = buf[2 * i + 1]; /* consumers by pair, groups contiguous */
+  for (Py_ssize_t i = 0, j; i < nf; i = j) { /* reads of the pairs that hold free consumers */
+    long k = buf[2 * i];
+    for (j = i; j < nf && buf[2 * j] == k; ++j) {}
+    n_groups++;
+    if (k == kp) {
+      at_kp = i;
+      if (!FIXED(k + 1)) some_at(c, grp + i, j - i, 1, size), cut_arc(c, c->node[pu], 1, size);
+      continue;
+    }
+    if (pw != k && !FIXED(k)) some_at(c, grp + i, j - i, 0, size);
+    if (pw != k + 1 && !FIXED(k + 1)) some_at(c, grp + i, j - i, 1, size);
+  }
+  if (kp >= 0 && FIXED(kp + 1)) cut_arc(c, c->node[pu], 1, size); /* the read of a fixed consumer at kp + 1 */
+  if (pw < 0 || FIXED(-1)) return; /* the write: none, or paid whatever */
+  if (kp >= 0) {
+    if (n_groups > (at_kp >= 0) || (Py_ssize_t)c->fixed.n - FIXED(kp + 1) > 0) return;
+    if (FIXED(kp + 1)) cut_arc(c, c->node[pu], 1, size);
+    else if (n_groups) some_at(c, grp + at_kp, nf - at_kp, 1, size), cut_arc(c, c->node[pu], 1, size);
+    return;
+  }
+  if ((Py_ssize_t)c->fixed.n - FIXED(pw) > 0 || n_groups != 1) return;
+  if (pw == buf[0]) some_at(c, grp, nf, 1, size);
+  else if (pw == buf[0] + 1) some_at(c, grp, nf, 0, size);
+}
+#undef FIXED
+
+/* _chain: whether a supported unit in wave k is reached from `start` through unsupported units only */
+static int chain(Cut *c, long start, long k, const Csr *edges) {
+  const long *uwave = c->st->uwave;
+  Py_ssize_t top = 0;
+  set_clear(&c->seen);
+  set_add(&c->seen, start);
+  c->stack[top++] = start;
+  while (top) {
+    long x = c->stack[--top];
+    FOR_EACH(*edges, x, y) {
+      if (uwave[y] == k) return 1;
+      if (uwave[y] < 0 && !set_has(&c->seen, y)) set_add(&c->seen, y), c->stack[top++] = y;
+    }
+  }
+  return 0;
+}
+
+/* _forced: pin the free units that cannot move, node[u] = 0 (wave k) or 1 (wave k + 1) */
+static void pin(Cut *c) {
+  St *st = c->st;
+  const char *pinned = st->exempt && st->min_size > 1 ? st->exempt : NULL;
+  Py_ssize_t top = 0;
+  long *stack = c->buf; /* not c->stack: chain() uses that */
+  for (Py_ssize_t u = 0; u < st->n_units; ++u) {
+    long k = c->free_k[u];
+    if (k < 0) continue;
+    int up = st->uwave[u] > k, to = -1;
+    if (pinned && pinned[u]) to = up;
+    else if (up) {
+      FOR_EACH(st->upreds, u, p) if (st->uwave[p] < 0 && chain(c, p, k, &st->upreds)) { to = 1; break; }
+    } else {
+      FOR_EACH(st->usucc, u, s) if (st->uwave[s] < 0 && chain(c, s, k + 1, &st->usucc)) { to = 0; break; }
+    }
+    if (to >= 0) c->forced[u] = to, stack[top++] = u;
+  }
+  while (top) { /* precedence within a pair: down pins producers, up pins consumers */
+    long u = stack[--top], k = c->free_k[u], to = c->forced[u];
+    const Csr *e = to ? &st->usucc : &st->upreds;
+    FOR_EACH(*e, u, v) if (c->free_k[v] == k && c->forced[v] < 0) c->forced[v] = to, stack[top++] = v;
+  }
+  for (Py_ssize_t u = 0; u < st->n_units; ++u)
+    if (c->free_k[u] >= 0 && c->forced[u] >= 0) c->node[u] = c->forced[u];
+}
+
+/* _values: the nodes whose value's cost depends on units[0..k): their members and the members' inputs */
+static void values_of(Cut *c, const long *units, Py_ssize_t k) {
+  St *st = c->st;
+  set_clear(&c->vals);
+  for (Py_ssize_t i = 0; i < k; ++i) {
+    long u = units[i];
+    const long *g = &u;
+    Py_ssize_t gn = 1;
+    if (st->multi[u]) g = st->members.idx + st->members.off[u], gn = DEG(st->members, u);
+    for (Py_ssize_t j = 0; j < gn; ++j) {
+      if (!set_has(&c->vals, g[j])) set_add(&c->vals, g[j]);
+      FOR_EACH(st->preds, g[j], p) if (!set_has(&c->vals, p)) set_add(&c->vals, p);
+    }
+  }
+}
+
+static void set_wave(Cut *c, long u, long w) {
+  St *st = c->st;
+  st->uwave[u] = w;
+  if (st->nwave == st->uwave) return;
+  if (!st->multi[u]) st->nwave[u] = w;
+  else FOR_EACH(st->members, u, m) st->nwave[m] = w;
+}
+
+/* _cost: boundary_cost over the values in c->vals */
+static i64 vals_cost(Cut *c) {
+  St *st = c->st;
+  i64 total = 0;
+  for (Py_ssize_t i = 0; i < c->vals.n; ++i) {
+    long x = c->vals.items[i], px = st->nwave[x];
+    if (!DEG(st->succ, x)) continue;
+    i64 sz = size(st, x);
+    set_clear(&c->fixed);
+    FOR_EACH(st->succ, x, k) if (st->nwave[k] != px && !set_has(&c->fixed, st->nwave[k] + 1))
+        set_add(&c->fixed, st->nwave[k] + 1);
+    if (c->fixed.n) total += sz * ((i64)c->fixed.n - set_has(&c->fixed, 0) + (px != -1));
+  }
+  return total;
+}
+
+/* _short_pairs + the revert: drop the pairs (in c->pairs) whose waves would hold no node, or fewer than
+ * min_size compute nodes, putting their changed units back */
+static void drop_short_pairs(Cut *c) {
+  St *st = c->st;
+  for (Py_ssize_t i = 0; i < c->pairs.n; ++i)
+    for (long w = c->pairs.items[i]; w <= c->pairs.items[i] + 1; ++w) c->wave_nodes[w] = c->wave_comp[w] = 0, c->kept[w] = 0;
+  for (Py_ssize_t u = 0; u < st->n_units; ++u) {
+    long k = c->free_k[u];
+    if (k < 0 || !set_has(&c->pairs, k)) continue;
+    long w = st->uwave[u];
+    const long *g = &u;
+    Py_ssize_t gn = 1;
+    if (st->multi[u]) g = st->members.idx + st->members.off[u], gn = DEG(st->members, u);
+    c->wave_nodes[w] += gn;
+    for (Py_ssize_t j = 0; j < gn; ++j) c->wave_comp[w] += st->compute ? st->compute[g[j]] : 1;
+    if (st->exempt && st->exempt[u]) c->kept[w] = 1;
+  }
+  for (Py_ssize_t i = 0; i < c->pairs.n; ++i) {
+    long k = c->pairs.items[i];
+    int bad = 0;
+    for (long w = k; w <= k + 1; ++w)
+      if (!c->wave_nodes[w] || (st->min_size > 1 && c->wave_comp[w] < st->min_size && !c->kept[w])) bad = 1;
+    if (!bad) continue;
+    set_discard(&c->pairs, k);
+    --i;
+    for (Py_ssize_t j = 0; j < c->n_changed; ++j)
+      if (c->free_k[c->changed[j]] == k) set_wave(c, c->changed[j], c->old[j]);
+  }
+}
+
+/* _apply: take the moves if they keep the wave books and lower the exact total; else undo. Returns the
+ * moves; c->pairs: the pairs that changed (empty if undone). */
+static long apply_moves(Cut *c, const long *to) {
+  St *st = c->st;
+  values_of(c, c->changed, c->n_changed);
+  i64 before = vals_cost(c);
+  set_clear(&c->pairs);
+  for (Py_ssize_t j = 0; j < c->n_changed; ++j) {
+    long u = c->changed[j];
+    c->old[j] = st->uwave[u];
+    set_wave(c, u, to[j]);
+    if (!set_has(&c->pairs, c->free_k[u])) set_add(&c->pairs, c->free_k[u]);
+  }
+  drop_short_pairs(c);
+  if (!c->pairs.n || vals_cost(c) >= before) {
+    for (Py_ssize_t j = 0; j < c->n_changed; ++j) set_wave(c, c->changed[j], c->old[j]);
+    set_clear(&c->pairs);
+    return 0;
+  }
+  long moves = 0;
+  for (Py_ssize_t j = 0; j < c->n_changed; ++j) moves += st->uwave[c->changed[j]] != c->old[j];
+  return moves;
+}
+
+/* run_pass: solve the pairs (k, k + 1), k with dirty[k] and k % 2 == parity, in one network */
+static long run_pass(Cut *c, const char *dirty, long parity) {
+  St *st = c->st;
+  Py_ssize_t n_free = 0;
+  c->n = 2, c->na = 0, c->n_changed = 0;
+  set_clear(&c->pairs);
+  for (Py_ssize_t u = 0; u < st->n_units; ++u) {
+    long w = st->uwave[u], k = -1;
+    if (w >= 0 && w + 1 < st->n_waves && dirty[w] && w % 2 == parity) k = w;
+    else if (w >= 1 && dirty[w - 1] && (w - 1) % 2 == parity) k = w - 1;
+    c->free_k[u] = k, c->forced[u] = -1;
+    if (k >= 0) c->node[u] = c->n++, c->buf[n_free++] = u;
+  }
+  if (!n_free) return 0;
+  values_of(c, c->buf, n_free);
+  pin(c);
+  for (Py_ssize_t u = 0; u < st->n_units; ++u) { /* u at k + 1 takes its consumers in the pair along */
+    long k = c->free_k[u], nu = c->node[u];
+    if (k < 0 || nu < 2) continue;
+    FOR_EACH(st->usucc, u, s) if (c->free_k[s] == k && c->node[s] != 1) cut_arc(c, c->node[s], nu, CAP_INF);
+  }
+  for (Py_ssize_t i = 0; i < c->vals.n && !st->failed; ++i) {
+    long x = c->vals.items[i], pu = unit(st, x);
+    Py_ssize_t m = 0;
+    set_clear(&c->cons);
+    FOR_EACH(st->succ, x, r) {
+      long cu = unit(st, r);
+      if (cu != pu && !set_has(&c->cons, cu)) set_add(&c->cons, cu), m++;
+    }
+    if (m) value_terms(c, pu, c->cons.items, m, size(st, x));
+  }
+  if (st->failed) return 0;
+  Flow f = {0};
+  if (flow_build(&f, c->n, c->tails, c->heads, c->caps, c->na) < 0) {
+    flow_free(&f);
+    st->failed = 1;
+    return 0;
+  }
+  flow_solve(&f, 0, 1);
+  long *to = c->stack + st->n_units; /* the second half of the stack: new waves of the changed units */
+  for (Py_ssize_t u = 0; u < st->n_units; ++u) {
+    long k = c->free_k[u];
+    if (k < 0) continue;
+    long w = k + (f.level[c->node[u]] < 0);
+    if (w != st->uwave[u]) to[c->n_changed] = w, c->changed[c->n_changed++] = u;
+  }
+  flow_free(&f);
+  return c->n_changed ? apply_moves(c, to) : 0;
+}
+
+/* pair_cuts's loop: the pairs where some value has an end in both waves first, then the neighbours of
+ * the pairs that changed, alternating parities */
+static long cut_loop(Cut *c, long max_passes) {
+  St *st = c->st;
+  long nw = st->n_waves, moves = 0, n_dirty = 0;
+  char *dirty = calloc(nw + 1, 1);
+  if (!dirty) return PyErr_NoMemory(), st->failed = 1, 0;
+  for (Py_ssize_t x = 0; x < st->n_nodes; ++x) { /* _active_pairs */
+    if (!DEG(st->succ, x)) continue;
+    set_clear(&c->fixed);
+    set_add(&c->fixed, st->nwave[x] + 1);
+    FOR_EACH(st->succ, x, r) if (!set_has(&c->fixed, st->nwave[r] + 1)) set_add(&c->fixed, st->nwave[r] + 1);
+    for (Py_ssize_t i = 0; i < c->fixed.n; ++i) {
+      long w = c->fixed.items[i] - 1;
+      if (w >= 0 && w + 1 < nw && set_has(&c->fixed, w + 2) && !dirty[w]) dirty[w] = 1, n_dirty++;
+    }
+  }
+  for (long pass = 0, parity = 0; pass < max_passes && n_dirty && !st->failed; ++pass, parity ^= 1) {
+    int any = 0;
+    for (long k = parity; k + 1 < nw && !any; k += 2) any = dirty[k];
+    if (!any) continue;
+    moves += run_pass(c, dirty, parity);
+    for (long k = parity; k + 1 < nw; k += 2) n_dirty -= dirty[k], dirty[k] = 0;
+    for (Py_ssize_t i = 0; i < c->pairs.n; ++i)
+      for (long j = c->pairs.items[i] - 1; j <= c->pairs.items[i] + 1; j += 2)
+        if (j >= 0 && j < nw - 1 && !dirty[j]) dirty[j] = 1, n_dirty++;
+  }
+  free(dirty);
+  return moves;
+}
+
+static PyObject *pair_cuts(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *uwave_obj, *usucc, *upreds, *unit_of, *members, *preds, *succ, *size_of, *cache, *books;
+  long n_waves, max_passes;
+  if (!PyArg_ParseTuple(args, "O!lOOOO!OOOOOl:pair_cuts", &PyList_Type, &uwave_obj, &n_waves, &usucc, &upreds,
+                        &unit_of, &PyDict_Type, &members, &preds, &succ, &size_of, &cache, &books, &max_passes))
+    return NULL;
+  St st;
+  Cut c;
+  memset(&c, 0, sizeof c);
+  PyObject *result = NULL;
+  if (st_open(&st, uwave_obj, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, cache, books) < 0)
+    goto done;
+  Py_ssize_t nu = st.n_units + 1, nn = st.n_nodes + 1, waves = n_waves + 2;
+  c.st = &st;
+  c.free_k = malloc(sizeof(long) * nu), c.node = malloc(sizeof(long) * nu), c.forced = malloc(nu);
+  c.stack = malloc(sizeof(long) * 2 * nu), c.buf = malloc(sizeof(long) * 3 * nu);
+  c.old = malloc(sizeof(long) * nu), c.changed = malloc(sizeof(long) * nu);
+  c.wave_nodes = calloc(waves, sizeof(i64)), c.wave_comp = calloc(waves, sizeof(i64)), c.kept = calloc(waves, 1);
+  if (!c.free_k || !c.node || !c.forced || !c.stack || !c.buf || !c.old || !c.changed || !c.wave_nodes ||
+      !c.wave_comp || !c.kept || !set_init(&c.seen, nu) || !set_init(&c.vals, nn) || !set_init(&c.cons, nu) ||
+      !set_init(&c.fixed, waves) || !set_init(&c.pairs, waves)) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  long moves = n_waves < 2 ? 0 : cut_loop(&c, max_passes);
+  if (st.failed || write_cache(cache, st.sizes, st.fresh, st.n_fresh) < 0) goto done;
+  for (Py_ssize_t u = 0; u < st.n_units; ++u) {
+    PyObject *w = PyLong_FromLong(st.uwave[u]);
+    if (!w) goto done;
+    PyList_SetItem(uwave_obj, u, w); /* steals w */
+  }
+  result = PyLong_FromLong(moves);
+done:
+  free(c.free_k), free(c.node), free(c.forced), free(c.stack), free(c.buf), free(c.old), free(c.changed);
+  free(c.tails), free(c.heads), free(c.caps), free(c.wave_nodes), free(c.wave_comp), free(c.kept);
+  Set *sets[] = {&c.seen, &c.vals, &c.cons, &c.fixed, &c.pairs};
+  for (int i = 0; i < 5; ++i) set_free(sets[i]);
+  st_free(&st);
+  return result;
+}
+
 static PyMethodDef methods[] = {
     {"edges", edges, METH_VARARGS,
      "edges(lens, flat) -> (distinct inputs of each node, readers of each node, first topological break or -1): "
@@ -1128,6 +1676,11 @@ static PyMethodDef methods[] = {
      "refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, movable, sweeps, order, "
      "sizes=None, books=None)"
      " -> moves: torchvendor.partitioner.boundary.refine_waves's sweeps; uwave is updated in place."},
+    {"pair_cuts", pair_cuts, METH_VARARGS,
+     "pair_cuts(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, sizes, books, max_passes)"
+     " -> moves: cuts.pair_cuts; uwave is updated in place."},
+    {"min_cut", min_cut, METH_VARARGS,
+     "min_cut(n, arcs, source=0, sink=1) -> the source side of a minimum cut (the smallest): cuts.min_cut."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
