@@ -76,14 +76,20 @@ def _compare(got: Sequence[Any], eager: Sequence[Any], truth: Sequence[Any]) -> 
     return ok, worst, base
 
 
+def _compute(key: str) -> bool:
+    """Whether an op key counts as compute: not a view or size query, and not Python's scalar
+    arithmetic on sizes (``operator.mul`` of SymInts runs on the host for every backend)."""
+    return not key.startswith("operator.") and _op_name(key) not in _NO_COMPUTE
+
+
 def _op_name(key: str) -> str:
     parts = key.split(".")
     return parts[1] if len(parts) > 1 and parts[0] in ("aten", "prims") else parts[-1]
 
 
 def coverage(reports: Iterable[Any]) -> dict[str, Any]:
-    """Vendor coverage of torchvendor compile reports: compute ops (views and tuple access left
-    out) that ran in compiled partitions, minus those that ran through the device's CPU fallback,
+    """Vendor coverage of torchvendor compile reports: compute ops (views, tuple access and size
+    arithmetic left out) that ran in compiled partitions, minus those that ran through the device's CPU fallback,
     over all compute ops of the graphs; with the ops that did not, and why partitions fell back."""
     total = vendor = 0
     outside: dict[str, int] = {}
@@ -91,7 +97,7 @@ def coverage(reports: Iterable[Any]) -> dict[str, Any]:
     for report in reports:
         for graph in report.graphs:
             for p in graph.partitions:
-                n = sum(c for op, c in p.ops.items() if _op_name(op) not in _NO_COMPUTE)
+                n = sum(c for op, c in p.ops.items() if _compute(op))
                 total += n
                 if p.status == "compiled":
                     dev = sum(p.device_fallback.values())
@@ -101,10 +107,10 @@ def coverage(reports: Iterable[Any]) -> dict[str, Any]:
                 else:
                     reasons.append(f"{graph.kind} {p.name}: {p.reason}"[:400])
                     for op, c in p.ops.items():
-                        if _op_name(op) not in _NO_COMPUTE:
+                        if _compute(op):
                             outside[op] = outside.get(op, 0) + c
             for op, c in graph.unsupported.items():
-                if _op_name(op) not in _NO_COMPUTE:
+                if _compute(op):
                     total += c
                     outside[op] = outside.get(op, 0) + c
     return {"compute_ops": total, "vendor_ops": vendor, "coverage": vendor / total if total else None,
