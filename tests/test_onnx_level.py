@@ -120,12 +120,15 @@ def test_indexing_and_index_put_by_several_index_tensors(where):
         _compiled_all_in_ort(lambda x, v: torch.ops.aten.index_put(x, index, v, accumulate), x, values)
 
 
-def test_slice_and_select_scatter():
+def test_slice_select_and_element_scatter():
     x = torch.randn(6, 8, 5)
     aten = torch.ops.aten
     _compiled_all_in_ort(lambda x, s: aten.slice_scatter(x, s, 1, 1, 8, 3), x, torch.randn(6, 3, 5))
     _compiled_all_in_ort(lambda x, s: aten.slice_scatter(x, s, 2, -3), x, torch.randn(6, 8, 3))
     _compiled_all_in_ort(lambda x, s: aten.select_scatter(x, s, -1, -2), x, torch.randn(6, 8))
+    index = torch.tensor([[0, 5, 2], [1, 1, 7]])
+    _compiled_all_in_ort(lambda x, s: x.scatter(1, index, s), x[:, :, 0], torch.randn(4, 5))  # src larger than index
+    _compiled_all_in_ort(lambda x: x.scatter(-1, index, 2.5), x[:, :, 0])
 
 
 # ---- Level.ONNX ----------------------------------------------------------------------------------

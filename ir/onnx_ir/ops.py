@@ -620,6 +620,23 @@ def _gather(b: Builder, node: fx.Node, x: Val, dim: int, index: Val, *, sparse_g
     return b.op("GatherElements", [x.name, index.name], axis=dim)
 
 
+def _scatter_check(node: fx.Node) -> str | None:
+    if node.args[0].meta["val"].dim() == 0:
+        return "a 0-d input"
+    return "scatter with a reduce argument" if node.kwargs.get("reduce") or len(node.args) > 4 else None
+
+
+@register("aten.scatter.src", "aten.scatter.value", check=_scatter_check)
+def _scatter(b: Builder, node: fx.Node, x: Val, dim: int, index: Val, src: Any) -> str:
+    # ONNX's updates have the index's shape; torch reads the leading part of a larger src
+    shape = b.op("Shape", [index.name])
+    if isinstance(src, Val) and not src.sym:
+        updates = b.op("Slice", [b.cast(src, x.dtype), b.ints([0] * x.rank), shape])
+    else:
+        updates = b.op("Expand", [_as(b, src, x.dtype), shape])
+    return b.op("ScatterElements", [x.name, index.name, updates], axis=_axis(dim, x.rank))
+
+
 def _index_check(node: fx.Node) -> str | None:
     used = [i for i in node.args[1] if i is not None]
     if not used or any(i.meta["val"].dtype not in (torch.int64, torch.int32) for i in used):
