@@ -131,6 +131,17 @@ def test_slice_select_and_element_scatter():
     _compiled_all_in_ort(lambda x: x.scatter(-1, index, 2.5), x[:, :, 0])
 
 
+def test_a_permuted_partition_output_keeps_its_layout_for_eager_as_strided():
+    # ONNX values have no strides; as_strided in eager PyTorch reads the partition output's memory
+    def f(x):
+        return (x + 1).transpose(0, 1).as_strided((3, 2), (1, 4)) * 2
+
+    x = torch.randn(4, 5)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, backend="torchvendor_ort")(x), f(x), rtol=0, atol=0)
+    assert last_report().graphs[0].unsupported == {"aten.as_strided.default": 1}
+
+
 # ---- Level.ONNX ----------------------------------------------------------------------------------
 
 class _Recording(Backend):
