@@ -131,6 +131,12 @@ def test_slice_select_and_element_scatter():
     _compiled_all_in_ort(lambda x: x.scatter(-1, index, 2.5), x[:, :, 0])
 
 
+def test_convolution_with_one_element_parameter_lists():
+    # torch repeats padding=[1] over both spatial dimensions (EfficientNet's depthwise convolutions)
+    x, w = torch.randn(1, 4, 9, 9), torch.randn(4, 1, 3, 3)
+    _compiled_all_in_ort(lambda x, w: torch.ops.aten.convolution(x, w, None, [2], [1], [1], False, [0], 4), x, w)
+
+
 def test_a_permuted_partition_output_keeps_its_layout_for_eager_as_strided():
     # ONNX values have no strides; as_strided in eager PyTorch reads the partition output's memory
     def f(x):

@@ -429,9 +429,12 @@ def _conv_check(node: fx.Node) -> str | None:
 def _convolution(b: Builder, node: fx.Node, x: Val, w: Val, bias: Val | None, stride: list, padding: list,
                  dilation: list, transposed: bool, output_padding: list, groups: int) -> str:
     inputs = [x.name, w.name] + ([bias.name] if bias is not None else [])
-    attrs = dict(strides=list(stride), pads=list(padding) * 2, dilations=list(dilation), group=groups)
+    n = w.rank - 2  # spatial dimensions: torch repeats a one-element parameter list over them, ONNX does not
+    stride, padding, dilation, output_padding = ([*v] * n if len(v) == 1 else list(v)
+                                                 for v in (stride, padding, dilation, output_padding))
+    attrs = dict(strides=stride, pads=padding * 2, dilations=dilation, group=groups)
     if transposed:
-        return b.op("ConvTranspose", inputs, output_padding=list(output_padding), **attrs)
+        return b.op("ConvTranspose", inputs, output_padding=output_padding, **attrs)
     return b.op("Conv", inputs, **attrs)
 
 
