@@ -82,7 +82,7 @@ def _row(r: dict[str, Any], run: dict[str, Any]) -> str:
     vendors = _vendors(run)
     others = [b for b in run["backends"] if b not in vendors]
     ms = r.get("ms", {})
-    blank = " |" * (8 + len(vendors) + len(others))
+    blank = " |" * (5 + len(vendors) + len(others))  # the row's remaining cells
     if "not_run" in r:
         return f"| {r['model']} | {r.get('family', '')} | not run: {r['not_run']} |" + blank
     if "eager_error" in r:
