@@ -4,6 +4,7 @@ regenerates ``docs/bench_models.md`` from every run there.
 
     .venv/bin/python bench/bench_models.py --backend torchvendor_cpu --device cpu            # whole suite
     .venv/bin/python bench/bench_models.py --backend torchvendor_cpu --device cpu --tier fast  # a few minutes
+    .venv/bin/python bench/bench_models.py --backend torchvendor_ort,torchvendor_cpu --tier fast  # two side by side
     python bench/bench_models.py --backend torchvendor_cuda --device cuda --baseline inductor,cudagraphs
     python bench/bench_models.py --backend torchvendor_cuda --device gpu --runtime cuda --baseline none
 
@@ -40,46 +41,61 @@ def _fmt(v: Any, spec: str = ".2f", unit: str = "") -> str:
     return "—" if v is None else f"{v:{spec}}{unit}"
 
 
+def _vendors(run: dict[str, Any]) -> list[str]:
+    """The run's torchvendor backends (several side by side, or the one of an older run)."""
+    return run.get("vendors") or [run["backend"]]
+
+
+def _vendor_coverage(rows: list[dict[str, Any]], vendor: str) -> tuple[float | None, float | None]:
+    """A vendor backend's coverage over all models, and its lowest model's."""
+    covered = [r["backends"].get(vendor, {}).get("coverage") or {} for r in rows]
+    total = sum(c.get("compute_ops", 0) for c in covered)
+    shares = [c["coverage"] for c in covered if c.get("coverage") is not None]
+    return (sum(c.get("vendor_ops", 0) for c in covered) / total if total else None), (min(shares) if shares else None)
+
+
 def summarize(run: dict[str, Any]) -> dict[str, Any]:
-    """Counts per status, total coverage and geomean speedups of one run."""
+    """Counts per status, coverage and geomean speedups of one run (per vendor backend in
+    ``coverage_of`` and ``vs``; ``coverage`` and ``geomean_vs_*`` are the first vendor's)."""
     rows, ours = run["rows"], run["backend"]
     out: dict[str, Any] = {"models": len(rows), "eager_failed": sum("eager_error" in r for r in rows),
                            "not_run": sum("not_run" in r for r in rows)}
     for b in run["backends"]:
         statuses = [r["backends"].get(b, {}).get("status") for r in rows if "eager_error" not in r]
         out[b] = {s: statuses.count(s) for s in sorted(set(statuses), key=str) if s}
-    covered = [r["backends"].get(ours, {}).get("coverage") or {} for r in rows]
-    total = sum(c.get("compute_ops", 0) for c in covered)
-    out["coverage"] = sum(c.get("vendor_ops", 0) for c in covered) / total if total else None
-    shares = [c["coverage"] for c in covered if c.get("coverage") is not None]
-    out["coverage_lowest"] = min(shares) if shares else None
+    out["coverage_of"] = {v: _vendor_coverage(rows, v) for v in _vendors(run)}
+    out["coverage"], out["coverage_lowest"] = out["coverage_of"][ours]
     fine = ("correct", "fell back")
     for b in run["backends"]:
         pairs = [r["ms"]["eager"] / r["ms"][b] for r in rows if b in r.get("ms", {}) and "eager" in r["ms"]
                  and r["backends"].get(b, {}).get("status") in fine]
         out.setdefault("geomean", {})[b] = _geomean(pairs)
-    base = [b for b in run["backends"] if b != ours]
+    base = [b for b in run["backends"] if b not in _vendors(run)]
     if base:
-        both = [r for r in rows if all(k in r.get("ms", {}) for k in (ours, base[0]))]
-        out["geomean_vs_" + base[0]] = _geomean([r["ms"][base[0]] / r["ms"][ours] for r in both])
+        out["vs"] = {v: _geomean([r["ms"][base[0]] / r["ms"][v] for r in rows
+                                  if all(k in r.get("ms", {}) for k in (v, base[0]))]) for v in _vendors(run)}
+        out["geomean_vs_" + base[0]] = out["vs"][ours]
     return out
 
 
 def _row(r: dict[str, Any], run: dict[str, Any]) -> str:
-    ours, others = run["backend"], [b for b in run["backends"] if b != run["backend"]]
-    ms, mine = r.get("ms", {}), r["backends"].get(ours, {})
+    vendors = _vendors(run)
+    others = [b for b in run["backends"] if b not in vendors]
+    ms = r.get("ms", {})
+    blank = " |" * (5 + len(vendors) + len(others))  # the row's remaining cells
     if "not_run" in r:
-        return f"| {r['model']} | {r.get('family', '')} | not run: {r['not_run']} |" + " |" * 9
+        return f"| {r['model']} | {r.get('family', '')} | not run: {r['not_run']} |" + blank
     if "eager_error" in r:
-        return f"| {r['model']} | {r.get('family', '')} | eager fails: {r['eager_error'][:80]} |" + " |" * 9
-    cov = (mine.get("coverage") or {}).get("coverage")
-    speed = [ms["eager"] / ms[b] if b in ms and "eager" in ms else None for b in [ours, *others]]
-    vs = ms[others[0]] / ms[ours] if others and ours in ms and others[0] in ms else None
-    cold = [r["backends"].get(b, {}).get("compile_s", {}).get("inference") for b in [ours, *others[:1]]]
-    warm = [r["backends"].get(b, {}).get("compile_s", {}).get("warm") for b in [ours, *others[:1]]]
-    status = " / ".join(r["backends"].get(b, {}).get("status", "—") for b in [ours, *others])
-    return (f"| {r['model']} | {r.get('family', '')} | {status} | {_fmt(cov, '.1%')} | {_fmt(ms.get('eager'), '.2f')} | "
-            + " | ".join(_fmt(s, ".2f", "×") for s in speed) + f" | {_fmt(vs, '.2f', '×')} | "
+        return f"| {r['model']} | {r.get('family', '')} | eager fails: {r['eager_error'][:80]} |" + blank
+    cov = [(r["backends"].get(v, {}).get("coverage") or {}).get("coverage") for v in vendors]
+    speed = [ms["eager"] / ms[b] if b in ms and "eager" in ms else None for b in [*vendors, *others]]
+    vs = [ms[others[0]] / ms[v] if others and v in ms and others[0] in ms else None for v in vendors]
+    cold = [r["backends"].get(b, {}).get("compile_s", {}).get("inference") for b in [*vendors, *others[:1]]]
+    warm = [r["backends"].get(b, {}).get("compile_s", {}).get("warm") for b in [*vendors, *others[:1]]]
+    status = " / ".join(r["backends"].get(b, {}).get("status", "—") for b in [*vendors, *others])
+    return (f"| {r['model']} | {r.get('family', '')} | {status} | {' / '.join(_fmt(c, '.1%') for c in cov)} | "
+            f"{_fmt(ms.get('eager'), '.2f')} | " + " | ".join(_fmt(s, ".2f", "×") for s in speed)
+            + f" | {' / '.join(_fmt(v, '.2f', '×') for v in vs)} | "
             + " / ".join(_fmt(c, ".1f") for c in cold) + " | " + " / ".join(_fmt(w, ".1f") for w in warm) + " |")
 
 
@@ -115,25 +131,27 @@ def render(runs: list[dict[str, Any]]) -> str:
            "caches per model, warm after a Dynamo reset with the disk caches kept.", ""]
     for run in runs:
         s = summarize(run)
-        ours, others = run["backend"], [b for b in run["backends"] if b != run["backend"]]
-        out += [f"## {ours} on `{run['device']}` ({run['machine']})", "",
+        vendors = _vendors(run)
+        others = [b for b in run["backends"] if b not in vendors]
+        out += [f"## {' and '.join(vendors)} on `{run['device']}` ({run['machine']})", "",
                 f"torch {run['torch']}, {run['when']}, {run['threads']} thread(s), load average at start "
                 f"{run['load']}; compile caches {run.get('caches', 'empty for every model')}; parts: {', '.join(run['parts'])} (baselines: {', '.join(run['baseline_parts'])}); "
                 f"{run['seconds']:.0f} s.", "",
                 f"- models: {s['models']} ({s['eager_failed']} where eager itself fails, {s['not_run']} not run)"]
         out += [f"- {b}: " + ", ".join(f"{n} {k}" for k, n in s[b].items()) for b in run["backends"]]
-        out += [f"- vendor coverage, all models: {_fmt(s['coverage'], '.2%')} (lowest model: "
-                f"{_fmt(s['coverage_lowest'], '.1%')})"] + ([f"- note: {run['note']}"] if run.get("note") else [])
+        out += [f"- vendor coverage of {v}, all models: {_fmt(c, '.2%')} (lowest model: {_fmt(low, '.1%')})"
+                for v, (c, low) in s["coverage_of"].items()] + ([f"- note: {run['note']}"] if run.get("note") else [])
         out += [
                 "- geomean speedup over eager: " + ", ".join(f"{b} {_fmt(s['geomean'].get(b), '.2f', '×')}"
                                                               for b in run["backends"])]
-        if others:
-            out.append(f"- {ours} / {others[0]} (geomean of time ratios): "
-                       f"{_fmt(s.get('geomean_vs_' + others[0]), '.2f', '×')}")
-        heads = " | ".join(f"{b} × eager" for b in [ours, *others])
-        out += ["", f"| model | family | status ({' / '.join([ours, *others])}) | coverage | eager ms | {heads} | "
-                f"× {others[0] if others else '—'} | cold s | warm s |",
-                "|---|---|---|---|---|" + "---|" * (len(others) + 1) + "---|---|---|"]
+        out += [f"- {v} / {others[0]} (geomean of time ratios): {_fmt(s['vs'][v], '.2f', '×')}"
+                for v in (vendors if others else [])]
+        heads = " | ".join(f"{b} × eager" for b in [*vendors, *others])
+        over = f"{' / '.join(vendors)} × {others[0]}" if others else "× —"
+        timed = " / ".join([*vendors, *others[:1]])
+        out += ["", f"| model | family | status ({' / '.join([*vendors, *others])}) | coverage ({' / '.join(vendors)}) "
+                f"| eager ms | {heads} | {over} | cold s ({timed}) | warm s |",
+                "|---|---|---|---|---|" + "---|" * (len(vendors) + len(others)) + "---|---|---|"]
         out += [_row(r, run) for r in run["rows"]]
         problems = _problems(run)
         out += ["", "### What did not run right", ""] + (problems or ["- nothing"]) + [""]
@@ -175,7 +193,8 @@ def _write_markdown() -> Path:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backend", default="torchvendor_cpu")
+    p.add_argument("--backend", default="torchvendor_cpu",
+                   help="torchvendor backend(s), a comma list run side by side (the first heads the summary)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runtime", help="runtime library for a PrivateUse1 device ('cuda': the reference CUDA table)")
     p.add_argument("--baseline", default="inductor", help="comma list of inductor, cudagraphs, or 'none'")
@@ -221,13 +240,14 @@ def main() -> None:
             by_family.setdefault(SPECS[m].family, []).append(m)
         models = [m for group in itertools.zip_longest(*by_family.values()) for m in group if m]
     baselines = [] if args.baseline == "none" else [BASELINES[b] for b in args.baseline.split(",")]
-    backends = [*baselines, args.backend]  # ours last: a crash then costs no baseline its result
+    vendors = args.backend.split(",")
+    backends = [*baselines, *vendors]  # ours last: a crash then costs no baseline its result
     started = time.time()
     rows = run_suite(models, backends, device=args.device, parts=args.parts.split(","),
                      baseline_parts=args.baseline_parts.split(","), budget=args.budget, jobs=args.jobs,
                      threads=args.threads, runtime=args.runtime, timeout=args.timeout, progress=True,
                      shared_cache=args.shared_cache, workdir=args.workdir, deadline=args.deadline)
-    run = {"backend": args.backend, "backends": [args.backend, *baselines], "device": args.device,
+    run = {"backend": vendors[0], "vendors": vendors, "backends": [*vendors, *baselines], "device": args.device,
            "machine": f"{platform.node()} {os.cpu_count()} cores" + (f", {torch.cuda.get_device_name()}"
                                                                       if torch.cuda.is_available() else ""),
            "torch": torch.__version__, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
@@ -237,7 +257,7 @@ def main() -> None:
            "seconds": time.time() - started, "note": args.note or "", "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name or args.device + '_' + args.backend}.json").write_text(json.dumps(run, indent=1, default=str))
+    (out / f"{args.name or args.device + '_' + '_'.join(vendors)}.json").write_text(json.dumps(run, indent=1, default=str))
     if out.resolve() == RUNS.resolve():
         print(_write_markdown())
     print(json.dumps(summarize(run), indent=1, default=str))

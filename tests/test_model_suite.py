@@ -160,3 +160,28 @@ def test_bench_renders_statuses_coverage_and_crashes():
     text = bench_models.render([run])
     assert "| a | decoder | correct / correct | 90.0% | 2.00 | 2.00× | 4.00× | 0.50× |" in text
     assert "the process died (exit status -11) in torchvendor_cpu / training" in text
+
+
+def test_bench_renders_several_vendor_backends_side_by_side():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_models
+
+    def res(cov):
+        return {"status": "correct", "parts": {}, "compile_s": {"inference": 2.0},
+                "coverage": {"compute_ops": 10, "vendor_ops": int(cov * 10), "coverage": cov}}
+    run = {"backend": "torchvendor_ort", "vendors": ["torchvendor_ort", "torchvendor_cpu"],
+           "backends": ["torchvendor_ort", "torchvendor_cpu", "inductor"], "device": "cpu", "machine": "m",
+           "torch": "2.13", "when": "now", "threads": 1, "load": "1.0", "parts": ["inference"],
+           "baseline_parts": ["inference"], "seconds": 1.0,
+           "rows": [{"model": "a", "family": "decoder", "ms": {"eager": 4.0, "torchvendor_ort": 2.0,
+                                                               "torchvendor_cpu": 1.0, "inductor": 2.0},
+                     "backends": {"torchvendor_ort": res(0.8), "torchvendor_cpu": res(1.0), "inductor": res(1.0)}},
+                    {"model": "b", "family": "vision", "ms": {}, "backends": {}, "not_run": "budget"}]}
+    s = bench_models.summarize(run)
+    assert s["coverage_of"] == {"torchvendor_ort": (0.8, 0.8), "torchvendor_cpu": (1.0, 1.0)}
+    assert s["vs"] == {"torchvendor_ort": 1.0, "torchvendor_cpu": 2.0}
+    text = bench_models.render([run])
+    assert "| a | decoder | correct / correct / correct | 80.0% / 100.0% | 4.00 | 2.00× | 4.00× | 2.00× | 1.00× / 2.00× |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| b |"))
+    header = next(line for line in text.splitlines() if line.startswith("| model |"))
+    assert row.count("|") == header.count("|")

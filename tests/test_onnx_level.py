@@ -73,6 +73,81 @@ def test_ops_without_onnx_form_are_named_and_refused():
         to_onnx(gm)
 
 
+def _compiled_all_in_ort(fn, *args, grad=False):
+    """fn compiled by torchvendor_ort beside eager: outputs (and gradients of every float input
+    when ``grad``), and the reports' unclaimed ops and fallbacks, which must be none."""
+    torch._dynamo.reset()
+    ours = [a.clone().requires_grad_(grad and a.is_floating_point()) for a in args]
+    ref = [a.clone().requires_grad_(grad and a.is_floating_point()) for a in args]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", category=Warning.__subclasses__()[0])  # no vendor fallback warning
+        got = torch.compile(fn, backend="torchvendor_ort")(*ours)
+        if grad:
+            got.backward(torch.ones_like(got))
+    want = fn(*ref)
+    torch.testing.assert_close(got.detach(), want.detach(), rtol=1e-5, atol=1e-5)
+    if grad:
+        want.backward(torch.ones_like(want))
+        for a, b in zip(ours, ref):
+            if a.requires_grad:
+                torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+    for g in last_report().graphs:
+        assert not g.unsupported.keys() - {"aten.alias.default"}, g.unsupported
+        assert all(p.status == "compiled" for p in g.partitions)
+
+
+@pytest.mark.parametrize("kw", [{}, {"is_causal": True}, {"scale": 0.3}, {"mask": "float"}, {"mask": "bool"}])
+def test_attention_forward_and_backward_run_in_onnx(kw):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=g) for n in (5, 7, 7))
+    mask = {"float": torch.zeros(5, 7).index_fill_(0, torch.tensor([1]), float("-inf")),  # row 1: every key masked
+            "bool": torch.rand(2, 1, 5, 7, generator=g) > 0.3}.get(kw.pop("mask", None))
+    attend = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)  # noqa: E731
+    _compiled_all_in_ort(attend, q, k, v, grad=True)
+
+
+@pytest.mark.parametrize("where", ["01", "12", "13", "023"])
+def test_indexing_and_index_put_by_several_index_tensors(where):
+    x = torch.randn(4, 5, 6, 7)
+    i, j = torch.tensor([[0, 1], [3, -1]]), torch.tensor([2, -4])
+    index = [None] * 4
+    for axis, t in zip(map(int, where), (i, j, torch.tensor([[1], [0]]))):
+        index[axis] = t
+    key = tuple(slice(None) if t is None else t for t in index)
+    _compiled_all_in_ort(lambda x: x[key] * 2, x)
+    values = torch.randn(x[key].shape[-1])  # broadcast against torch's layout of the indexed result
+    for accumulate in (False, True):
+        _compiled_all_in_ort(lambda x, v: torch.ops.aten.index_put(x, index, v, accumulate), x, values)
+
+
+def test_slice_select_and_element_scatter():
+    x = torch.randn(6, 8, 5)
+    aten = torch.ops.aten
+    _compiled_all_in_ort(lambda x, s: aten.slice_scatter(x, s, 1, 1, 8, 3), x, torch.randn(6, 3, 5))
+    _compiled_all_in_ort(lambda x, s: aten.slice_scatter(x, s, 2, -3), x, torch.randn(6, 8, 3))
+    _compiled_all_in_ort(lambda x, s: aten.select_scatter(x, s, -1, -2), x, torch.randn(6, 8))
+    index = torch.tensor([[0, 5, 2], [1, 1, 7]])
+    _compiled_all_in_ort(lambda x, s: x.scatter(1, index, s), x[:, :, 0], torch.randn(4, 5))  # src larger than index
+    _compiled_all_in_ort(lambda x: x.scatter(-1, index, 2.5), x[:, :, 0])
+
+
+def test_convolution_with_one_element_parameter_lists():
+    # torch repeats padding=[1] over both spatial dimensions (EfficientNet's depthwise convolutions)
+    x, w = torch.randn(1, 4, 9, 9), torch.randn(4, 1, 3, 3)
+    _compiled_all_in_ort(lambda x, w: torch.ops.aten.convolution(x, w, None, [2], [1], [1], False, [0], 4), x, w)
+
+
+def test_a_permuted_partition_output_keeps_its_layout_for_eager_as_strided():
+    # ONNX values have no strides; as_strided in eager PyTorch reads the partition output's memory
+    def f(x):
+        return (x + 1).transpose(0, 1).as_strided((3, 2), (1, 4)) * 2
+
+    x = torch.randn(4, 5)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, backend="torchvendor_ort")(x), f(x), rtol=0, atol=0)
+    assert last_report().graphs[0].unsupported == {"aten.as_strided.default": 1}
+
+
 # ---- Level.ONNX ----------------------------------------------------------------------------------
 
 class _Recording(Backend):

@@ -148,6 +148,8 @@ def _resolve(arg: Any, env: dict[fx.Node, Any]) -> Any:
         return env[arg]
     if isinstance(arg, (list, tuple)):
         return type(arg)(_resolve(a, env) for a in arg)
+    if isinstance(arg, dict):  # keyword arguments may be nodes too (an attention mask)
+        return {k: _resolve(a, env) for k, a in arg.items()}
     return arg
 
 

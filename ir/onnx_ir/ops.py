@@ -12,6 +12,7 @@ in (the result dtype for arithmetic, the promoted input dtype for comparisons).
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import Any, Callable
@@ -428,9 +429,12 @@ def _conv_check(node: fx.Node) -> str | None:
 def _convolution(b: Builder, node: fx.Node, x: Val, w: Val, bias: Val | None, stride: list, padding: list,
                  dilation: list, transposed: bool, output_padding: list, groups: int) -> str:
     inputs = [x.name, w.name] + ([bias.name] if bias is not None else [])
-    attrs = dict(strides=list(stride), pads=list(padding) * 2, dilations=list(dilation), group=groups)
+    n = w.rank - 2  # spatial dimensions: torch repeats a one-element parameter list over them, ONNX does not
+    stride, padding, dilation, output_padding = ([*v] * n if len(v) == 1 else list(v)
+                                                 for v in (stride, padding, dilation, output_padding))
+    attrs = dict(strides=stride, pads=padding * 2, dilations=dilation, group=groups)
     if transposed:
-        return b.op("ConvTranspose", inputs, output_padding=list(output_padding), **attrs)
+        return b.op("ConvTranspose", inputs, output_padding=output_padding, **attrs)
     return b.op("Conv", inputs, **attrs)
 
 
@@ -619,18 +623,126 @@ def _gather(b: Builder, node: fx.Node, x: Val, dim: int, index: Val, *, sparse_g
     return b.op("GatherElements", [x.name, index.name], axis=dim)
 
 
+def _scatter_check(node: fx.Node) -> str | None:
+    if node.args[0].meta["val"].dim() == 0:
+        return "a 0-d input"
+    return "scatter with a reduce argument" if node.kwargs.get("reduce") or len(node.args) > 4 else None
+
+
+@register("aten.scatter.src", "aten.scatter.value", check=_scatter_check)
+def _scatter(b: Builder, node: fx.Node, x: Val, dim: int, index: Val, src: Any) -> str:
+    # ONNX's updates have the index's shape; torch reads the leading part of a larger src
+    shape = b.op("Shape", [index.name])
+    if isinstance(src, Val) and not src.sym:
+        updates = b.op("Slice", [b.cast(src, x.dtype), b.ints([0] * x.rank), shape])
+    else:
+        updates = b.op("Expand", [_as(b, src, x.dtype), shape])
+    return b.op("ScatterElements", [x.name, index.name, updates], axis=_axis(dim, x.rank))
+
+
 def _index_check(node: fx.Node) -> str | None:
-    indices = node.args[1]
-    used = [i for i in indices if i is not None]
-    if len(used) != 1 or used[0].meta["val"].dtype not in (torch.int64, torch.int32):
-        return "indexing other than by one integer index tensor"
+    used = [i for i in node.args[1] if i is not None]
+    if not used or any(i.meta["val"].dtype not in (torch.int64, torch.int32) for i in used):
+        return "indexing by a boolean mask (a data-dependent shape)"
     return None
+
+
+def _nd_indices(b: Builder, x: Val, indices: list) -> tuple[list[int], list[int], str, str, str]:
+    """Several index tensors as GatherND/ScatterND see them: the indexed axes, the others, ``x``
+    with the indexed axes moved to the front, the indices broadcast and stacked on a last axis,
+    and their broadcast shape."""
+    axes = [i for i, t in enumerate(indices) if t is not None]
+    rest = [d for d in range(x.rank) if d not in axes]
+    xs = x.name if axes == list(range(len(axes))) else b.op("Transpose", [x.name], perm=axes + rest)
+    idx = [b.cast(indices[a], torch.int64) for a in axes]
+    shape = b.op("Shape", [functools.reduce(lambda s, i: b.op("Add", [s, i]), idx)])
+    last = b.ints([-1])
+    stacked = b.op("Concat", [b.op("Unsqueeze", [b.op("Expand", [i, shape]), last]) for i in idx], axis=-1)
+    return axes, rest, xs, stacked, shape
+
+
+def _torch_order(axes: list[int], rest: list[int], n: int) -> list[int] | None:
+    """The permutation from GatherND's layout (the ``n`` broadcast index dimensions first) to
+    torch's, which puts them where the first indexed dimension was when the indexed dimensions are
+    adjacent; None when the layouts agree."""
+    if axes[0] == 0 or axes != list(range(axes[0], axes[-1] + 1)):
+        return None
+    return [n + i for i in range(axes[0])] + list(range(n)) + [n + i for i in range(axes[0], len(rest))]
 
 
 @register("aten.index.Tensor", check=_index_check)
 def _index(b: Builder, node: fx.Node, x: Val, indices: list) -> str:
-    axis = next(i for i, t in enumerate(indices) if t is not None)
-    return b.op("Gather", [x.name, indices[axis].name], axis=axis)
+    used = [i for i, t in enumerate(indices) if t is not None]
+    if len(used) == 1:
+        return b.op("Gather", [x.name, indices[used[0]].name], axis=used[0])
+    axes, rest, xs, stacked, _ = _nd_indices(b, x, indices)
+    perm = _torch_order(axes, rest, _out(node).dim() - len(rest))
+    out = b.op("GatherND", [xs, stacked])
+    return out if perm is None else b.op("Transpose", [out], perm=perm)
+
+
+def _index_put_check(node: fx.Node) -> str | None:
+    return _index_check(node) or (None if node.args[0].meta["val"].dim() else "a 0-d input")
+
+
+@register("aten.index_put.default", check=_index_put_check)
+def _index_put(b: Builder, node: fx.Node, x: Val, indices: list, values: Val, accumulate: bool = False) -> str:
+    axes, rest, xs, stacked, shape = _nd_indices(b, x, list(indices) + [None] * (x.rank - len(indices)))
+    n = max(indices[a].rank for a in axes)
+    slots = b.op("Concat", [shape, b.op("Shape", [xs], start=len(axes))], axis=0)  # GatherND's result shape
+    perm = _torch_order(axes, rest, n)
+    vals = _as(b, values, x.dtype)
+    if perm is None:
+        vals = b.op("Expand", [vals, slots])
+    else:  # values broadcast against torch's layout of the indexed result, then moved to GatherND's
+        vals = b.op("Expand", [vals, b.op("Gather", [slots, b.ints(perm)], axis=0)])
+        vals = b.op("Transpose", [vals], perm=[perm.index(i) for i in range(len(perm))])
+    out = b.op("ScatterND", [xs, stacked, vals], **({"reduction": "add"} if accumulate else {}))
+    if xs == x.name:
+        return out
+    order = axes + rest
+    return b.op("Transpose", [out], perm=[order.index(i) for i in range(x.rank)])
+
+
+def _scatter_along(b: Builder, x: Val, src: str, dim: int, start: Any, step: int) -> str:
+    """``x`` with positions ``start, start + step, ...`` of dimension ``dim`` replaced by ``src``
+    (``x``'s rank, as many positions along ``dim`` as it has): ScatterElements with those indices."""
+    dim = _axis(dim, x.rank)
+    size = b.op("Shape", [x.name], start=dim, end=dim + 1)
+    if isinstance(start, int) and start < 0:  # from the end, clamped at 0 as torch does
+        start = b.op("Max", [b.op("Add", [size, b.ints([start])]), b.ints([0])])
+    else:
+        start = b.ints([start])
+    count = b.op("Shape", [src], start=dim, end=dim + 1)
+    zero = b.const(0, torch.int64)
+    positions = b.op("Range", [zero, b.op("Squeeze", [count, b.ints([0])]), b.const(1, torch.int64)])
+    positions = b.op("Add", [b.op("Mul", [positions, b.const(step, torch.int64)]), start])
+    shape = [1] * x.rank
+    shape[dim] = -1
+    index = b.op("Expand", [b.op("Reshape", [positions, b.ints(shape)]), b.op("Shape", [src])])
+    return b.op("ScatterElements", [x.name, index, src], axis=dim)
+
+
+def _slice_scatter_check(node: fx.Node) -> str | None:
+    start = node.args[3] if len(node.args) > 3 else node.kwargs.get("start")
+    step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
+    if node.args[0].meta["val"].dim() == 0:
+        return "a 0-d input"
+    return None if isinstance(start, (int, type(None))) and isinstance(step, int) else "a symbolic start or step"
+
+
+@register("aten.slice_scatter.default", check=_slice_scatter_check)
+def _slice_scatter(b: Builder, node: fx.Node, x: Val, src: Val, dim: int = 0, start: Any = None, end: Any = None,
+                   step: int = 1) -> str:
+    # ``end`` is implied by ``src``'s size along ``dim``
+    return _scatter_along(b, x, b.cast(src, x.dtype), dim, 0 if start is None else start, step)
+
+
+@register("aten.select_scatter.default", check=lambda n: None if isinstance(n.args[3], int) and n.args[0].meta[
+    "val"].dim() else "a symbolic index or a 0-d input")
+def _select_scatter(b: Builder, node: fx.Node, x: Val, src: Val, dim: int, index: int) -> str:
+    dim = _axis(dim, x.rank)
+    return _scatter_along(b, x, b.op("Unsqueeze", [b.cast(src, x.dtype), b.ints([dim])]), dim, index, 1)
 
 
 @register("aten.split_with_sizes.default")
@@ -713,3 +825,90 @@ def _arange(b: Builder, node: fx.Node, start: Any, end: Any, step: Any = 1, **_:
     dt = _out(node).dtype
     return b.op("Range", [b.scalar(start, dt), b.scalar(end, dt), b.scalar(step, dt)])
 
+
+
+# ---- attention ---------------------------------------------------------------------------------
+
+def _sdpa_check(node: fx.Node) -> str | None:
+    q, dropout = node.args[0].meta["val"], node.args[3] if len(node.args) > 3 else 0.0
+    if dropout:
+        return "attention with dropout (random)"
+    if node.kwargs.get("scale") is None and not _static(q.shape[-1]):
+        return "attention with the default scale of a symbolic head size"
+    return None
+
+
+def _scores(b: Builder, q: Val, k: Val, is_causal: bool, attn_mask: Val | None, scale: float | None,
+            dt: torch.dtype) -> tuple[str, str, str, float]:
+    """q, k (cast to ``dt``), the masked attention scores ``q k^T * scale + mask``, and the scale."""
+    qs, ks = b.cast(q, dt), b.cast(k, dt)
+    kt = b.op("Transpose", [ks], perm=[*range(k.rank - 2), k.rank - 1, k.rank - 2])
+    factor = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = b.op("Mul", [b.op("MatMul", [qs, kt]), b.const(factor, dt)])
+    minus_inf = b.const(float("-inf"), dt)
+    if is_causal:  # top-left aligned, as torch's is_causal
+        size = b.op("Concat", [b.op("Shape", [qs], start=-2, end=-1), b.op("Shape", [ks], start=-2, end=-1)], axis=0)
+        ones = b.op("ConstantOfShape", [size], value=_tensor_one())
+        scores = b.op("Where", [b.cast(b.op("Trilu", [ones], upper=0), torch.bool), scores, minus_inf])
+    if attn_mask is not None:
+        scores = (b.op("Where", [attn_mask.name, scores, minus_inf]) if attn_mask.dtype is torch.bool
+                  else b.op("Add", [scores, b.cast(attn_mask, dt)]))
+    return qs, ks, scores, factor
+
+
+def _accumulation(q: Val) -> torch.dtype:
+    return q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32  # half types accumulate in float
+
+
+@register("aten._scaled_dot_product_flash_attention_for_cpu.default", check=_sdpa_check)
+def _sdpa(b: Builder, node: fx.Node, q: Val, k: Val, v: Val, dropout_p: float = 0.0, is_causal: bool = False, *,
+          attn_mask: Val | None = None, scale: float | None = None) -> list[str]:
+    # softmax(q k^T * scale + mask) v, and the rows' logsumexp; like torch's kernel, a row with
+    # every key masked gives zeros (not ONNX Softmax's NaN) and a logsumexp of 0
+    dt = _accumulation(q)
+    _, _, scores, _ = _scores(b, q, k, is_causal, attn_mask, scale, dt)
+    axes = b.ints([-1])
+    top = b.op("ReduceMax", [scores, axes], keepdims=1)
+    dead = b.op("IsInf", [top], detect_positive=0)
+    top = b.op("Where", [dead, b.const(0.0, dt), top])
+    e = b.op("Exp", [b.op("Sub", [scores, top])])
+    total = b.op("ReduceSum", [e, axes], keepdims=1)
+    p = b.op("Div", [e, b.op("Where", [dead, b.const(1.0, dt), total])])
+    out = b.op("MatMul", [p, b.cast(v, dt)])
+    lse = b.op("Where", [dead, b.const(0.0, dt), b.op("Add", [top, b.op("Log", [total])])])
+    lse = b.op("Squeeze", [lse, axes])
+    return [b.cast(out, _out(node, 0).dtype, dt), b.cast(lse, _out(node, 1).dtype, dt)]
+
+
+def _sdpa_backward_check(node: fx.Node) -> str | None:
+    q = node.args[1].meta["val"]
+    if node.args[6]:
+        return "attention with dropout (random)"
+    if node.kwargs.get("scale") is None and not _static(q.shape[-1]):
+        return "attention with the default scale of a symbolic head size"
+    return None
+
+
+@register("aten._scaled_dot_product_flash_attention_for_cpu_backward.default", check=_sdpa_backward_check)
+def _sdpa_backward(b: Builder, node: fx.Node, grad: Val, q: Val, k: Val, v: Val, out: Val, lse: Val,
+                   dropout_p: float, is_causal: bool, *, attn_mask: Val | None = None,
+                   scale: float | None = None) -> list[str]:
+    # P = exp(scores - logsumexp) (0 where masked); dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)),
+    # dQ = dS K * scale, dK = dS^T Q * scale
+    dt = _accumulation(q)
+    qs, ks, scores, factor = _scores(b, q, k, is_causal, attn_mask, scale, dt)
+    t = lambda x, rank: b.op("Transpose", [x], perm=[*range(rank - 2), rank - 1, rank - 2])  # noqa: E731
+    p = b.op("Exp", [b.op("Sub", [scores, b.op("Unsqueeze", [b.cast(lse, dt), b.ints([-1])])])])
+    go, vs = b.cast(grad, dt), b.cast(v, dt)
+    dv = b.op("MatMul", [t(p, q.rank), go])
+    rows = b.op("ReduceSum", [b.op("Mul", [go, b.cast(out, dt)]), b.ints([-1])], keepdims=1)
+    ds = b.op("Mul", [p, b.op("Sub", [b.op("MatMul", [go, t(vs, v.rank)]), rows])])
+    dq = b.op("Mul", [b.op("MatMul", [ds, ks]), b.const(factor, dt)])
+    dk = b.op("Mul", [b.op("MatMul", [t(ds, q.rank), qs]), b.const(factor, dt)])
+    return [b.cast(dq, _out(node, 0).dtype, dt), b.cast(dk, _out(node, 1).dtype, dt), b.cast(dv, _out(node, 2).dtype, dt)]
+
+
+def _tensor_one() -> Any:
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])

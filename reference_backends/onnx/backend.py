@@ -2,7 +2,8 @@
 
 The SDK hands ``compile`` one partition as an ``onnx.ModelProto`` (``docs/backend.md``, the ONNX
 level); this backend makes an ONNX Runtime session of it (the CUDA execution provider for
-partitions on ``cuda`` where onnxruntime has it, else the CPU one) and returns an
+partitions on ``cuda`` where onnxruntime has it, else the CPU one; the CUDA branch is untested:
+the CPU machine's onnxruntime has no CUDA provider) and returns an
 :class:`OrtEngine` that runs it with I/O binding: ONNX Runtime reads the input tensors' memory
 and writes into output tensors allocated by torch, so nothing is copied on the way. On a
 torchvendor device (the simulated accelerator) the engine reaches the tensors through the

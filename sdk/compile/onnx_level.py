@@ -77,7 +77,47 @@ def compile_partition(backend: Any, sub: fx.GraphModule, examples: list[Any], na
     model, fired = export_partition(sub, backend.onnx_patterns, backend.onnx_opset, name)
     for rule, count in fired.items() if graph is not None else ():
         graph.fusions[rule] = graph.fusions.get(rule, 0) + count
-    return backend.compile(model, examples)
+    return _with_strides(backend.compile(model, examples), sub)
+
+
+def _dim_order(value: Any) -> list[int] | None:
+    """The order of a dense tensor's dimensions in memory, outermost first, when it is not the
+    row-major one (None: row-major, not dense, or strides unknown)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.dim() < 2:
+        return None
+    try:
+        strides, sizes = [int(s) for s in value.stride()], [int(s) for s in value.shape]
+    except (TypeError, ValueError, RuntimeError):  # symbolic strides: left as ONNX returns them
+        return None
+    order = sorted(range(value.dim()), key=lambda d: (-strides[d], d))
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expected:
+            return None  # gaps or overlaps: no dense layout reproduces it
+        expected *= sizes[d]
+    return None if order == list(range(value.dim())) else order
+
+
+def _with_strides(engine: Callable[..., Any], sub: fx.GraphModule) -> Callable[..., Any]:
+    """ONNX values have no strides: an output the graph expects in a permuted dense layout (a
+    transpose's result) is laid out so, since a later ``as_strided`` or ``view`` in eager PyTorch
+    reads its memory (Longformer's chunked attention does)."""
+    out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    orders = [_dim_order(o.meta.get("val")) if isinstance(o, fx.Node) else None for o in outs]
+    if not any(orders):
+        return engine
+
+    def run(*args: Any) -> list[Any]:
+        results = list(engine(*args))
+        for i, order in enumerate(orders):
+            if order is not None:
+                inverse = [order.index(d) for d in range(len(order))]
+                results[i] = results[i].permute(order).contiguous().permute(inverse)
+        return results
+    return run
 
 
 class OnnxLevel(AtenLevel):

@@ -103,14 +103,20 @@ def full_float32() -> Iterator[None]:
             torch.backends.cuda.matmul.allow_tf32 = saved
 
 
+def _compute(key: str) -> bool:
+    """Whether an op key counts as compute: not a view or size query, and not Python's scalar
+    arithmetic on sizes (``operator.mul`` of SymInts runs on the host for every backend)."""
+    return not key.startswith("operator.") and _op_name(key) not in _NO_COMPUTE
+
+
 def _op_name(key: str) -> str:
     parts = key.split(".")
     return parts[1] if len(parts) > 1 and parts[0] in ("aten", "prims") else parts[-1]
 
 
 def coverage(reports: Iterable[Any]) -> dict[str, Any]:
-    """Vendor coverage of torchvendor compile reports: compute ops (views and tuple access left
-    out) that ran in compiled partitions, minus those that ran through the device's CPU fallback,
+    """Vendor coverage of torchvendor compile reports: compute ops (views, tuple access and size
+    arithmetic left out) that ran in compiled partitions, minus those that ran through the device's CPU fallback,
     over all compute ops of the graphs; with the ops that did not, and why partitions fell back."""
     total = vendor = 0
     outside: dict[str, int] = {}
@@ -118,7 +124,7 @@ def coverage(reports: Iterable[Any]) -> dict[str, Any]:
     for report in reports:
         for graph in report.graphs:
             for p in graph.partitions:
-                n = sum(c for op, c in p.ops.items() if _op_name(op) not in _NO_COMPUTE)
+                n = sum(c for op, c in p.ops.items() if _compute(op))
                 total += n
                 if p.status == "compiled":
                     dev = sum(p.device_fallback.values())
@@ -128,10 +134,10 @@ def coverage(reports: Iterable[Any]) -> dict[str, Any]:
                 else:
                     reasons.append(f"{graph.kind} {p.name}: {p.reason}"[:400])
                     for op, c in p.ops.items():
-                        if _op_name(op) not in _NO_COMPUTE:
+                        if _compute(op):
                             outside[op] = outside.get(op, 0) + c
             for op, c in graph.unsupported.items():
-                if _op_name(op) not in _NO_COMPUTE:
+                if _compute(op):
                     total += c
                     outside[op] = outside.get(op, 0) + c
     return {"compute_ops": total, "vendor_ops": vendor, "coverage": vendor / total if total else None,
