@@ -124,8 +124,8 @@ def render(runs: list[dict[str, Any]]) -> str:
     """The Markdown page for every run."""
     out = ["# Model suite benchmark", "", "Written by `bench/bench_models.py` from `docs/bench_models/*.json`. "
            "Each model runs in its own process: inference, a second input shape (a Dynamo recompile with "
-           "dynamic shapes) and one SGD step against float64 truth (a backend is right when its relative RMS "
-           "error is at most 3x eager's + 1e-5; float32 math in full precision, TF32 off for every backend: "
+           "dynamic shapes) and one SGD step against float64 truth (a backend is right when, per tensor, its "
+           "relative or absolute RMS error is at most 3x eager's + 1e-5; float32 math in full precision, TF32 off for every backend: "
            "`check.full_float32`). Coverage: compute ops (views left out) that ran in the vendor's "
            "compiled code. Times: min of interleaved runs under `no_grad`, batch 2; cold compile with empty "
            "caches per model, warm after a Dynamo reset with the disk caches kept.", ""]

@@ -185,3 +185,17 @@ def test_bench_renders_several_vendor_backends_side_by_side():
     row = next(line for line in text.splitlines() if line.startswith("| b |"))
     header = next(line for line in text.splitlines() if line.startswith("| model |"))
     assert row.count("|") == header.count("|")
+
+
+def test_a_gradient_that_cancels_to_noise_is_judged_by_absolute_error():
+    """A truth at the noise level (a gradient that cancels to ~0) gives every backend a huge
+    relative error; the absolute form of the harness's rule decides there, and a wrong tensor still
+    fails both forms."""
+    from torchvendor.sdk.conformance.models.check import _compare
+
+    truth = [torch.full((64,), 1e-17, dtype=torch.float64), torch.linspace(1, 2, 64, dtype=torch.float64)]
+    eager = [torch.full((64,), 1e-9), truth[1].float()]
+    noisy = [torch.full((64,), -4e-8), truth[1].float()]
+    assert _compare(noisy, eager, truth)[0]
+    wrong = [torch.full((64,), 1e-9), truth[1].float() * 1.01]
+    assert not _compare(wrong, eager, truth)[0]

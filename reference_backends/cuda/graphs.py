@@ -157,13 +157,36 @@ class GraphedProgram:
             self.runner(*args)
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        # the outer stream context restores the caller's stream also when the capture fails
-        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-            outputs = list(self.runner(*args))
+        try:
+            # the outer stream context restores the caller's stream also when the capture fails
+            with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+                outputs = list(self.runner(*args))
+        except Exception:
+            _end_generator_capture(device)
+            raise
         if _aliased(outputs, args):
             return None
         write_back = sorted(k for k in self.written if k in owned)
         return _Graph(graph, owned, {k: inputs[k].data_ptr() for k in fixed}, write_back, outputs)
+
+
+def _end_generator_capture(device: torch.device) -> None:
+    """Undo what a failed capture leaves in torch's CUDA generators.
+
+    ``CUDAGraph::capture_end`` raises as soon as ``cudaStreamEndCapture`` reports the capture
+    invalidated (a host synchronisation, a pageable copy inside it), before it runs the
+    generators' capture epilogue: the device's default generator then believes a capture is
+    still under way, and every later random op in the process raises "Offset increment outside
+    graph capture encountered unexpectedly". An empty capture that ends cleanly runs that
+    epilogue (it resets the generator's capture flag and nothing else)."""
+    import warnings
+
+    with torch.cuda.device(device), warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "the CUDA graph is empty": that is the point
+        empty = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(empty):
+            pass
+        del empty
 
 
 def _dense(x: torch.Tensor) -> bool:
