@@ -44,7 +44,7 @@ def _run(cmd: list[str], log: Path, timeout: int) -> subprocess.CompletedProcess
 
 def default_tier(out: Path) -> tuple[bool, str]:
     """(passed, pytest's closing counts, e.g. "1210 passed, 20 skipped")."""
-    proc = _run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-q", "-p", "no:cacheprovider"],
+    proc = _run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider"],
                 out / "tier.log", timeout=5400)
     lines = [ln for ln in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
     counts = re.sub(r"=+|\s+in [\d.]+s.*$", "", lines[-1]).strip() if lines else f"no summary (exit {proc.returncode})"
