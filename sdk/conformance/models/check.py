@@ -102,15 +102,16 @@ def full_float32() -> Iterator[None]:
     ...     torch.backends.cudnn.allow_tf32
     False
     """
-    cudnn, saved = torch.backends.cudnn, torch.backends.cuda.matmul.allow_tf32
-    # cudnn's flags() context: torch's test utilities forbid setting its flags directly
+    cudnn, saved = torch.backends.cudnn, torch.get_float32_matmul_precision()
+    # cudnn's flags() context (torch's test utilities forbid setting its flags directly) and the
+    # public matmul-precision setting ("highest": no TF32 in cuBLAS)
     with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
                      allow_tf32=False):
-        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
         try:
             yield
         finally:
-            torch.backends.cuda.matmul.allow_tf32 = saved
+            torch.set_float32_matmul_precision(saved)
 
 
 def _compute(key: str) -> bool:
