@@ -108,6 +108,21 @@ def test_a_backend_with_a_precision_bug_is_wrong():
     assert bad["parts"]["inference"]["error"] > 100 * bad["parts"]["inference"]["eager_error"]
 
 
+def test_a_backend_that_raises_while_timed_is_an_error_and_the_others_are_still_timed():
+    calls = {"ok": 0}
+
+    def fine() -> None:
+        calls["ok"] += 1
+
+    def breaks_on_the_third_call(state={"n": 0}) -> None:  # noqa: B006 - a counter for this test
+        state["n"] += 1
+        if state["n"] == 3:
+            raise RuntimeError("pool invariant broken")
+    ms, errors = check._min_ms([fine, breaks_on_the_third_call], budget=0.0)
+    assert ms[0] is not None and errors[0] is None and calls["ok"] >= 7  # 2 warm-up + 5 timed
+    assert ms[1] is None and errors[1] == "RuntimeError: pool invariant broken"
+
+
 def test_a_dead_child_is_reported_as_a_crash_of_the_step_it_was_in(tmp_path):
     events = tmp_path / "events.jsonl"
     events.write_text("\n".join(json.dumps(e) for e in [

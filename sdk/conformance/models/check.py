@@ -293,26 +293,39 @@ class _Session:
 
 
 def _min_ms(fns: Sequence[Callable[[], Any]], budget: float, sync: Callable[[], Any] = lambda: None,
-            min_reps: int = 5, max_reps: int = 100) -> list[float]:
+            min_reps: int = 5, max_reps: int = 100) -> tuple[list[float | None], list[str | None]]:
     """Min wall time (ms) of each function, run interleaved (a burst of load hits all alike);
-    ``sync`` waits for the device."""
-    for fn in fns:
-        fn(), fn()
-    best = [float("inf")] * len(fns)
+    ``sync`` waits for the device. A function that raises leaves the rotation (its time ``None``,
+    its error beside it) and the others go on: one backend's crash on a repeated call is its own."""
+    best: list[float] = [float("inf")] * len(fns)
     spent = [0.0] * len(fns)
+    errors: list[str | None] = [None] * len(fns)
+
+    def timed(i: int) -> float:
+        start = time.perf_counter()
+        try:
+            fns[i]()
+            sync()
+        except Exception as e:  # noqa: BLE001 - a failing backend is data
+            errors[i] = f"{type(e).__name__}: {e}"[:1500]
+        return time.perf_counter() - start
+    for i in range(len(fns)):
+        for _ in range(2):  # warm-up
+            if errors[i] is None:
+                timed(i)
     reps = 0
     while reps < min_reps or (reps < max_reps and max(spent) < budget):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            fn()
-            sync()
-            took = time.perf_counter() - start
-            best[i], spent[i] = min(best[i], took), spent[i] + took
+        for i in range(len(fns)):
+            if errors[i] is None:
+                took = timed(i)
+                best[i], spent[i] = min(best[i], took), spent[i] + took
         reps += 1
-    return [b * 1e3 for b in best]
+    return [None if e else b * 1e3 for b, e in zip(best, errors)], errors
 
 
 def _timing(ref: _Reference, sessions: dict[str, _Session], budget: float) -> dict[str, float]:
+    """Each backend's time in ms; a backend that raises while timed gets a ``timing`` part with
+    the error (its status becomes ``error``) and no time."""
     inputs = ref.device_inputs(0)
     runners = {"eager": ref.model, **{b: s.compiled for b, s in sessions.items() if b != "eager"
                                       and "raised" not in s.result["parts"].get("inference", {"raised": 1})}}
@@ -324,8 +337,11 @@ def _timing(ref: _Reference, sessions: dict[str, _Session], budget: float) -> di
         return run
     module = getattr(torch, torch.device(ref.device).type, None)
     sync = getattr(module, "synchronize", None) if ref.device != "cpu" else None
-    ms = _min_ms([call(f) for f in runners.values()], budget, sync or (lambda: None))
-    return dict(zip(runners, ms))
+    ms, errors = _min_ms([call(f) for f in runners.values()], budget, sync or (lambda: None))
+    for b, error in zip(runners, errors):
+        if error is not None and b in sessions:
+            sessions[b].result["parts"]["timing"] = {"ok": False, "raised": error}
+    return {b: t for b, t in zip(runners, ms) if t is not None}
 
 
 def check_model(name: str, backends: Sequence[str], *, device: str = "cpu", parts: Sequence[str] = PARTS,
