@@ -184,6 +184,23 @@ def from_conformance(report_dir: str, machine: str, load: str) -> dict[str, Any]
             "baseline_parts": ["none (conformance run)"], "seconds": doc.get("seconds", 0.0), "rows": rows}
 
 
+def merge(shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run from the shards of one (``--shard I/N``): same backends and device, rows joined in
+    the order of the shards' lists interleaved, the longest shard's seconds.
+
+    >>> a = {"backends": ["x"], "device": "cpu", "seconds": 3.0, "rows": [{"model": "m1"}]}
+    >>> [r["model"] for r in merge([a, {**a, "seconds": 5.0, "rows": [{"model": "m2"}]}])["rows"]]
+    ['m1', 'm2']
+    """
+    first = shards[0]
+    for s in shards[1:]:
+        if (s["backends"], s["device"]) != (first["backends"], first["device"]):
+            raise ValueError(f"shards of different runs: {s['backends']} on {s['device']} vs "
+                             f"{first['backends']} on {first['device']}; merge the shards of one run only")
+    rows = [r for group in itertools.zip_longest(*(s["rows"] for s in shards)) for r in group if r]
+    return {**first, "seconds": max(s["seconds"] for s in shards), "rows": rows}
+
+
 def _write_markdown() -> Path:
     runs = [json.loads(p.read_text()) for p in sorted(RUNS.glob("*.json"))]
     path = ROOT / "docs" / "bench_models.md"
@@ -215,6 +232,9 @@ def main() -> None:
     p.add_argument("--out", default=str(RUNS), help="folder for the run's JSON")
     p.add_argument("--render", action="store_true", help="only rewrite docs/bench_models.md from the JSON files")
     p.add_argument("--note", help="a sentence about the run's conditions, shown with it")
+    p.add_argument("--shard", metavar="I/N", help="run every N-th model of the list from the I-th (0-based): "
+                   "N processes (e.g. one per GPU) split one run; --merge joins them")
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="join the shards of one run into --name, then render")
     p.add_argument("--from-conformance", metavar="REPORT_DIR",
                    help="turn a conformance report's models cases into a run JSON (--name), then render")
     args = p.parse_args()
@@ -223,7 +243,11 @@ def main() -> None:
                                " ".join(f"{x:.1f}" for x in os.getloadavg()))
         run["note"] = args.note or ""
         (Path(args.out) / f"{args.name or 'conformance'}.json").write_text(json.dumps(run, indent=1, default=str))
-    if args.render or args.from_conformance:
+    if args.merge:
+        run = merge([json.loads(Path(f).read_text()) for f in args.merge])
+        run["note"] = args.note or run["note"]
+        (Path(args.out) / f"{args.name or 'merged'}.json").write_text(json.dumps(run, indent=1, default=str))
+    if args.render or args.from_conformance or args.merge:
         print(_write_markdown())
         return
     import torch
@@ -239,6 +263,9 @@ def main() -> None:
         for m in models:
             by_family.setdefault(SPECS[m].family, []).append(m)
         models = [m for group in itertools.zip_longest(*by_family.values()) for m in group if m]
+    if args.shard:
+        i, n = map(int, args.shard.split("/"))
+        models = models[i::n]
     baselines = [] if args.baseline == "none" else [BASELINES[b] for b in args.baseline.split(",")]
     vendors = args.backend.split(",")
     backends = [*baselines, *vendors]  # ours last: a crash then costs no baseline its result
