@@ -12,6 +12,14 @@ def test_composite_implicit_detection() -> None:
     assert not compat.is_composite_implicit(torch.ops.aten.addmm.default)
 
 
+def test_operator_names_and_kernels() -> None:
+    names = compat.operator_names()
+    assert "aten::add.Tensor" in names and "aten::silu_backward" in names
+    assert compat.has_kernel("aten::silu_backward", "CPU")
+    assert compat.has_kernel("aten::silu_backward", "CompositeImplicitAutograd")
+    assert not compat.has_kernel("aten::linear", "CPU")
+
+
 def test_operator_objects() -> None:
     assert isinstance(torch.ops.aten.add.Tensor, compat.OpOverload)
     assert isinstance(torch.ops.aten.add, compat.OpOverloadPacket)

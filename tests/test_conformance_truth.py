@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from torchvendor.sdk.conformance import op_cases, opinfo
+from torchvendor.sdk.conformance.core import Case, Target, run_case
 
 
 def _ill_conditioned() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -47,3 +48,18 @@ def test_float64_copies_keep_grad_leaves() -> None:
     inp, args, kwargs = opinfo._to_float64((x, [torch.ones(2, dtype=torch.bfloat16), 3], {"w": torch.arange(2)}))
     assert inp.dtype == torch.float64 and inp.requires_grad and inp.is_leaf
     assert args[0].dtype == torch.float64 and args[1] == 3 and kwargs["w"].dtype == torch.int64
+
+
+def test_an_algorithm_torch_picks_by_device_is_an_xfail_with_its_reason(acme) -> None:
+    # linear_cross_entropy's chunked path: torch's 'auto' options accumulate in float32 on the CPU and
+    # in the input's dtype on a device it does not list; the device's result is the CPU's for that pick
+    name = "nn.functional.linear_cross_entropy.chunked"
+    ops = opinfo.opinfo_ops(torch.bfloat16, [name])
+    if not ops:
+        pytest.skip("this torch has no chunked linear_cross_entropy (torch < 2.13)")
+    run = op_cases._eager_case(ops[0], torch.bfloat16, "eager")
+    on_device = run_case(Case(f"ops/{name}/bfloat16/eager", "ops", run), Target(device="acme"))
+    assert on_device.status == "xfail", on_device
+    assert "LinearCrossEntropyOptions" in on_device.reason and "output mismatch" in on_device.reason
+    assert run_case(Case(f"ops/{name}/bfloat16/eager", "ops", run), Target(device="cpu")).status == "pass"
+    assert op_cases._device_defined_algorithm(ops[0], torch.float32, "acme") == ""

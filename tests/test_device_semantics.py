@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from device_utils import ALL_DTYPES, DEVICE, dev, make_cpu
+from torchvendor.ir import compat
 
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 COMPLEX_DTYPES = [torch.complex64, torch.complex128]
@@ -419,6 +420,39 @@ def test_fallback_composite_pointwise(acme, op):
     x = torch.tensor([1.0, -2.0, float("nan"), float("inf"), -float("inf"), 0.0, -0.0])
     fn = getattr(torch, op)
     torch.testing.assert_close(fn(x.to(DEVICE)).cpu(), fn(x), equal_nan=True)
+
+
+def _cpu_kernel_beside_composite(name: str) -> bool:
+    """The rule of csrc/device/fallback.cpp's register_cpu_kernel_fallbacks, read from the dispatcher."""
+    has = compat.has_kernel
+    if not has(name, "CPU"):
+        return False
+    return has(name, "CompositeExplicitAutograd") or (
+        has(name, "CompositeImplicitAutograd") and has(name, "Autograd"))
+
+
+def test_cpu_kernels_serve_ops_with_a_generic_composite(acme):
+    # Without a device kernel torch runs the composite, whose numbers are not the CPU kernel's.
+    ops = [n for n in compat.operator_names() if n.startswith("aten::") and _cpu_kernel_beside_composite(n)]
+    assert "aten::silu_backward" in ops and "aten::native_layer_norm" in ops
+    assert not [n for n in ops if not compat.has_kernel(n, "PrivateUse1")]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("op", ["silu", "mish"])
+def test_activation_backward_is_the_cpu_kernels(acme, op, dtype):
+    # silu_backward and mish_backward have a CompositeImplicitAutograd formula that rounds to the
+    # dtype after each operator; the CPU kernel computes in float and rounds once (an ulp apart).
+    fn = getattr(torch.nn.functional, op)
+    x = torch.linspace(-6, 6, 4001, dtype=dtype)
+    grad = torch.linspace(-3, 2, 4001, dtype=dtype)
+    acme.reset_fallback_counts()
+    xd = x.to(DEVICE).requires_grad_()
+    (on_device,) = torch.autograd.grad(fn(xd), xd, grad.to(DEVICE))
+    xc = x.clone().requires_grad_()
+    (on_cpu,) = torch.autograd.grad(fn(xc), xc, grad)
+    assert torch.equal(on_device.cpu(), on_cpu)
+    assert acme.fallback_counts().get(f"{op}_backward", 0) == 1
 
 
 def test_fallback_tensor_lists(acme):

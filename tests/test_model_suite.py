@@ -214,3 +214,13 @@ def test_a_gradient_that_cancels_to_noise_is_judged_by_absolute_error():
     assert _compare(noisy, eager, truth)[0]
     wrong = [torch.full((64,), 1e-9), truth[1].float() * 1.01]
     assert not _compare(wrong, eager, truth)[0]
+
+
+def test_a_models_dynamic_case_is_handed_out_after_every_inference_case():
+    # the runner's order (costly first, stable): the dynamic case's first compile then hits the
+    # artifact cache its model's inference case filled, instead of running beside it
+    cases = model_cases(Target(backend="eager"), "full")
+    order = [c.id for c in sorted(cases, key=lambda c: -c.cost)]
+    parts = [i.rsplit("/", 1)[1] for i in order]
+    assert parts == sorted(parts, key=("training", "inference", "dynamic").index)
+    assert len(cases) == 3 * len(catalog.names())

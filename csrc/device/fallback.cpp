@@ -613,18 +613,46 @@ at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t re
   return at::mse_loss(self.cpu(), target.cpu(), reduction).to(self.device());
 }
 
-// Operators with a device-generic decomposition (CompositeExplicitAutograd) beside their CPU
-// kernel: on a device without a kernel of its own torch runs the decomposition, whose numbers or
-// errors are not the CPU kernel's. The boxed fallback runs the CPU kernel instead (counted like any
-// fallback; a vendor kernel registered later replaces it).
+// Operators with a device-generic decomposition beside their CPU kernel: on a device without a
+// kernel of its own torch runs the decomposition, whose numbers or errors are not the CPU kernel's.
+// The boxed fallback runs the CPU kernel instead (counted like any fallback; a vendor kernel
+// registered later replaces it). Every aten operator with a CPU kernel and a
+// CompositeExplicitAutograd one, or a CompositeImplicitAutograd one and an autograd formula (without
+// the formula, a backend kernel would leave the operator without autograd), found in the
+// dispatcher, so a torch release that adds one is covered. What they did on the device before:
 // - native_layer_norm: normalizes with batch norm's statistics; a single element's mean differed
 //   from the element by 1e-4, so its output (0 on the CPU) was not 0
 // - native_group_norm: the same decomposition, which refuses an empty input (torch 2.11)
-// - narrow_copy: raises IndexError for a dim out of range where the CPU raises RuntimeError
-// - linalg_lstsq: picks its LAPACK driver by device type, 'gels' (QR, full rank assumed) off the
+// - silu_backward, mish_backward (CompositeImplicitAutograd): the formula in the input's dtype, one
+//   rounding per operator, where the CPU kernel computes in float and rounds once; bfloat16 and
+//   float16 gradients differed by an ulp, past OpInfo's tolerance
+// Two more, listed by name:
+// - narrow_copy (a CompositeExplicitAutogradNonFunctional decomposition): raises IndexError for a
+//   dim out of range where the CPU raises RuntimeError
+// - linalg_lstsq (one composite for every device, no CPU kernel): picks its LAPACK driver by device
+//   type, 'gels' (QR, full rank assumed) off the
 //   CPU against 'gelsy' on it, so rank-deficient samples and their gradients differed
+bool cpu_kernel_beside_composite(const c10::OperatorHandle& op) {
+  using c10::DispatchKey;
+  if (!op.hasKernelForDispatchKey(DispatchKey::CPU)) return false;
+  if (op.hasKernelForDispatchKey(DispatchKey::CompositeExplicitAutograd)) return true;
+  return op.hasKernelForDispatchKey(DispatchKey::CompositeImplicitAutograd) &&
+         op.hasKernelForDispatchKey(DispatchKey::Autograd);
+}
+
 void register_cpu_kernel_fallbacks(torch::Library& m) {
-  for (const char* name : {"native_layer_norm", "native_group_norm", "narrow_copy", "linalg_lstsq"})
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+        !cpu_kernel_beside_composite(*op))
+      continue;
+    const std::string qualified = name.name.substr(6) +
+        (name.overload_name.empty() ? "" : "." + name.overload_name);
+    m.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  }
+  for (const char* name : {"narrow_copy", "linalg_lstsq"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }
 

@@ -12,13 +12,25 @@ from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch.utils._python_dispatch import TorchDispatchMode  # no public alias
 
 __all__ = ["OpOverload", "OpOverloadPacket", "HigherOrderOperator", "TorchDispatchMode", "is_composite_implicit",
-           "any_autocast_enabled", "neg_view"]
+           "any_autocast_enabled", "neg_view", "operator_names", "has_kernel"]
 
 
 def is_composite_implicit(op: OpOverload) -> bool:
     """Whether ``op`` is CompositeImplicitAutograd: the dispatcher decomposes it during tracing,
     before any decomposition table is consulted (``aten.linear``, ``aten.scaled_dot_product_attention``)."""
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"))
+
+
+def operator_names() -> list[str]:
+    """Every operator the dispatcher knows, qualified with its overload (``aten::add.Tensor``)."""
+    return sorted(torch._C._dispatch_get_all_op_names())
+
+
+def has_kernel(name: str, key: str) -> bool:
+    """Whether the operator ``name`` (``aten::silu_backward``) has a kernel registered for the dispatch
+    key ``key`` (``"CPU"``, ``"PrivateUse1"``, or an alias such as ``"CompositeImplicitAutograd"``);
+    a backend fallback does not count."""
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(name, key))
 
 
 def any_autocast_enabled() -> bool:
