@@ -131,6 +131,22 @@ def test_slice_select_and_element_scatter():
     _compiled_all_in_ort(lambda x: x.scatter(-1, index, 2.5), x[:, :, 0])
 
 
+@pytest.mark.parametrize("k", [0, 3])
+def test_addmm_scales_the_bias_itself_and_runs_empty_products_in_onnx(k):
+    # OpInfo's largest addmm sample: K = 0, beta = 0.2 (the result is 0.2 * bias). ONNX Runtime
+    # releases whose Gemm returns the bias unscaled when K = 0 gave 5x the bias, so the converter
+    # leaves Gemm's beta at 1; the empty inputs also need the engine's scratch buffer, which must
+    # not be made under the fake mode that compile runs in (the partition fell back to eager)
+    bias, x, y = torch.randn(5, 10), torch.randn(5, k), torch.randn(k, 10)
+    addmm = lambda c, a, b: torch.addmm(c, a, b, beta=0.2, alpha=0.6)  # noqa: E731
+    _compiled_all_in_ort(addmm, bias, x, y, grad=True)
+    model = to_onnx(capture(addmm, [bias, x, y], level="aten").graphs()["inference"])
+    (gemm,) = [n for n in model.graph.node if n.op_type == "Gemm"]
+    assert {a.name: onnx.helper.get_attribute_value(a) for a in gemm.attribute}.get("beta", 1.0) == 1.0
+    (got,) = _run_onnx(model, bias, x, y)
+    torch.testing.assert_close(got, addmm(bias, x, y))
+
+
 def test_convolution_with_one_element_parameter_lists():
     # torch repeats padding=[1] over both spatial dimensions (EfficientNet's depthwise convolutions)
     x, w = torch.randn(1, 4, 9, 9), torch.randn(4, 1, 3, 3)

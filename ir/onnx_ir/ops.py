@@ -408,8 +408,13 @@ def _addmm(b: Builder, node: fx.Node, bias: Val, x: Val, y: Val, *, beta: Any = 
     if not _out(node).dtype.is_floating_point:
         return b.op("Add", [b.op("MatMul", [x.name, y.name]), bias.name]) if beta == 1 and alpha == 1 else \
             _raise(f"integer addmm with beta={beta}, alpha={alpha}")
-    c = [bias.name] if beta != 0 else []
-    return b.op("Gemm", [x.name, y.name, *c], alpha=float(alpha), beta=float(beta))
+    # beta scales the bias before Gemm, whose own beta is left at 1: ONNX Runtime's CPU Gemm
+    # returned the bias unscaled when K = 0 (an empty product) in releases before the fix
+    # (measured on the GPU host: addmm's OpInfo sample of K = 0, beta = 0.2, came back 5x too large)
+    if beta == 0:
+        return b.op("Gemm", [x.name, y.name], alpha=float(alpha))
+    c = bias.name if beta == 1 else b.op("Mul", [bias.name, b.const(beta, bias.dtype)])
+    return b.op("Gemm", [x.name, y.name, c], alpha=float(alpha))
 
 
 def _raise(message: str) -> str:

@@ -68,7 +68,7 @@ class OrtEngine:
 
     def __init__(self, session: ort.InferenceSession, model: onnx.ModelProto, device: torch.device) -> None:
         self.session, self.device = session, device
-        self.scratch = torch.empty(8, dtype=torch.uint8, device=device)
+        self.scratch: torch.Tensor | None = None  # made at the first run: compile may run under a fake mode
         self.inputs = [i.name for i in model.graph.input]
         self.outputs = []  # (name, dtype, static shape or None)
         for o in model.graph.output:
@@ -79,7 +79,11 @@ class OrtEngine:
 
     def _pointer(self, t: torch.Tensor) -> int:
         # an empty tensor may have no memory, and ONNX Runtime refuses a null pointer
-        return t.data_ptr() if t.numel() else self.scratch.data_ptr()
+        if t.numel():
+            return t.data_ptr()
+        if self.scratch is None:
+            self.scratch = torch.empty(8, dtype=torch.uint8, device=self.device)
+        return self.scratch.data_ptr()
 
     def _bind(self, binding: ort.IOBinding, name: str, t: torch.Tensor) -> None:
         binding.bind_input(name, self.device.type, self.device.index or 0, _TORCH_DTYPES[t.dtype],
