@@ -319,3 +319,86 @@ def test_ort_backend_on_a_torchvendor_device():
     assert got.device.type == "acme"
     torch.testing.assert_close(got.cpu(), model.cpu()(x), rtol=1e-4, atol=1e-5)
     assert all(p.status == "compiled" for p in last_report().partitions)
+
+
+# ---- torchvendor_ort on cuda (the GPU machine) ---------------------------------------------------
+
+class _Engines(OrtBackend):
+    """torchvendor_ort keeping the engines it made (their sessions' providers and devices)."""
+    name = "test_ort_engines"
+    engines: list = []
+
+    def compile(self, model, example_inputs):
+        self.engines.append(super().compile(model, example_inputs))
+        return self.engines[-1]
+
+
+register_backend(_Engines)
+
+
+def _on_cuda(dynamic):
+    _Engines.engines = []
+    torch._dynamo.reset()
+    model, (x,) = zoo.build("gpt_block")
+    model = model.eval().cuda()
+    with torch.no_grad():
+        f = torch.compile(model, backend="test_ort_engines", dynamic=dynamic)
+        for rows in (x.shape[0], x.shape[0] + 1) if dynamic else (x.shape[0],):
+            xs = torch.randn(rows, *x.shape[1:], device="cuda")
+            for g, w in zip(zoo.leaves(f(xs)), zoo.leaves(model(xs))):
+                assert g.device.type == "cuda"
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert _Engines.engines and not [p for p in last_report().partitions if p.status == "fallback"]
+    return _Engines.engines
+
+
+def _needs_cuda_provider():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip(f"onnxruntime {ort.__version__} has no CUDA execution provider (providers: "
+                    f"{ort.get_available_providers()}); install onnxruntime-gpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_ort_backend_runs_cuda_partitions_in_the_cuda_execution_provider(dynamic):
+    _needs_cuda_provider()
+    for engine in _on_cuda(dynamic):
+        assert engine.session.get_providers()[0] == "CUDAExecutionProvider" and engine.device.type == "cuda"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_ort_engine_on_cuda_binds_device_memory_without_copies(dynamic):
+    _needs_cuda_provider()
+    fn = lambda x, y: (torch.relu(x) + y).view(-1).softmax(0)  # noqa: E731
+    x, y = torch.randn(6, 4), torch.randn(6, 4)
+    gm = capture(fn, [x, y], level="aten", dynamic=dynamic).graphs()["inference"]
+    values = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    sizes = {str(d): s for v, t in zip(tensors, (x, y)) for d, s in zip(v.shape, t.shape)}  # a SymInt's value
+    on_cuda = iter([x.cuda(), y.cuda()])
+    args = [next(on_cuda) if isinstance(v, torch.Tensor) else sizes[str(v)] for v in values]
+    engine = OrtBackend().compile(to_onnx(gm), args)
+    assert engine.device.type == "cuda" and engine.session.get_providers()[0] == "CUDAExecutionProvider"
+    engine(*args)  # the first run allocates ONNX Runtime's arena
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        (out,) = engine(*args)
+    assert out.device.type == "cuda"
+    torch.testing.assert_close(out, fn(x, y).cuda())
+    copies = [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::_to_copy")]
+    # a static output is ONNX Runtime's write into torch's tensor; a symbolic one (ONNX Runtime
+    # allocates it) is one copy on the device
+    assert copies == (["aten::copy_"] if dynamic else []), copies
+
+
+@pytest.mark.gpu
+def test_ort_backend_without_cuda_provider_runs_cuda_partitions_on_the_cpu_with_a_warning():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA execution provider (the test above covers it)")
+    with pytest.warns(RuntimeWarning, match="CPU execution provider.*install onnxruntime-gpu"):
+        engines = _on_cuda(False)
+    assert all(e.device.type == "cpu" for e in engines)
