@@ -147,6 +147,36 @@ def test_addmm_scales_the_bias_itself_and_runs_empty_products_in_onnx(k):
     torch.testing.assert_close(got, addmm(bias, x, y))
 
 
+def test_reductions_the_model_suite_needs():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 8, 5, generator=g)
+    x[0, 1, :] = 0
+    _compiled_all_in_ort(lambda x: torch.stack([x.any(-1), x.all(-1)]).float(), x)      # Falcon, T5
+    _compiled_all_in_ort(lambda x: torch.ops.aten.any.dims(x > 1, [0, 2]).float(), x)   # Switch Transformers
+    _compiled_all_in_ort(lambda x: x.max() - x.min() + x.abs().any().float(), x)          # ViLT
+    for order in (2, 1, 3.5, float("inf")):                                             # wav2vec2's weight norm
+        _compiled_all_in_ort(lambda x: torch.linalg.vector_norm(x, order, dim=(0, 2), keepdim=True), x, grad=True)
+    _compiled_all_in_ort(lambda x: torch.topk(x, 3, dim=1).values * 2, x, grad=True)      # MoE routing
+    # indices of equal values: ONNX's TopK takes the lower index first, torch's order is its own
+    _compiled_all_in_ort(lambda x: torch.topk(x, 2, largest=False)[1].float(), x[1:])
+    gn = torch.nn.GroupNorm(4, 8)
+    _compiled_all_in_ort(lambda x: gn(x), x)                                             # wav2vec2, WavLM
+
+
+def test_shapes_and_masks_the_model_suite_needs():
+    x = torch.randn(2, 3, 7, 5)
+    _compiled_all_in_ort(lambda x: torch.nn.functional.avg_pool2d(x, (2, 1), stride=(2, 1), ceil_mode=True), x)  # Funnel
+    _compiled_all_in_ort(lambda x: torch.nn.functional.avg_pool2d(x, 9, ceil_mode=True), x)  # EfficientNet's pooler
+    _compiled_all_in_ort(lambda x: torch.nn.functional.pad(x, (0, 0, 1, -1)) + 1, x)  # RWKV's time shift
+    _compiled_all_in_ort(lambda x: torch.nn.functional.pad(x, (-2, 3)) + 1, x)
+    positions = lambda n: torch.arange(0.1, 77.9, 0.3) + n  # noqa: E731  ViLT
+    _compiled_all_in_ort(positions, torch.zeros(len(torch.arange(0.1, 77.9, 0.3))))
+    mask = torch.rand(2, 3) > 0.5
+    for accumulate in (False, True):                                                     # masked pooling
+        _compiled_all_in_ort(lambda x: torch.ops.aten.index_put(x, [mask], torch.tensor(-1.5), accumulate), x)
+    _compiled_all_in_ort(lambda x: x.masked_fill(x > 0.5, float("-inf")).softmax(-1), x)
+
+
 def test_convolution_with_one_element_parameter_lists():
     # torch repeats padding=[1] over both spatial dimensions (EfficientNet's depthwise convolutions)
     x, w = torch.randn(1, 4, 9, 9), torch.randn(4, 1, 3, 3)
