@@ -175,6 +175,11 @@ def test_shapes_and_masks_the_model_suite_needs():
     for accumulate in (False, True):                                                     # masked pooling
         _compiled_all_in_ort(lambda x: torch.ops.aten.index_put(x, [mask], torch.tensor(-1.5), accumulate), x)
     _compiled_all_in_ort(lambda x: x.masked_fill(x > 0.5, float("-inf")).softmax(-1), x)
+    for accumulate in (False, True):
+        # one value per selected position, or one row broadcast over them
+        _compiled_all_in_ort(lambda x, v: torch.ops.aten.index_put(x, [mask], v, accumulate), x,
+                             torch.randn(int(mask.sum()), 7, 5))
+        _compiled_all_in_ort(lambda x, v: torch.ops.aten.index_put(x, [mask], v, accumulate), x, torch.randn(5))
 
 
 def test_convolution_with_one_element_parameter_lists():

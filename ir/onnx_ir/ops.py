@@ -706,15 +706,14 @@ def _index(b: Builder, node: fx.Node, x: Val, indices: list) -> str:
 
 
 def _one_mask(node: fx.Node) -> bool:
-    """``x[mask] = v`` with one boolean mask over ``x``'s leading dimensions and one value: a Where."""
+    """``x[mask] = v`` with one boolean mask over ``x``'s leading dimensions."""
     indices, x = node.args[1], node.args[0].meta["val"]
     mask = indices[0].meta["val"] if len(indices) == 1 and isinstance(indices[0], fx.Node) else None
-    values = node.args[2].meta["val"]
     accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
     if accumulate and x.dtype is torch.bool:
         return False
-    return mask is not None and mask.dtype is torch.bool and mask.dim() <= x.dim() and \
-        list(mask.shape) == list(x.shape[:mask.dim()]) and values.numel() == 1 and values.dim() <= 1
+    return mask is not None and mask.dtype is torch.bool and 0 < mask.dim() <= x.dim() and \
+        [str(d) for d in mask.shape] == [str(d) for d in x.shape[:mask.dim()]]
 
 
 def _index_put_check(node: fx.Node) -> str | None:
@@ -724,9 +723,18 @@ def _index_put_check(node: fx.Node) -> str | None:
 
 
 def _masked_put(b: Builder, x: Val, mask: Val, values: Val, accumulate: bool) -> str:
-    cond = b.op("Unsqueeze", [mask.name, b.ints(list(range(mask.rank, x.rank)))]) if mask.rank < x.rank else mask.name
-    v = b.op("Reshape", [_as(b, values, x.dtype), b.ints([])])  # the one value, as a scalar
-    return b.op("Where", [cond, b.op("Add", [x.name, v]) if accumulate else v, x.name])
+    vals = _as(b, values, x.dtype)
+    if _static(*values.shape) and math.prod(values.shape) == 1:  # one value: a Where
+        cond = b.op("Unsqueeze", [mask.name, b.ints(list(range(mask.rank, x.rank)))]) if mask.rank < x.rank \
+            else mask.name
+        v = b.op("Reshape", [vals, b.ints([])])
+        return b.op("Where", [cond, b.op("Add", [x.name, v]) if accumulate else v, x.name])
+    # one value per selected position (how many: known at run time): ScatterND at the mask's
+    # nonzero positions, in torch's (row-major) order
+    where = b.op("Transpose", [b.op("NonZero", [mask.name])], perm=[1, 0])
+    slots = b.op("Concat", [b.op("Shape", [where], start=0, end=1), b.op("Shape", [x.name], start=mask.rank)], axis=0)
+    vals = b.op("Expand", [vals, slots])
+    return b.op("ScatterND", [x.name, where, vals], **({"reduction": "add"} if accumulate else {}))
 
 
 @register("aten.index_put.default", check=_index_put_check)
