@@ -982,6 +982,3 @@ def _tensor_one() -> Any:
     from onnx import TensorProto, helper
 
     return helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
-
-
-from . import reductions  # noqa: E402,F401 - registers the rest of the table

@@ -1,6 +1,6 @@
 """More of the ATen -> ONNX table: reductions the model suite meets (``any``/``all``, full
 ``max``/``min``, ``linalg_vector_norm``, ``topk``) and group norm, which is one. Registered into
-:data:`.ops.CONVERTERS` when :mod:`.ops` is imported; the conventions are that module's."""
+:data:`.ops.CONVERTERS` when the package is imported; the conventions are that module's."""
 from __future__ import annotations
 
 import math
