@@ -131,6 +131,57 @@ def test_slice_select_and_element_scatter():
     _compiled_all_in_ort(lambda x: x.scatter(-1, index, 2.5), x[:, :, 0])
 
 
+@pytest.mark.parametrize("k", [0, 3])
+def test_addmm_scales_the_bias_itself_and_runs_empty_products_in_onnx(k):
+    # OpInfo's largest addmm sample: K = 0, beta = 0.2 (the result is 0.2 * bias). ONNX Runtime
+    # releases whose Gemm returns the bias unscaled when K = 0 gave 5x the bias, so the converter
+    # leaves Gemm's beta at 1; the empty inputs also need the engine's scratch buffer, which must
+    # not be made under the fake mode that compile runs in (the partition fell back to eager)
+    bias, x, y = torch.randn(5, 10), torch.randn(5, k), torch.randn(k, 10)
+    addmm = lambda c, a, b: torch.addmm(c, a, b, beta=0.2, alpha=0.6)  # noqa: E731
+    _compiled_all_in_ort(addmm, bias, x, y, grad=True)
+    model = to_onnx(capture(addmm, [bias, x, y], level="aten").graphs()["inference"])
+    (gemm,) = [n for n in model.graph.node if n.op_type == "Gemm"]
+    assert {a.name: onnx.helper.get_attribute_value(a) for a in gemm.attribute}.get("beta", 1.0) == 1.0
+    (got,) = _run_onnx(model, bias, x, y)
+    torch.testing.assert_close(got, addmm(bias, x, y))
+
+
+def test_reductions_the_model_suite_needs():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 8, 5, generator=g)
+    x[0, 1, :] = 0
+    _compiled_all_in_ort(lambda x: torch.stack([x.any(-1), x.all(-1)]).float(), x)      # Falcon, T5
+    _compiled_all_in_ort(lambda x: torch.ops.aten.any.dims(x > 1, [0, 2]).float(), x)   # Switch Transformers
+    _compiled_all_in_ort(lambda x: x.max() - x.min() + x.abs().any().float(), x)          # ViLT
+    for order in (2, 1, 3.5, float("inf")):                                             # wav2vec2's weight norm
+        _compiled_all_in_ort(lambda x: torch.linalg.vector_norm(x, order, dim=(0, 2), keepdim=True), x, grad=True)
+    _compiled_all_in_ort(lambda x: torch.topk(x, 3, dim=1).values * 2, x, grad=True)      # MoE routing
+    # indices of equal values: ONNX's TopK takes the lower index first, torch's order is its own
+    _compiled_all_in_ort(lambda x: torch.topk(x, 2, largest=False)[1].float(), x[1:])
+    gn = torch.nn.GroupNorm(4, 8)
+    _compiled_all_in_ort(lambda x: gn(x), x)                                             # wav2vec2, WavLM
+
+
+def test_shapes_and_masks_the_model_suite_needs():
+    x = torch.randn(2, 3, 7, 5)
+    _compiled_all_in_ort(lambda x: torch.nn.functional.avg_pool2d(x, (2, 1), stride=(2, 1), ceil_mode=True), x)  # Funnel
+    _compiled_all_in_ort(lambda x: torch.nn.functional.avg_pool2d(x, 9, ceil_mode=True), x)  # EfficientNet's pooler
+    _compiled_all_in_ort(lambda x: torch.nn.functional.pad(x, (0, 0, 1, -1)) + 1, x)  # RWKV's time shift
+    _compiled_all_in_ort(lambda x: torch.nn.functional.pad(x, (-2, 3)) + 1, x)
+    positions = lambda n: torch.arange(0.1, 77.9, 0.3) + n  # noqa: E731  ViLT
+    _compiled_all_in_ort(positions, torch.zeros(len(torch.arange(0.1, 77.9, 0.3))))
+    mask = torch.rand(2, 3) > 0.5
+    for accumulate in (False, True):                                                     # masked pooling
+        _compiled_all_in_ort(lambda x: torch.ops.aten.index_put(x, [mask], torch.tensor(-1.5), accumulate), x)
+    _compiled_all_in_ort(lambda x: x.masked_fill(x > 0.5, float("-inf")).softmax(-1), x)
+    for accumulate in (False, True):
+        # one value per selected position, or one row broadcast over them
+        _compiled_all_in_ort(lambda x, v: torch.ops.aten.index_put(x, [mask], v, accumulate), x,
+                             torch.randn(int(mask.sum()), 7, 5))
+        _compiled_all_in_ort(lambda x, v: torch.ops.aten.index_put(x, [mask], v, accumulate), x, torch.randn(5))
+
+
 def test_convolution_with_one_element_parameter_lists():
     # torch repeats padding=[1] over both spatial dimensions (EfficientNet's depthwise convolutions)
     x, w = torch.randn(1, 4, 9, 9), torch.randn(4, 1, 3, 3)
@@ -303,3 +354,86 @@ def test_ort_backend_on_a_torchvendor_device():
     assert got.device.type == "acme"
     torch.testing.assert_close(got.cpu(), model.cpu()(x), rtol=1e-4, atol=1e-5)
     assert all(p.status == "compiled" for p in last_report().partitions)
+
+
+# ---- torchvendor_ort on cuda (the GPU machine) ---------------------------------------------------
+
+class _Engines(OrtBackend):
+    """torchvendor_ort keeping the engines it made (their sessions' providers and devices)."""
+    name = "test_ort_engines"
+    engines: list = []
+
+    def compile(self, model, example_inputs):
+        self.engines.append(super().compile(model, example_inputs))
+        return self.engines[-1]
+
+
+register_backend(_Engines)
+
+
+def _on_cuda(dynamic):
+    _Engines.engines = []
+    torch._dynamo.reset()
+    model, (x,) = zoo.build("gpt_block")
+    model = model.eval().cuda()
+    with torch.no_grad():
+        f = torch.compile(model, backend="test_ort_engines", dynamic=dynamic)
+        for rows in (x.shape[0], x.shape[0] + 1) if dynamic else (x.shape[0],):
+            xs = torch.randn(rows, *x.shape[1:], device="cuda")
+            for g, w in zip(zoo.leaves(f(xs)), zoo.leaves(model(xs))):
+                assert g.device.type == "cuda"
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert _Engines.engines and not [p for p in last_report().partitions if p.status == "fallback"]
+    return _Engines.engines
+
+
+def _needs_cuda_provider():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip(f"onnxruntime {ort.__version__} has no CUDA execution provider (providers: "
+                    f"{ort.get_available_providers()}); install onnxruntime-gpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_ort_backend_runs_cuda_partitions_in_the_cuda_execution_provider(dynamic):
+    _needs_cuda_provider()
+    for engine in _on_cuda(dynamic):
+        assert engine.session.get_providers()[0] == "CUDAExecutionProvider" and engine.device.type == "cuda"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_ort_engine_on_cuda_binds_device_memory_without_copies(dynamic):
+    _needs_cuda_provider()
+    fn = lambda x, y: (torch.relu(x) + y).view(-1).softmax(0)  # noqa: E731
+    x, y = torch.randn(6, 4), torch.randn(6, 4)
+    gm = capture(fn, [x, y], level="aten", dynamic=dynamic).graphs()["inference"]
+    values = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    sizes = {str(d): s for v, t in zip(tensors, (x, y)) for d, s in zip(v.shape, t.shape)}  # a SymInt's value
+    on_cuda = iter([x.cuda(), y.cuda()])
+    args = [next(on_cuda) if isinstance(v, torch.Tensor) else sizes[str(v)] for v in values]
+    engine = OrtBackend().compile(to_onnx(gm), args)
+    assert engine.device.type == "cuda" and engine.session.get_providers()[0] == "CUDAExecutionProvider"
+    engine(*args)  # the first run allocates ONNX Runtime's arena
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        (out,) = engine(*args)
+    assert out.device.type == "cuda"
+    torch.testing.assert_close(out, fn(x, y).cuda())
+    copies = [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::_to_copy")]
+    # a static output is ONNX Runtime's write into torch's tensor; a symbolic one (ONNX Runtime
+    # allocates it) is one copy on the device
+    assert copies == (["aten::copy_"] if dynamic else []), copies
+
+
+@pytest.mark.gpu
+def test_ort_backend_without_cuda_provider_runs_cuda_partitions_on_the_cpu_with_a_warning():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA execution provider (the test above covers it)")
+    with pytest.warns(RuntimeWarning, match="CPU execution provider.*install onnxruntime-gpu"):
+        engines = _on_cuda(False)
+    assert all(e.device.type == "cpu" for e in engines)

@@ -19,5 +19,6 @@ from __future__ import annotations
 
 from .export import IR_VERSION, OPSET, ExportError, onnx_dtype, to_onnx
 from .ops import CONVERTERS, unsupported_reason
+from . import reductions  # noqa: E402,F401,I001 - registers its converters into CONVERTERS
 
 __all__ = ["to_onnx", "unsupported_reason", "CONVERTERS", "OPSET", "IR_VERSION", "ExportError", "onnx_dtype"]

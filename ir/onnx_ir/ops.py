@@ -408,8 +408,13 @@ def _addmm(b: Builder, node: fx.Node, bias: Val, x: Val, y: Val, *, beta: Any = 
     if not _out(node).dtype.is_floating_point:
         return b.op("Add", [b.op("MatMul", [x.name, y.name]), bias.name]) if beta == 1 and alpha == 1 else \
             _raise(f"integer addmm with beta={beta}, alpha={alpha}")
-    c = [bias.name] if beta != 0 else []
-    return b.op("Gemm", [x.name, y.name, *c], alpha=float(alpha), beta=float(beta))
+    # beta scales the bias before Gemm, whose own beta is left at 1: ONNX Runtime's CPU Gemm
+    # returned the bias unscaled when K = 0 (an empty product) in releases before the fix
+    # (measured on the GPU host: addmm's OpInfo sample of K = 0, beta = 0.2, came back 5x too large)
+    if beta == 0:
+        return b.op("Gemm", [x.name, y.name], alpha=float(alpha))
+    c = bias.name if beta == 1 else b.op("Mul", [bias.name, b.const(beta, bias.dtype)])
+    return b.op("Gemm", [x.name, y.name, c], alpha=float(alpha))
 
 
 def _raise(message: str) -> str:
@@ -464,19 +469,38 @@ def _max_pool(b: Builder, node: fx.Node, x: Val, kernel: list, stride: list = ()
     return [b.op("MaxPool", [x.name], kernel_shape=k, strides=s, pads=p * 2, dilations=d), None]
 
 
+def _pool_params(kernel: list, stride: Any, padding: Any) -> tuple[list, list, list]:
+    k = list(kernel) * (2 // len(kernel))
+    s = list(stride or k) * (2 // len(stride or k))
+    p = [padding] * 2 if isinstance(padding, int) else list(padding) * (2 // len(padding))
+    return k, s, p
+
+
 def _avg_check(node: fx.Node) -> str | None:
     args = list(node.args) + [None] * 7
-    if args[4] or args[6] is not None or node.kwargs.get("divisor_override") is not None:
-        return "ceil_mode=True or divisor_override"
-    return None if node.args[0].meta["val"].dim() == 4 else "an unbatched (3-d) input"
+    if args[6] is not None or node.kwargs.get("divisor_override") is not None:
+        return "divisor_override"
+    x, out = node.args[0].meta["val"], _out(node)
+    if x.dim() != 4:
+        return "an unbatched (3-d) input"
+    if args[4] or node.kwargs.get("ceil_mode"):
+        # without padding a partial last window averages what it covers on both sides; ONNX's
+        # output size is ceil((H - k) / s) + 1, torch's too unless it drops a window starting
+        # past the input, which the static output size shows
+        k, s, p = _pool_params(args[1], args[2], args[3] if args[3] is not None else 0)
+        sizes = [*x.shape[2:], *out.shape[2:]]
+        if any(p) or not _static(*sizes) or \
+                any(-(-(h - kk) // ss) + 1 != o for h, kk, ss, o in zip(x.shape[2:], k, s, out.shape[2:])):
+            return "ceil_mode=True with padding, or with a window torch drops"
+    return None
 
 
 @register("aten.avg_pool2d.default", check=_avg_check)
 def _avg_pool(b: Builder, node: fx.Node, x: Val, kernel: list, stride: list = (), padding: Any = 0,
               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> str:
-    k = list(kernel) * (2 // len(kernel))
-    s = list(stride or k) * (2 // len(stride or k))
-    p = [padding] * 2 if isinstance(padding, int) else list(padding) * (2 // len(padding))
+    k, s, p = _pool_params(kernel, stride, padding)
+    if ceil_mode:  # no padding (the check): a partial window is averaged over what it covers
+        return b.op("AveragePool", [x.name], kernel_shape=k, strides=s, ceil_mode=1, count_include_pad=0)
     return b.op("AveragePool", [x.name], kernel_shape=k, strides=s, pads=p * 2,
                 count_include_pad=int(count_include_pad))
 
@@ -681,12 +705,42 @@ def _index(b: Builder, node: fx.Node, x: Val, indices: list) -> str:
     return out if perm is None else b.op("Transpose", [out], perm=perm)
 
 
+def _one_mask(node: fx.Node) -> bool:
+    """``x[mask] = v`` with one boolean mask over ``x``'s leading dimensions."""
+    indices, x = node.args[1], node.args[0].meta["val"]
+    mask = indices[0].meta["val"] if len(indices) == 1 and isinstance(indices[0], fx.Node) else None
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    if accumulate and x.dtype is torch.bool:
+        return False
+    return mask is not None and mask.dtype is torch.bool and 0 < mask.dim() <= x.dim() and \
+        [str(d) for d in mask.shape] == [str(d) for d in x.shape[:mask.dim()]]
+
+
 def _index_put_check(node: fx.Node) -> str | None:
+    if _one_mask(node):
+        return None
     return _index_check(node) or (None if node.args[0].meta["val"].dim() else "a 0-d input")
+
+
+def _masked_put(b: Builder, x: Val, mask: Val, values: Val, accumulate: bool) -> str:
+    vals = _as(b, values, x.dtype)
+    if _static(*values.shape) and math.prod(values.shape) == 1:  # one value: a Where
+        cond = b.op("Unsqueeze", [mask.name, b.ints(list(range(mask.rank, x.rank)))]) if mask.rank < x.rank \
+            else mask.name
+        v = b.op("Reshape", [vals, b.ints([])])
+        return b.op("Where", [cond, b.op("Add", [x.name, v]) if accumulate else v, x.name])
+    # one value per selected position (how many: known at run time): ScatterND at the mask's
+    # nonzero positions, in torch's (row-major) order
+    where = b.op("Transpose", [b.op("NonZero", [mask.name])], perm=[1, 0])
+    slots = b.op("Concat", [b.op("Shape", [where], start=0, end=1), b.op("Shape", [x.name], start=mask.rank)], axis=0)
+    vals = b.op("Expand", [vals, slots])
+    return b.op("ScatterND", [x.name, where, vals], **({"reduction": "add"} if accumulate else {}))
 
 
 @register("aten.index_put.default", check=_index_put_check)
 def _index_put(b: Builder, node: fx.Node, x: Val, indices: list, values: Val, accumulate: bool = False) -> str:
+    if _one_mask(node):
+        return _masked_put(b, x, indices[0], values, accumulate)
     axes, rest, xs, stacked, shape = _nd_indices(b, x, list(indices) + [None] * (x.rank - len(indices)))
     n = max(indices[a].rank for a in axes)
     slots = b.op("Concat", [shape, b.op("Shape", [xs], start=len(axes))], axis=0)  # GatherND's result shape
@@ -752,7 +806,7 @@ def _split(b: Builder, node: fx.Node, x: Val, sizes: list, dim: int = 0) -> list
 
 
 def _pad_check(node: fx.Node) -> str | None:
-    return None if all(isinstance(p, int) and p >= 0 for p in node.args[1]) else "negative or symbolic padding"
+    return None if all(isinstance(p, int) for p in node.args[1]) else "symbolic padding"
 
 
 @register("aten.constant_pad_nd.default", check=_pad_check)
@@ -760,7 +814,14 @@ def _pad(b: Builder, node: fx.Node, x: Val, pad: list, value: Any = 0) -> str:
     begins, ends = [0] * x.rank, [0] * x.rank
     for i in range(len(pad) // 2):  # torch's pad starts with the last dimension
         begins[x.rank - 1 - i], ends[x.rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
-    return b.op("Pad", [x.name, b.ints(begins + ends), b.const(value, x.dtype)], mode="constant")
+    out = x.name
+    if any(p > 0 for p in begins + ends):
+        out = b.op("Pad", [out, b.ints([max(p, 0) for p in begins + ends]), b.const(value, x.dtype)], mode="constant")
+    cut = [d for d in range(x.rank) if begins[d] < 0 or ends[d] < 0]  # negative padding removes elements
+    if not cut:
+        return out
+    return b.op("Slice", [out, b.ints([-min(begins[d], 0) for d in cut]),
+                          b.ints([min(ends[d], 0) or INT64_MAX for d in cut]), b.ints(cut)])
 
 
 @register("aten.flip.default")
@@ -819,11 +880,20 @@ def _scalar_tensor(b: Builder, node: fx.Node, value: Any, **_: Any) -> str:
     return b.scalar(value, _out(node).dtype)
 
 
-@register("aten.arange.start_step", check=lambda n: None if _out(n).dtype in (torch.int64, torch.int32)
-          else "a floating-point arange (torch and ONNX accumulate differently)")
+@register("aten.arange.start_step", check=lambda n: None if _out(n).dtype in (torch.int64, torch.int32, torch.float32,
+                                                                           torch.float64)
+          else "a half-precision arange")
 def _arange(b: Builder, node: fx.Node, start: Any, end: Any, step: Any = 1, **_: Any) -> str:
     dt = _out(node).dtype
-    return b.op("Range", [b.scalar(start, dt), b.scalar(end, dt), b.scalar(step, dt)])
+    if not dt.is_floating_point:
+        return b.op("Range", [b.scalar(start, dt), b.scalar(end, dt), b.scalar(step, dt)])
+    # torch's CPU kernel computes start + i * step in double for each i; ONNX's Range adds step
+    # repeatedly (its error grows with i), so the floats are made from an integer range
+    f64 = torch.float64
+    first, last, delta = (b.scalar(v, f64) for v in (start, end, step))
+    count = b.cast(b.op("Ceil", [b.op("Div", [b.op("Sub", [last, first]), delta])]), torch.int64, f64)
+    i = b.op("Range", [b.const(0, torch.int64), count, b.const(1, torch.int64)])
+    return b.cast(b.op("Add", [first, b.op("Mul", [b.cast(i, f64, torch.int64), delta])]), dt, f64)
 
 
 
