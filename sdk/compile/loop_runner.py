@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from torchvendor.ir import compat
 from torchvendor.ir.fx_view import resolve_op
 from torchvendor.ir.loop_ir import Buffer, BufferRef, Kernel, LoopProgram, SizeExpr, parse_expr
 from torchvendor.ir.loop_ir.interpreter import eval_index, write_value
@@ -122,10 +123,10 @@ def reference_kernel(kernel: LoopKernel) -> Callable[..., None]:
     return run
 
 
-def _in_layout(t: torch.Tensor, size: list[int], stride: list[int], dtype: torch.dtype) -> torch.Tensor:
+def _in_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """``t`` itself when it has the buffer's size, strides (where a dimension has more than one
     element) and dtype, else a copy that has them."""
-    if t.dtype == dtype and list(t.shape) == size and (t.stride() == tuple(stride) or all(
+    if t.dtype == dtype and t.shape == size and (t.stride() == stride or all(
             s == g for s, g, n in zip(stride, t.stride(), size) if n > 1)):
         return t
     out = torch.empty_strided(size, stride, dtype=dtype, device=t.device)
@@ -146,6 +147,8 @@ def _int(text: str, sizes: Mapping[str, int]) -> int:
 def _ints(texts: Sequence[str], sizes: Mapping[str, int]) -> list[int]:
     return [_int(t, sizes) for t in texts]
 
+
+_WRAPPER_ALLOCATORS = compat.wrapper_allocators()
 
 Getter = Callable[[dict, Mapping[str, int]], Any]
 #: ``(extern kernel, its ATen operator, device type) -> what runs it`` (``Backend.extern_kernel``)
@@ -174,13 +177,29 @@ class _Plan:
     """What one binding of the size symbols fixes: every buffer's layout, what to allocate, the
     views to make and the size arguments of each kernel."""
 
-    layouts: dict[str, tuple[list[int], list[int], torch.dtype]]
+    layouts: dict[str, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]
     #: (name, size, stride, dtype, device or None for the program's device)
-    allocs: list[tuple[str, list[int], list[int], torch.dtype, str | None]]
-    constants: list[tuple[str, Any, list[int], torch.dtype, str | None]]
-    views: list[tuple[str, str, list[int], list[int], int]]
+    allocs: list[tuple[str, tuple[int, ...], tuple[int, ...], torch.dtype, str | None]]
+    constants: list[tuple[str, Any, tuple[int, ...], torch.dtype, str | None]]
+    views: list[tuple[str, str, tuple[int, ...], tuple[int, ...], int]]
     strides: list[tuple[int, ...] | None]  # per input: the strides the kernels were compiled for
     size_args: dict[int, tuple[int, ...]]  # step index -> the size arguments of that kernel
+
+
+def _allocate(plan: _Plan, env: dict[str, Any], device: torch.device) -> None:
+    """The program's own buffers, constants and views for one call, into ``env``. On the CPU with
+    the C++ helpers Inductor's wrappers use (:func:`compat.wrapper_allocators`): a small model's
+    partition allocates dozens of buffers per call, and ``torch.empty_strided`` parses its
+    arguments in Python each time."""
+    empty, view = _WRAPPER_ALLOCATORS
+    cpu = device.type == "cpu"
+    for name, size, stride, dtype, where in plan.allocs:
+        env[name] = empty(size, stride, dtype) if cpu and where is None else \
+            torch.empty_strided(size, stride, dtype=dtype, device=where or device)
+    for name, value, size, dtype, where in plan.constants:
+        env[name] = torch.tensor(value, dtype=dtype).reshape(size).to(where or device)
+    for name, base_name, size, stride, offset in plan.views:
+        env[name] = view(env[base_name], size, stride, offset)
 
 
 class ProgramRunner:
@@ -329,7 +348,7 @@ class ProgramRunner:
         inputs = {name for name, buf in self._inputs if buf is not None}
         values = dict(self.program.constants)
         for b in self.program.buffers:  # bases come before their views in the table
-            size, stride, dtype = _ints(b.size, sizes), _ints(b.stride, sizes), getattr(torch, b.dtype)
+            size, stride, dtype = tuple(_ints(b.size, sizes)), tuple(_ints(b.stride, sizes)), getattr(torch, b.dtype)
             layouts[b.name] = (size, stride, dtype)
             if b.view_of is not None:
                 views.append((b.name, b.view_of, size, stride, _int(b.offset, sizes)))
@@ -358,13 +377,7 @@ class ProgramRunner:
             else torch.device(self.device)
         env: dict[str, Any] = {name: value for (name, _), value in zip(self._inputs, inputs)}
         restrided = self._restride(inputs, plan, env)
-        for name, size, stride, dtype, where in plan.allocs:
-            env[name] = torch.empty_strided(size, stride, dtype=dtype, device=where or device)
-        for name, value, size, dtype, where in plan.constants:
-            env[name] = torch.tensor(value, dtype=dtype).reshape(size).to(where or device)
-        for name, base_name, size, stride, offset in plan.views:
-            base = env[base_name]
-            env[name] = base.as_strided(size, stride, base.storage_offset() + offset)
+        _allocate(plan, env, device)
         for k, step in enumerate(self.steps):
             if step[0] == "kernel":
                 step[1](*[env[n] for n in step[2]], *plan.size_args[k])
