@@ -259,3 +259,26 @@ def test_extern_kernels_run_through_the_backends_hook(device, request):
     torch.testing.assert_close(out.cpu(), f(x.cpu(), w.cpu()))
     assert ("aten.mm.default", device) in Externs.calls
     assert get_backend("tv_test_loop_interpreted").extern_kernel(None, torch.mm, device) is torch.mm
+
+
+def test_runner_views_an_extern_result_without_copying_it():
+    """A matmul's output that later ops read through views (an attention's q/k/v split, a
+    reshape returned as the output) is the matmul's own result: its views are made from it once
+    it is there, as Inductor's wrapper takes ``reinterpret_tensor(buf, ...)``, not from a buffer
+    allocated beforehand that the result is copied into."""
+    def g(x, w):
+        y = x @ w
+        return y.view(4, 2, 8).transpose(0, 1) * 2, y.view(2, 2, 2, 8)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 16)
+    with torch.no_grad():
+        prog = capture_loop(g, [x, w]).inference
+    runner = ProgramRunner(prog, {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)})
+    mm = next(op for op in prog.ops if not isinstance(op, Kernel) and "mm" in op.op)
+    (result,) = mm.outputs
+    outs = runner(x, w)
+    (plan,) = runner._plans.values()
+    assert result not in {a[0] for a in plan.allocs}   # nothing allocated for it, nothing copied
+    assert plan.late_views.get(result)                 # its views are made from the result
+    for got, want in zip(outs, g(x, w)):
+        torch.testing.assert_close(got, want)

@@ -49,3 +49,16 @@ def test_neg_view() -> None:
     x = torch.tensor([1.0, -2.0])
     v = compat.neg_view(x)
     assert v.is_neg() and v.tolist() == [-1.0, 2.0] and v.data_ptr() == x.data_ptr()
+
+
+def test_direct_call_runs_the_operator_itself() -> None:
+    """``direct_call`` of an OpOverload computes what the overload computes (with keyword
+    arguments and ``out=``); other callables come back unchanged."""
+    op = torch.ops.aten.addmm.default
+    fast = compat.direct_call(op)
+    b, x, w = torch.randn(3), torch.randn(2, 4), torch.randn(4, 3)
+    torch.testing.assert_close(fast(b, x, w, beta=0.5, alpha=2.0), op(b, x, w, beta=0.5, alpha=2.0))
+    out = torch.empty(2, 3)
+    compat.direct_call(torch.ops.aten.addmm.out)(b, x, w, out=out)
+    torch.testing.assert_close(out, torch.addmm(b, x, w))
+    assert compat.direct_call(torch.sin) is torch.sin

@@ -90,3 +90,14 @@ def test_outside_tracing_context_hides_the_context() -> None:
 
     torch.compile(lambda x: x + 3, backend=backend)(torch.ones(2))
     assert seen == [True, False]
+
+
+def test_wrapper_allocators_match_the_public_calls() -> None:
+    """Inductor's wrapper helpers allocate and view exactly as ``empty_strided``/``as_strided``."""
+    empty, view = compat.wrapper_allocators()
+    x = empty((4, 3), (1, 4), torch.float64)
+    assert (x.shape, x.stride(), x.dtype, x.device.type) == ((4, 3), (1, 4), torch.float64, "cpu")
+    base = torch.arange(24.0)[2:]
+    v = view(base, (2, 5), (5, 1), 3)
+    torch.testing.assert_close(v, base.as_strided((2, 5), (5, 1), base.storage_offset() + 3))
+    assert v.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()

@@ -133,3 +133,25 @@ def test_a_partition_threading_an_effect_token_runs_compiled():
     torch.testing.assert_close(got, a.grad)
     # (torch 2.13 threads the token through the backward's solve check; 2.11 has no token there)
     assert all(p.status == "compiled" for g in last_report().graphs for p in g.partitions)
+
+
+def test_neighbouring_kernels_run_as_one():
+    """Consecutive kernels of a program (no extern kernel between them) become one kernel, as
+    Inductor's C++ backend groups them into one ``cpp_fused_*`` function; nests from different
+    kernels reuse SSA names (t0, t1, ...), each in a block of its own, and the result is eager's."""
+    from torchvendor.ir import capture
+    from torchvendor.ir.loop_ir import Kernel
+    from torchvendor.reference_backends.cpu.backend import merge_neighbours
+
+    def f(x, y, w):  # three kernels over different ranges between a matmul and a cumsum
+        return (x @ w).softmax(-1), x.sum(0), (y * 2).sin(), y.t().cumsum(0)
+
+    args = torch.randn(6, 32), torch.randn(7, 5), torch.randn(32, 32)
+    prog = capture(f, list(args), level="loop").inference
+    merged = merge_neighbours(prog)
+    kinds = [isinstance(op, Kernel) for op in merged.ops]
+    assert len(merged.ops) < len(prog.ops) and not any(a and b for a, b in zip(kinds, kinds[1:]))
+    assert sum(len(op.nests) for op in merged.ops if isinstance(op, Kernel)) == \
+        sum(len(op.nests) for op in prog.ops if isinstance(op, Kernel))
+    compat.dynamo_reset()
+    torch.testing.assert_close(torch.compile(f, backend="torchvendor_cpu")(*args), f(*args), rtol=1e-4, atol=1e-5)

@@ -14,7 +14,7 @@ import torch
 
 __all__ = ["has_cache_entry_guards", "guard_lines", "tracing_guard_lines", "dynamo_reset", "dynamo_backend_state",
            "dynamo_registered_backend", "dynamo_register_backend", "dynamo_counters", "dynamo_backend_names",
-           "outside_tracing_context"]
+           "outside_tracing_context", "wrapper_allocators"]
 
 
 def _cache_entry_lister() -> _Callable[[_Any], list] | None:
@@ -131,3 +131,27 @@ def outside_tracing_context() -> _Any:
     from torch._guards import tracing
 
     return tracing(None)
+
+
+def wrapper_allocators() -> tuple[_Callable[..., torch.Tensor], _Callable[..., torch.Tensor]]:
+    """``(empty_strided_cpu(size, stride, dtype), reinterpret(base, size, stride, offset))``: the C++
+    helpers Inductor's generated wrappers allocate and view with (``torch._C._dynamo.guards``),
+    about half the cost of ``torch.empty_strided`` and ``Tensor.as_strided`` per call (no Python
+    argument parsing); ``offset`` counts from ``base``'s own storage offset. The public calls
+    where a release lacks them.
+
+    >>> empty, view = wrapper_allocators()
+    >>> x = empty((2, 3), (3, 1), torch.float32)
+    >>> view(x, (3,), (1,), 3).shape
+    torch.Size([3])
+    """
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    empty = getattr(guards, "_empty_strided_cpu", None)
+    view = getattr(guards, "_reinterpret_tensor", None)
+    if empty is None:
+        def empty(size: _Any, stride: _Any, dtype: torch.dtype) -> torch.Tensor:
+            return torch.empty_strided(size, stride, dtype=dtype)
+    if view is None:
+        def view(base: torch.Tensor, size: _Any, stride: _Any, offset: int) -> torch.Tensor:
+            return base.as_strided(size, stride, base.storage_offset() + offset)
+    return empty, view

@@ -20,19 +20,21 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.fx as fx
 
-from torchvendor.sdk import Backend, Level, LoopKernel
+from torchvendor.ir.loop_ir import Kernel
+from torchvendor.sdk import Backend, CompiledProgram, Level, LoopKernel
 
 from . import codegen
 from .codegen import generate
 from .toolchain import DeviceKernel, HostKernel, ToolchainError, build, toolchain_id
 
-__all__ = ["CpuBackend"]
+__all__ = ["CpuBackend", "merge_neighbours"]
 
 #: a digest of the code generator's source: a change to it makes new cache keys
 _GENERATOR = hashlib.sha256(b"".join(p.read_bytes() for p in codegen.generator_sources())).hexdigest()
@@ -63,6 +65,14 @@ class CpuBackend(Backend):
                     return {"layout_optimization": False}  # symbolic sizes: keep the model's layout
                 activations, weights = activations + x.numel(), weights + w.numel()
         return {"layout_optimization": activations > weights}
+
+    def compile_program(self, program: Any) -> CompiledProgram:
+        """The partition's program with every run of consecutive kernels (no extern kernel
+        between them) merged into one kernel, then each kernel compiled (:meth:`compile`).
+        Inductor's own C++ backend groups them the same way (one ``cpp_fused_*`` function per
+        run): a call from Python costs microseconds, which on small models is most of a kernel,
+        and the shared library of a run is built by one compiler process instead of several."""
+        return super().compile_program(merge_neighbours(program))
 
     def compile(self, kernel: LoopKernel) -> Callable[..., Any]:
         # Keyed by the kernel itself and the code generator's own source, not by the generated
@@ -98,3 +108,17 @@ class CpuBackend(Backend):
     @_building.setter
     def _building(self, value: list[tuple[Future, HostKernel | DeviceKernel]]) -> None:
         self.__dict__["_pending_builds"] = value
+
+
+def merge_neighbours(program: Any) -> Any:
+    """``program`` with each run of consecutive :class:`Kernel` ops made one kernel, its nests in
+    program order (named after the run's first kernel). Running the nests one after another is
+    what running the kernels did; each nest's SSA names stay its own (``codegen`` gives every
+    nest a block of its own)."""
+    ops: list[Any] = []
+    for op in program.ops:
+        if isinstance(op, Kernel) and ops and isinstance(ops[-1], Kernel):
+            ops[-1] = replace(ops[-1], nests=ops[-1].nests + op.nests, group=())
+        else:
+            ops.append(op)
+    return replace(program, ops=tuple(ops)) if len(ops) < len(program.ops) else program

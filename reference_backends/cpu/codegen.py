@@ -591,8 +591,16 @@ def _row_invariant(w: CppRenderer, nest: LoopNest) -> list[Stmt]:
 
 
 def _nest(w: CppRenderer, nest: LoopNest, bound: int = 0) -> None:
-    """Emit one nest; its first ``bound`` loops are already open (shared with its group)."""
-    w.emit(f"// {nest.name}")
+    """Emit one nest in a block of its own (its SSA names are its own: a kernel's nests may come
+    from several of Inductor's kernels, see ``CpuBackend.compile_program``); its first ``bound``
+    loops are already open (shared with its group)."""
+    w.emit(f"{{  // {nest.name}")
+    w.depth += 1
+    _nest_body(w, nest, bound)
+    w.close()
+
+
+def _nest_body(w: CppRenderer, nest: LoopNest, bound: int) -> None:
     parallel = bool(nest.ranges) and not bound and _parallel([nest])
     iter_vars, ranges = nest.iter_vars[bound:], nest.ranges[bound:]
     if not nest.reduction_ranges:

@@ -21,7 +21,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -107,8 +107,14 @@ def build(source: str, path: str) -> None:
         raise ToolchainError(f"{compiler()} rejected the generated kernel:\n{run.stderr[-4000:]}")
 
 
+@functools.cache
+def _packer(n_buffers: int, n_sizes: int) -> Callable[..., bytes]:
+    """``pack(*pointers, *sizes)``: the kernel's argument block (a compiled ``struct.Struct``)."""
+    return struct.Struct(f"<{n_buffers}Q{n_sizes}q").pack
+
+
 def _pack(tensors: Sequence[torch.Tensor], sizes: Sequence[int]) -> bytes:
-    return struct.pack(f"<{len(tensors)}Q{len(sizes)}q", *(t.data_ptr() for t in tensors), *sizes)
+    return _packer(len(tensors), len(sizes))(*[t.data_ptr() for t in tensors], *sizes)
 
 
 class HostKernel:
@@ -130,8 +136,8 @@ class HostKernel:
             self.error.argtypes, self.error.restype = [ctypes.POINTER(ctypes.c_int64)], ctypes.c_char_p
 
     def __call__(self, *args: Any) -> None:
-        block = _pack(args[:self.n], args[self.n:])
-        status = self.fn(None, block)
+        n = self.n
+        status = self.fn(None, _packer(n, len(args) - n)(*[t.data_ptr() for t in args[:n]], *args[n:]))
         if status:
             message = out_of_bounds(self.name, self.error, status)
             raise (RuntimeError if ASSERTION in message else IndexError)(message)

@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from torchvendor.ir import compat
 from torchvendor.ir.fx_view import resolve_op
 from torchvendor.ir.loop_ir import Buffer, BufferRef, Kernel, LoopProgram, SizeExpr, parse_expr
 from torchvendor.ir.loop_ir.interpreter import eval_index, write_value
@@ -122,10 +123,10 @@ def reference_kernel(kernel: LoopKernel) -> Callable[..., None]:
     return run
 
 
-def _in_layout(t: torch.Tensor, size: list[int], stride: list[int], dtype: torch.dtype) -> torch.Tensor:
+def _in_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """``t`` itself when it has the buffer's size, strides (where a dimension has more than one
     element) and dtype, else a copy that has them."""
-    if t.dtype == dtype and list(t.shape) == size and (t.stride() == tuple(stride) or all(
+    if t.dtype == dtype and t.shape == size and (t.stride() == stride or all(
             s == g for s, g, n in zip(stride, t.stride(), size) if n > 1)):
         return t
     out = torch.empty_strided(size, stride, dtype=dtype, device=t.device)
@@ -146,6 +147,8 @@ def _int(text: str, sizes: Mapping[str, int]) -> int:
 def _ints(texts: Sequence[str], sizes: Mapping[str, int]) -> list[int]:
     return [_int(t, sizes) for t in texts]
 
+
+_WRAPPER_ALLOCATORS = compat.wrapper_allocators()
 
 Getter = Callable[[dict, Mapping[str, int]], Any]
 #: ``(extern kernel, its ATen operator, device type) -> what runs it`` (``Backend.extern_kernel``)
@@ -174,13 +177,31 @@ class _Plan:
     """What one binding of the size symbols fixes: every buffer's layout, what to allocate, the
     views to make and the size arguments of each kernel."""
 
-    layouts: dict[str, tuple[list[int], list[int], torch.dtype]]
+    layouts: dict[str, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]
     #: (name, size, stride, dtype, device or None for the program's device)
-    allocs: list[tuple[str, list[int], list[int], torch.dtype, str | None]]
-    constants: list[tuple[str, Any, list[int], torch.dtype, str | None]]
-    views: list[tuple[str, str, list[int], list[int], int]]
+    allocs: list[tuple[str, tuple[int, ...], tuple[int, ...], torch.dtype, str | None]]
+    constants: list[tuple[str, Any, tuple[int, ...], torch.dtype, str | None]]
+    views: list[tuple[str, str, tuple[int, ...], tuple[int, ...], int]]
+    #: base -> (name, size, stride, offset) of its views, for an extern's result: made once it is there
+    late_views: dict[str, list[tuple[str, tuple[int, ...], tuple[int, ...], int]]]
     strides: list[tuple[int, ...] | None]  # per input: the strides the kernels were compiled for
     size_args: dict[int, tuple[int, ...]]  # step index -> the size arguments of that kernel
+
+
+def _allocate(plan: _Plan, env: dict[str, Any], device: torch.device) -> None:
+    """The program's own buffers, constants and views for one call, into ``env``. On the CPU with
+    the C++ helpers Inductor's wrappers use (:func:`compat.wrapper_allocators`): a small model's
+    partition allocates dozens of buffers per call, and ``torch.empty_strided`` parses its
+    arguments in Python each time."""
+    empty, view = _WRAPPER_ALLOCATORS
+    cpu = device.type == "cpu"
+    for name, size, stride, dtype, where in plan.allocs:
+        env[name] = empty(size, stride, dtype) if cpu and where is None else \
+            torch.empty_strided(size, stride, dtype=dtype, device=where or device)
+    for name, value, size, dtype, where in plan.constants:
+        env[name] = torch.tensor(value, dtype=dtype).reshape(size).to(where or device)
+    for name, base_name, size, stride, offset in plan.views:
+        env[name] = view(env[base_name], size, stride, offset)
 
 
 class ProgramRunner:
@@ -235,21 +256,24 @@ class ProgramRunner:
     def _extern_results(self) -> set[str]:
         """Outputs of extern kernels that become the result itself instead of a copy into a
         preallocated buffer (a matmul's output is often a partition's biggest tensor): those
-        that nothing wrote before, that are no view and have none. A ``getitem``'s output is
+        that nothing wrote before (nor a view of them), that are no view themselves; their views
+        are made from the result once it is there (``_Plan.late_views``), as Inductor's wrapper
+        takes ``reinterpret_tensor(buf4, ...)`` of an ``addmm``'s output. A ``getitem``'s output is
         its source (Inductor's wrapper writes ``buf1 = buf0[0]``), also when an op writes it
         later: a copy would lose that write's target (``linalg.eig``'s backward fills the
         diagonal of a ``diagonal`` view with ``copy_``; into a copy, the division after it met
         0/0). The result is checked against the buffer's layout at run time (the kernels were
         compiled for it)."""
         program, seen, deferred = self.program, set(self.program.inputs), set()
-        viewed = {b.view_of for b in program.buffers if b.view_of is not None}
+        base = {b.name: b.view_of for b in program.buffers if b.view_of is not None}
         for op in program.ops:
             if not isinstance(op, Kernel) and len(op.outputs) == 1:
                 name = op.outputs[0]
                 buf = program.buffer(name)
-                if name not in seen and name not in viewed and buf.view_of is None and buf.kind != "constant":
+                if name not in seen and buf.view_of is None and buf.kind != "constant":
                     deferred.add(name)
             seen.update(op.writes())
+            seen.update(base[n] for n in op.writes() if n in base)  # a write into a view is one into its base
         return deferred
 
     def _extern_step(self, ext: ExternKernel) -> Callable[[dict, Mapping[str, int], _Plan], None]:
@@ -261,11 +285,12 @@ class ProgramRunner:
             call = lambda env, sizes: functools.reduce(lambda v, i: v[i], indices, env[source])  # noqa: E731
         else:
             try:
-                fn = resolve_op(ext.op)
+                op = resolve_op(ext.op)
             except Exception as e:
                 raise ValueError(f"extern kernel {ext.name}: cannot resolve {ext.op!r}: {e}") from None
-            if self._extern is not None:
-                fn = self._extern(ext, fn, self.device)
+            fn = self._extern(ext, op, self.device) if self._extern is not None else op
+            if fn is op:  # ATen itself: call its C++ operator directly
+                fn = compat.direct_call(op)
             args = [_getter(a) for a in ext.args]
             kwargs = [(k, _getter(v)) for k, v in ext.kwargs]
             call = lambda env, sizes: fn(*[g(env, sizes) for g in args],  # noqa: E731
@@ -280,7 +305,9 @@ class ProgramRunner:
                 return
             for out, value, bind in zip(outputs, (result,) if len(outputs) == 1 else result, deferred):
                 if bind and isinstance(value, torch.Tensor):
-                    env[out] = _in_layout(value, *plan.layouts[out])
+                    env[out] = result = _in_layout(value, *plan.layouts[out])
+                    for view, size, stride, offset in plan.late_views.get(out, ()):
+                        env[view] = _WRAPPER_ALLOCATORS[1](result, size, stride, offset)
                 else:
                     write_value(env, out, value)
 
@@ -325,13 +352,15 @@ class ProgramRunner:
         return plan
 
     def _make_plan(self, sizes: dict[str, int]) -> _Plan:
-        layouts, allocs, constants, views = {}, [], [], []
+        layouts, allocs, constants, views, late_views = {}, [], [], [], {}
         inputs = {name for name, buf in self._inputs if buf is not None}
         values = dict(self.program.constants)
         for b in self.program.buffers:  # bases come before their views in the table
-            size, stride, dtype = _ints(b.size, sizes), _ints(b.stride, sizes), getattr(torch, b.dtype)
+            size, stride, dtype = tuple(_ints(b.size, sizes)), tuple(_ints(b.stride, sizes)), getattr(torch, b.dtype)
             layouts[b.name] = (size, stride, dtype)
-            if b.view_of is not None:
+            if b.view_of in self._deferred:
+                late_views.setdefault(b.view_of, []).append((b.name, size, stride, _int(b.offset, sizes)))
+            elif b.view_of is not None:
                 views.append((b.name, b.view_of, size, stride, _int(b.offset, sizes)))
             elif b.kind == "constant":
                 constants.append((b.name, values[b.name], size, dtype, self._elsewhere(b)))
@@ -339,7 +368,7 @@ class ProgramRunner:
                 allocs.append((b.name, size, stride, dtype, self._elsewhere(b)))
         strides = [tuple(layouts[name][1]) if buf is not None else None for name, buf in self._inputs]
         size_args = {k: tuple(sizes[s] for s in step[3]) for k, step in enumerate(self.steps) if step[0] == "kernel"}
-        return _Plan(layouts, allocs, constants, views, strides, size_args)
+        return _Plan(layouts, allocs, constants, views, late_views, strides, size_args)
 
     def _elsewhere(self, buffer: Buffer) -> str | None:
         """The device of a buffer the program declares off its own device type (else None)."""
@@ -358,13 +387,7 @@ class ProgramRunner:
             else torch.device(self.device)
         env: dict[str, Any] = {name: value for (name, _), value in zip(self._inputs, inputs)}
         restrided = self._restride(inputs, plan, env)
-        for name, size, stride, dtype, where in plan.allocs:
-            env[name] = torch.empty_strided(size, stride, dtype=dtype, device=where or device)
-        for name, value, size, dtype, where in plan.constants:
-            env[name] = torch.tensor(value, dtype=dtype).reshape(size).to(where or device)
-        for name, base_name, size, stride, offset in plan.views:
-            base = env[base_name]
-            env[name] = base.as_strided(size, stride, base.storage_offset() + offset)
+        _allocate(plan, env, device)
         for k, step in enumerate(self.steps):
             if step[0] == "kernel":
                 step[1](*[env[n] for n in step[2]], *plan.size_args[k])
