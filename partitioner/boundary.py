@@ -284,7 +284,8 @@ def wave_books(uwave: Sequence[int], n_waves: int, unit_of: Sequence[int] | None
 def eject_cheap(uwave: list[int], unit_of: Sequence[int] | None, members: Mapping[int, Sequence[int]],
                 cheap: Sequence[int],
                 preds: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], size_of: Callable[[int], int],
-                movable: Callable[[int, int, int], bool] | None = None, sizes: list[int] | None = None) -> list[int]:
+                movable: Callable[[int, int, int], bool] | None = None, sizes: list[int] | None = None,
+                books: tuple[int, Sequence[bool] | None, Sequence[bool] | None] | None = None) -> list[int]:
     """Take cheap single-node units (views) out of their partition where that lowers the
     boundary bytes, as CBP's ``remove_bookend_non_compute_ops`` does: a transpose of a weight
     that is also a graph output then runs on the host, and the partition reads the weight's
@@ -294,13 +295,21 @@ def eject_cheap(uwave: list[int], unit_of: Sequence[int] | None, members: Mappin
 
     Safe for convexity iff every supported producer's wave is below every supported
     consumer's wave (then each path through the node still climbs strictly). ``sizes``: as in
-    :func:`boundary_total`.
+    :func:`boundary_total`; ``books``: ``(min_size, compute, exempt)`` of :func:`wave_books`,
+    kept from ``uwave`` instead of asking ``movable``. Runs in C when the package is built
+    (``_partition_native.eject_cheap``, the same loop).
 
     >>> # w (input) -> t (view, also a graph output) -> mm: t's value need not leave the device
     >>> succ = [[1], [2, 3], [3], []]; preds = [[], [0], [1], [1, 2]]
     >>> eject_cheap([-1, 0, 0, -1], None, {}, [1], preds, succ, lambda i: 4)
     [1]
     """
+    n_waves = max(uwave, default=-1) + 1
+    if _native.lib is not None:  # the same loop in C
+        return _native.lib.eject_cheap(uwave, n_waves, unit_of, members if isinstance(members, dict) else dict(members),
+                                       cheap, preds, succ, size_of, movable, sizes, books)
+    if books is not None:
+        movable = wave_books(uwave, n_waves, unit_of, members, *books)
     st = _Placement(uwave, unit_of, preds, succ, size_of, sizes)
     wave = st.wave
     out = []

@@ -58,7 +58,7 @@ from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Seque
 from ..ir.graph_view import GraphView
 
 from . import _native
-from .boundary import boundary_total, eject_cheap, refine_waves, size_reader, wave_books
+from .boundary import boundary_total, eject_cheap, refine_waves, size_reader
 from .cuts import pair_cuts
 from .support import as_oracle, check, op_matches
 
@@ -757,9 +757,8 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
     best = None
     shared = [-1] * len(nodes)  # size_of per node, looked up once for every start
     books = _books(g, units, min_size, opts)
-    eject = (lambda w: eject_cheap(w, unit_of, units.members, cheap, g.preds, g.data_succ, size_of,
-                                   wave_books(w, n_waves, unit_of, units.members, *books), shared)
-             if cheap else [])
+    eject = (lambda w: eject_cheap(w, unit_of, units.members, cheap, g.preds, g.data_succ, size_of, sizes=shared,
+                                   books=books) if cheap else [])
     cuts = opts.pair_cuts and n_waves > 1 and len(nodes) <= _CUTS_MAX_NODES
     for start in starts:  # earliest waves, then latest waves (small graphs): keep the cheaper
         moves = refine_waves(start, n_waves, units.usucc, upreds, unit_of, units.members, g.preds, g.data_succ,

@@ -264,7 +264,7 @@ def test_the_c_loops_are_built_and_in_use():
     from torchvendor.partitioner import _native
 
     assert _native.lib is not None, "torchvendor.partitioner._partition_native is missing: rebuild the package"
-    assert {"waves", "refine_waves", "boundary_total", "pair_cuts", "min_cut"} <= set(dir(_native.lib))
+    assert {"waves", "refine_waves", "boundary_total", "pair_cuts", "min_cut", "eject_cheap"} <= set(dir(_native.lib))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -320,6 +320,20 @@ def test_the_c_loops_pass_on_errors_and_check_their_input():
             bd.boundary_total([-1, 0, -1, 0, 1], None, succ, broken)
     with pytest.raises(ValueError, match="uwave and succ differ in length"):
         bd.refine_waves([0, 1], 2, succ, preds, None, {}, preds, succ, lambda i: 1)
+    # w (input) -> t (view, also read outside) -> mm: ejecting t prices t's and w's values
+    esucc, epreds = [[1], [2, 3], [3], []], [[], [0], [1], [1, 2]]
+    for runs in (contextlib.nullcontext, python_loops):
+        with runs(), pytest.raises(RuntimeError, match="no size for"):
+            bd.eject_cheap([-1, 0, 0, -1], None, {}, [1], epreds, esucc, broken)
+        with runs():
+            w = [-1, 0, 0, -1]
+            assert bd.eject_cheap(w, None, {}, [1], epreds, esucc, lambda i: 4, books=(1, None, None)) == [1]
+            assert w == [-1, -1, 0, -1]
+            w = [-1, 0, -1, -1]  # the view alone in its wave: the books keep it
+            assert bd.eject_cheap(w, None, {}, [1], epreds, [[1], [2, 3], [], []], lambda i: 4,
+                                  books=(1, None, None)) == [] and w == [-1, 0, -1, -1]
+    with pytest.raises(ValueError, match="cheap"):
+        bd.eject_cheap([-1, 0, 0, -1], None, {}, [7], epreds, esucc, lambda i: 4)
     from torchvendor.partitioner import _native, cuts
 
     for runs in (contextlib.nullcontext, python_loops):

@@ -4,7 +4,8 @@
  * - waves: core.py's _waves (Kahn's sort in waves);
  * - refine_waves: boundary.py's refine_waves, the boundary-bytes sweeps;
  * - boundary_total: boundary.py's boundary_total;
- * - pair_cuts, min_cut: cuts.py's pair_cuts (the same flow network pass by pass) and min_cut (Dinic).
+ * - pair_cuts, min_cut: cuts.py's pair_cuts (the same flow network pass by pass) and min_cut (Dinic);
+ * - eject_cheap: boundary.py's eject_cheap (cheap views at a partition's edge fall back).
  *
  * The Python functions are the specification, as heapq is for _heapq: this file mirrors them,
  * and for the sweeps _boundary_marks, _summaries, _sweep_backward/_sweep_forward, _visit,
@@ -741,7 +742,8 @@ static int members_csr(St *st, PyObject *members) {
   return 0;
 }
 
-/* The state's graphs, waves, size cache and books from refine_waves's (and pair_cuts's) arguments. */
+/* The state's graphs, waves, size cache and books from refine_waves's (and pair_cuts's) arguments
+ * (usucc, upreds None: not read, as by eject_cheap). */
 static int st_open(St *st, PyObject *uwave_obj, long n_waves, PyObject *usucc, PyObject *upreds, PyObject *unit_of,
                    PyObject *members, PyObject *preds, PyObject *succ, PyObject *size_of, PyObject *cache,
                    PyObject *books) {
@@ -765,8 +767,8 @@ static int st_open(St *st, PyObject *uwave_obj, long n_waves, PyObject *usucc, P
     if (to_longs(unit_of, st->n_nodes, st->unit_of, "unit_of", 0, (long)st->n_units - 1) < 0) return -1;
     for (Py_ssize_t i = 0; i < st->n_nodes; ++i) st->nwave[i] = st->uwave[st->unit_of[i]];
   }
-  if (to_csr(usucc, st->n_units, &st->usucc, "usucc", st->n_units) < 0 ||
-      to_csr(upreds, st->n_units, &st->upreds, "upreds", st->n_units) < 0 ||
+  if ((usucc != Py_None && to_csr(usucc, st->n_units, &st->usucc, "usucc", st->n_units) < 0) ||
+      (upreds != Py_None && to_csr(upreds, st->n_units, &st->upreds, "upreds", st->n_units) < 0) ||
       to_csr(preds, st->n_nodes, &st->preds, "preds", st->n_nodes) < 0 ||
       to_csr(succ, st->n_nodes, &st->succ, "succ", st->n_nodes) < 0 || members_csr(st, members) < 0)
     return -1;
@@ -1660,6 +1662,81 @@ done:
   return result;
 }
 
+/* ---- cheap views out of partitions (boundary.py's eject_cheap) -------------------------------- */
+
+/* the boundary bytes of value x at the current waves (boundary.boundary_cost); sizes asked only when it crosses */
+static i64 value_cost(St *st, long x) {
+  long px = st->nwave[x];
+  set_clear(&st->zone);
+  FOR_EACH(st->succ, x, k) if (st->nwave[k] != px && !set_has(&st->zone, st->nwave[k] + 1)) set_add(&st->zone, st->nwave[k] + 1);
+  if (!st->zone.n) return 0;
+  return size(st, x) * (st->zone.n - set_has(&st->zone, 0) + (px != -1));
+}
+
+/* the bytes of node v's value and of its inputs' values, v at its current wave */
+static i64 touched_cost(St *st, long v) {
+  i64 total = value_cost(st, v);
+  FOR_EACH(st->preds, v, p) total += value_cost(st, p);
+  return total;
+}
+
+/* eject_cheap's loop over the candidates; appends the ejected nodes to out */
+static int eject_loop(St *st, const long *cheap, Py_ssize_t n_cheap, PyObject *out) {
+  for (Py_ssize_t i = 0; i < n_cheap && !st->failed; ++i) {
+    long v = cheap[i], u = unit(st, v), w0 = st->uwave[u];
+    if (w0 < 0 || u != v || st->multi[u]) continue;
+    long hi_pred = -1, lo_succ = LONG_MAX;
+    FOR_EACH(st->preds, v, p) if (st->nwave[p] > hi_pred) hi_pred = st->nwave[p];
+    FOR_EACH(st->succ, v, k) if (st->nwave[k] >= 0 && st->nwave[k] < lo_succ) lo_succ = st->nwave[k];
+    if (lo_succ != LONG_MAX && hi_pred >= lo_succ) continue;
+    i64 before = touched_cost(st, v);
+    st->nwave[v] = -1;
+    i64 after = touched_cost(st, v);
+    st->nwave[v] = w0;
+    if (st->failed || after >= before || !ask_movable(st, u, w0, -1)) continue;
+    st->uwave[u] = st->nwave[v] = -1;
+    PyObject *node = PyLong_FromLong(v);
+    if (!node || PyList_Append(out, node) < 0) return Py_XDECREF(node), -1;
+    Py_DECREF(node);
+  }
+  return st->failed ? -1 : 0;
+}
+
+static PyObject *eject_cheap(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *uwave_obj, *unit_of, *members, *cheap_obj, *preds, *succ, *size_of, *movable, *cache, *books;
+  long n_waves;
+  if (!PyArg_ParseTuple(args, "O!lOO!OOOOOOO:eject_cheap", &PyList_Type, &uwave_obj, &n_waves, &unit_of,
+                        &PyDict_Type, &members, &cheap_obj, &preds, &succ, &size_of, &movable, &cache, &books))
+    return NULL;
+  St st;
+  memset(&st, 0, sizeof st);
+  Py_ssize_t n_cheap = PyObject_Length(cheap_obj);
+  long *cheap = malloc(sizeof(long) * (n_cheap > 0 ? n_cheap : 1));
+  PyObject *out = PyList_New(0), *result = NULL;
+  if (n_cheap < 0 || !cheap || !out ||
+      st_open(&st, uwave_obj, n_waves, Py_None, Py_None, unit_of, members, preds, succ, size_of, cache, books) < 0 ||
+      to_longs(cheap_obj, n_cheap, cheap, "cheap", 0, (long)st.n_nodes - 1) < 0)
+    goto done;
+  st.movable = movable;
+  if (!set_init(&st.zone, n_waves + 2)) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (eject_loop(&st, cheap, n_cheap, out) < 0 || write_cache(cache, st.sizes, st.fresh, st.n_fresh) < 0) goto done;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(out); ++i) {
+    long v = PyLong_AsLong(PyList_GET_ITEM(out, i));
+    PyObject *w = PyLong_FromLong(-1);
+    if (!w || PyList_SetItem(uwave_obj, unit(&st, v), w) < 0) goto done; /* steals w */
+  }
+  result = out, out = NULL;
+done:
+  free(cheap);
+  Py_XDECREF(out);
+  st_free(&st);
+  return result;
+}
+
 static PyMethodDef methods[] = {
     {"edges", edges, METH_VARARGS,
      "edges(lens, flat) -> (distinct inputs of each node, readers of each node, first topological break or -1): "
@@ -1679,6 +1756,9 @@ static PyMethodDef methods[] = {
     {"pair_cuts", pair_cuts, METH_VARARGS,
      "pair_cuts(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of, sizes, books, max_passes)"
      " -> moves: cuts.pair_cuts; uwave is updated in place."},
+    {"eject_cheap", eject_cheap, METH_VARARGS,
+     "eject_cheap(uwave, n_waves, unit_of, members, cheap, preds, succ, size_of, movable, sizes, books)"
+     " -> ejected nodes: boundary.eject_cheap; uwave is updated in place."},
     {"min_cut", min_cut, METH_VARARGS,
      "min_cut(n, arcs, source=0, sink=1) -> the source side of a minimum cut (the smallest): cuts.min_cut."},
     {NULL, NULL, 0, NULL}};
