@@ -7,7 +7,7 @@ Python dispatch modes (``torch.utils._python_dispatch``) and the private tensor 
 """
 from __future__ import annotations
 
-from typing import Any
+import typing
 
 import torch
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
@@ -45,7 +45,7 @@ def neg_view(t: torch.Tensor) -> torch.Tensor:
     return torch._neg_view(t)
 
 
-def direct_call(op: Any) -> Any:
+def direct_call(op: typing.Any) -> typing.Any:
     """What calling ``op`` runs: for an :class:`OpOverload`, the C++ operator its ``__call__``
     forwards every call to (``OpOverload._op``), without that Python frame (a runner calling
     dozens of extern kernels per model call saves a microsecond or two each); anything else as
