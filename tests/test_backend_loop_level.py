@@ -163,6 +163,23 @@ def test_partition_without_tensor_inputs_lowers_on_its_device(acme, tmp_path):
     assert [p.status for p in parts] == ["compiled"] and "prims.iota.default" in parts[0].ops
 
 
+def test_a_copy_from_the_cpu_to_the_device_is_an_extern_kernel(acme, tmp_path):
+    """Issue 24 (vilt, deberta_v2 on cuda): a CPU tensor moved to the device inside the graph is
+    Inductor's DeviceCopy, an extern kernel with no op name; it fell back with "extern kernel
+    without an op name". It is ``prims.device_put`` in the loop IR."""
+    def f(x, t):
+        return x * t.to(x.device).float() + 1
+
+    x, t = torch.randn(3, 4).to("acme"), torch.arange(4)
+    g = torch.compile(_fresh(f), backend="tv_test_loop_interpreted", options={"strict": True, "cache_dir": str(tmp_path)})
+    with torch.no_grad():
+        out = g(x, t)
+    assert out.device.type == "acme"
+    torch.testing.assert_close(out.cpu(), f(x.cpu(), t))
+    parts = [p for gr in last_report().graphs for p in gr.partitions]
+    assert [p.status for p in parts] == ["compiled"] and "prims.device_put.default" in parts[0].ops
+
+
 def test_partition_mask_under_dynamic_shapes(tmp_path):
     """Issue 24: the same mask partition under dynamic shapes (its Inductor wrapper once failed to
     import with a SyntaxError; lowering generates no wrapper now), for two sizes, no recompile."""

@@ -643,6 +643,9 @@ class _Assembler:
             tensors = iter(index_tensors)
             indices = tuple(None if i is None else next(tensors) for i in node.indices)
             args, kwargs = [target, indices, values, *node.constant_args], {}
+        elif isinstance(node, ir.DeviceCopy):  # a copy across devices, for which Inductor names no op
+            kernel = "prims.device_put.default"
+            args, kwargs = [tensor_refs[0], node.get_device()], {}
         elif compat.is_fallback_kernel(node) and getattr(node, "unflatten_args", None) is not None:
             args, kwargs = node.unflatten_args(tensor_refs, [self.ref(a) if isinstance(a, sympy.Basic) else a
                                                              for a in node.constant_args])
