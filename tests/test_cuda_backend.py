@@ -403,3 +403,16 @@ def test_out_of_range_indices_raise_and_the_process_keeps_working():
         with pytest.raises(Exception, match=r"kernel \w+: index out of bounds: buffer .* got 9"):
             compiled(x, torch.tensor([1, 9, 3], device="cuda"), s)
         assert torch.ones(4, device="cuda").sum().item() == 4.0, name
+
+
+def test_a_cpu_scalar_a_kernel_reads_is_copied_to_the_kernels_device(acme):
+    """Inductor lets a GPU kernel read a 0-d CPU tensor (its wrapper passes it by value); ours
+    launched on the first operand's device (the CPU: "no torchvendor device is registered" on
+    cuda, vilt) and handed the GPU a host pointer. The device is the first non-CPU operand's and
+    the scalar is copied there."""
+    from torchvendor.reference_backends.cuda.launch import kernel_operands
+
+    s, x = torch.tensor(2.0), torch.ones(3).to("acme")
+    device, (s2, x2) = kernel_operands([s, x])
+    assert device.type == "acme" and s2.device.type == "acme" and x2 is x
+    assert s2.cpu().item() == 2.0

@@ -25,7 +25,7 @@ from .checks import BoundsRecord
 from .codegen import CudaKernel, Launch
 from .runtime import cuda_include_dir
 
-__all__ = ["nvrtc_compile", "nvrtc_available", "CompiledKernel", "NvrtcError"]
+__all__ = ["nvrtc_compile", "nvrtc_available", "CompiledKernel", "NvrtcError", "kernel_operands"]
 
 
 class NvrtcError(RuntimeError):
@@ -165,6 +165,21 @@ _WS_DTYPES = {"float": torch.float32, "double": torch.float64, "long long": torc
               "bool": torch.bool}
 
 
+def kernel_operands(tensors: Sequence[torch.Tensor]) -> tuple[torch.device, list[torch.Tensor]]:
+    """The device a kernel runs on and its operands there. Inductor lets a GPU kernel read a
+    0-d CPU tensor (a scale, a position offset), which its own wrapper passes by value; a GPU
+    cannot read host memory (an illegal address on a PrivateUse1 GPU, the wrong device when it
+    comes first), so such an operand is copied to the device first (it is only ever read).
+
+    >>> kernel_operands([torch.tensor(2.0), torch.ones(2)])[0]
+    device(type='cpu')
+    """
+    device = next((t.device for t in tensors if t.device.type != "cpu"), tensors[0].device)
+    if device.type == "cpu":
+        return device, list(tensors)
+    return device, [t.to(device) if t.device.type == "cpu" else t for t in tensors]
+
+
 class CompiledKernel:
     """A compiled kernel: ``fn(*buffers, *sizes)`` launches its functions on the buffers' device,
     on that device's current stream (torch's ``cuda``, or a PrivateUse1 GPU through the runtime)."""
@@ -233,8 +248,8 @@ class CompiledKernel:
         return steps
 
     def __call__(self, *args: Any) -> None:
-        tensors, sizes = args[: self.nbuf], tuple(int(s) for s in args[self.nbuf:])
-        device = tensors[0].device
+        device, tensors = kernel_operands(args[: self.nbuf])
+        sizes = tuple(int(s) for s in args[self.nbuf:])
         fns = self._functions(device)
         ptrs = [t.data_ptr() for t in tensors]
         packed = struct.pack(f"<{self.nbuf}Q{len(sizes)}q", *ptrs, *sizes)
