@@ -107,7 +107,10 @@ def nvrtc_compile(source: str, name: str, arch: str) -> bytes:
             lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
             log = ctypes.create_string_buffer(size.value)
             lib.nvrtcGetProgramLog(prog, log)
-            raise NvrtcError(f"NVRTC could not compile {name} for {arch}:\n{log.value.decode(errors='replace')[-4000:]}")
+            text = log.value.decode(errors="replace")
+            # the error lines first: a report cuts long reasons, and warnings come before errors in the log
+            errors = "; ".join(line.strip() for line in text.splitlines() if ": error" in line)
+            raise NvrtcError(f"NVRTC could not compile {name} for {arch}: {errors or 'no error line'}\n{text[-4000:]}")
         size = ctypes.c_size_t()
         check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
         out = ctypes.create_string_buffer(size.value)
