@@ -416,3 +416,28 @@ def test_a_cpu_scalar_a_kernel_reads_is_copied_to_the_kernels_device(acme):
     device, (s2, x2) = kernel_operands([s, x])
     assert device.type == "acme" and s2.device.type == "acme" and x2 is x
     assert s2.cpu().item() == 2.0
+
+
+@pytest.mark.slow
+def test_every_kernel_of_a_models_training_graphs_compiles_with_nvrtc(acme):
+    """Issue 24: gpt_neox, phi and mobilebert fell back on the GPU device because one backward
+    row kernel read a reduction equal to an earlier one (the accumulator is shared) by its
+    statement name, undefined in the CUDA source. Every kernel of gpt_neox's forward and backward
+    programs (captured on ``acme``, which schedules as a GPU does) must compile with NVRTC."""
+    from torchvendor.ir.loop_ir import capture_loop
+    from torchvendor.reference_backends.cuda.backend import _generate, _merge_epilogues
+    from torchvendor.reference_backends.cuda.launch import nvrtc_available, nvrtc_compile
+    from torchvendor.sdk.conformance.models.catalog import SPECS
+
+    if not nvrtc_available():
+        pytest.skip("NVRTC is not installed (set TORCHVENDOR_NVRTC to libnvrtc.so)")
+    model, inputs = SPECS["gpt_neox"].build(0)
+    model = model.to("acme").train()
+
+    def loss(*args: torch.Tensor) -> torch.Tensor:
+        return model(**dict(zip(inputs, args)))[0].float().pow(2).mean()
+    cap = capture_loop(loss, [v.to("acme") for v in inputs.values()], training=True, device="acme")
+    for kind, program in cap.programs().items():
+        for k in loop_kernels(_merge_epilogues(program, 132)):
+            code = _generate(k, 132)
+            nvrtc_compile(code.source, f"{code.name}.cu", "sm_90")  # raises NvrtcError naming the error line

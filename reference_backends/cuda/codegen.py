@@ -851,6 +851,7 @@ class CudaRenderer(CStyleRenderer):
         after_set = _closure(c.nest.body, [], after_roots, stop={id(r) for r in reds})
         vals = {red.name: f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else _RED[kind][0][0]}"
                 for red, kind, *_ in infos}
+        vals.update({name: f"acc_{name}_{'i' if 'i' in fields else fields[0]}" for name, _, fields, _ in dups})
         self._stmts(_Scope(c, names, ind, locals_, once_per_row=not column, values=vals), c.nest.body, after_set)
 
     def _accumulators(self, c: Part, reds: list[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
