@@ -678,18 +678,22 @@ def _accesses(nest: LoopNest) -> list[tuple[str, str, bool]]:
             if s.op in ("load", "store", "store_reduction")]
 
 
-def _fusable(group: Sequence[LoopNest], sizes: set[str]) -> bool:
+def _fusable(group: Sequence[LoopNest], sizes: set[str], base: dict[str, str] | None = None) -> bool:
     if any(not n.ranges or n.ranges[0] != group[0].ranges[0] for n in group):
         return False
     if any(s.op == "indirect_indexing" or s.attr("mode") == "atomic_add" for n in group for s in n.stmts()):
         return False
-    touched: dict[str, list[tuple[int, tuple[str, ...] | None, bool]]] = {}
+    # a view and its base are one memory (a kernel's nests may come from several of Inductor's
+    # kernels, between which a buffer is read through a view of it): one entry per base buffer
+    base = base or {}
+    touched: dict[str, list[tuple[int, tuple[str, ...] | None, bool, str]]] = {}
     for k, nest in enumerate(group):
         for buffer, index, writes in _accesses(nest):
-            touched.setdefault(buffer, []).append((k, _footprint(nest, index, sizes), writes))
+            touched.setdefault(base.get(buffer, buffer), []).append((k, _footprint(nest, index, sizes), writes, buffer))
     for uses in touched.values():
-        shared = len({k for k, _, _ in uses}) > 1 and any(writes for _, _, writes in uses)
-        if shared and (None in {f for _, f, _ in uses} or len({f for _, f, _ in uses}) > 1):
+        shared = len({k for k, *_ in uses}) > 1 and any(writes for _, _, writes, _ in uses)
+        footprints = {f for _, f, _, _ in uses}
+        if shared and (None in footprints or len(footprints) > 1 or len({b for *_, b in uses}) > 1):
             return False
     return True
 
@@ -697,9 +701,10 @@ def _fusable(group: Sequence[LoopNest], sizes: set[str]) -> bool:
 def _groups(lk: LoopKernel) -> list[list[LoopNest]]:
     """The kernel's nests, consecutive ones that may share their outer loop grouped."""
     sizes = set(lk.size_vars)
+    base = {b.name: b.view_of for b in lk.buffers if b.view_of}
     groups: list[list[LoopNest]] = []
     for nest in lk.kernel.nests:
-        if groups and _fusable([*groups[-1], nest], sizes):
+        if groups and _fusable([*groups[-1], nest], sizes, base):
             groups[-1].append(nest)
         else:
             groups.append([nest])
