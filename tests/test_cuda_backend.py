@@ -418,6 +418,46 @@ def test_a_cpu_scalar_a_kernel_reads_is_copied_to_the_kernels_device(acme):
     assert s2.cpu().item() == 2.0
 
 
+
+def test_a_kernel_of_host_operands_runs_on_the_programs_device_on_copies_that_keep_strides(acme):
+    """Issue 24: a kernel whose buffers all live on the host (Inductor makes it a C++ kernel: an
+    index table built on the CPU, beit, vilt, deberta_v2) was launched as a PrivateUse1 kernel on
+    host pointers: an illegal address on the GPU device, "no torchvendor device" on cuda. It runs
+    on the program's device type on copies that keep each operand's strides (an expanded view
+    comes back from ``Tensor.to`` contiguous, and the kernel indexes by the buffer's layout)."""
+    from torchvendor.reference_backends.cuda.launch import _copy_back, kernel_operands
+
+    base = torch.arange(3.0)
+    expanded = base[:, None].expand(3, 4)          # stride (1, 0): a span of 3 elements
+    out = torch.zeros(2, 5)[:, 1:4]                # a strided view with a storage offset
+    device, (e2, o2) = kernel_operands([expanded, out], home="acme")
+    assert device.type == "acme" and e2.device.type == "acme" and o2.device.type == "acme"
+    assert e2.stride() == (1, 0) and o2.stride() == out.stride()
+    assert torch.equal(e2.cpu(), expanded)
+    o2.copy_(torch.full((2, 3), 7.0))
+    _copy_back(out, o2)
+    assert out.eq(7.0).all() and out._base[:, 0].eq(0).all() and out._base[:, 4].eq(0).all()
+    assert kernel_operands([base], home="cpu")[0].type == "cpu"
+
+
+@gpu
+def test_a_graph_that_computes_an_index_table_on_the_host_runs_compiled_on_cuda():
+    """Issue 24 (beit, deberta_v2 on cuda fell back; on the GPU device they crashed the process):
+    an index table computed on the CPU inside the graph, moved to the GPU and used to gather."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    import torchvendor.reference_backends.cuda  # noqa: F401 - registers the backend
+
+    def fn(x, pos):
+        idx = (pos * 2 + 1) % 8          # on the host: one kernel of two host buffers for Inductor
+        return x[idx.to(x.device)] * 3 + idx.to(x.device)
+
+    x, pos = torch.randn(8, device="cuda"), torch.arange(6)
+    compiled = torch.compile(fn, backend="torchvendor_cuda", options={"strict": True})
+    for _ in range(3):                                # the third call replays a CUDA graph if it can
+        torch.testing.assert_close(compiled(x, pos), fn(x, pos))
+
+
 @pytest.mark.slow
 def test_every_kernel_of_a_models_training_graphs_compiles_with_nvrtc(acme):
     """Issue 24: gpt_neox, phi and mobilebert fell back on the GPU device because one backward

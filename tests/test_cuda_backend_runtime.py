@@ -139,3 +139,28 @@ def test_extern_kernels_on_the_gpu_device_run_on_cuda():
         """)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "fallback {}" in done.stdout, done.stdout
+
+
+@pytest.mark.gpu
+def test_a_kernel_of_host_buffers_runs_on_the_gpu_device():
+    """Issue 24: beit, vilt and deberta_v2 killed the process on the GPU device (an illegal
+    address): a kernel whose buffers all live on the host was launched on host pointers."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    done = _run(f"""
+        import torch
+        from torchvendor.sdk import register_device
+        import torchvendor.reference_backends.cuda
+        register_device("gpu", runtime={build_runtime()!r})
+        def fn(x, pos):
+            idx = (pos * 2 + 1) % 8
+            return x[idx.to(x.device)] * 3 + idx.to(x.device)
+        x, pos = torch.randn(8), torch.arange(6)
+        g = torch.compile(fn, backend="torchvendor_cuda", options={{"strict": True}})
+        for _ in range(2):
+            torch.testing.assert_close(g(x.to("gpu"), pos).cpu(), fn(x, pos))
+        print("ok")
+        """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout

@@ -75,7 +75,9 @@ class CudaBackend(Backend):
             Path(path).write_bytes(nvrtc_compile(code.source, f"{code.name}.cu", arch))
 
         cubin = self.cache.get_or_build(f"{arch}\n{code.source}", build, suffix=".cubin")
-        return CompiledKernel(code, Path(cubin).read_bytes())
+        writes = kernel.kernel.writes()
+        written = [i for i, b in enumerate(kernel.buffers) if b.name in writes]
+        return CompiledKernel(code, Path(cubin).read_bytes(), home=kernel.device, written=written)
 
     def extern_kernel(self, extern: Any, aten: Callable[..., Any], device: str) -> Callable[..., Any]:
         """Extern kernels run ATen's CUDA operators (cuBLAS, cuDNN): on ``cuda`` as they are, on a

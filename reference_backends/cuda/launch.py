@@ -168,27 +168,53 @@ _WS_DTYPES = {"float": torch.float32, "double": torch.float64, "long long": torc
               "bool": torch.bool}
 
 
-def kernel_operands(tensors: Sequence[torch.Tensor]) -> tuple[torch.device, list[torch.Tensor]]:
+def kernel_operands(tensors: Sequence[torch.Tensor], home: str = "cuda") -> tuple[torch.device, list[torch.Tensor]]:
     """The device a kernel runs on and its operands there. Inductor lets a GPU kernel read a
     0-d CPU tensor (a scale, a position offset), which its own wrapper passes by value; a GPU
     cannot read host memory (an illegal address on a PrivateUse1 GPU, the wrong device when it
-    comes first), so such an operand is copied to the device first (it is only ever read).
+    comes first), so such an operand is copied to the device first (it is only ever read). A
+    kernel whose operands all live on the host (Inductor makes it a C++ kernel: an index table
+    built on the CPU) runs on the current device of type ``home``, on copies of its operands
+    (``CompiledKernel`` copies what it writes back).
 
-    >>> kernel_operands([torch.tensor(2.0), torch.ones(2)])[0]
+    >>> kernel_operands([torch.tensor(2.0), torch.ones(2)], home="cpu")[0]
     device(type='cpu')
     """
-    device = next((t.device for t in tensors if t.device.type != "cpu"), tensors[0].device)
-    if device.type == "cpu":
-        return device, list(tensors)
-    return device, [t.to(device) if t.device.type == "cpu" else t for t in tensors]
+    device = next((t.device for t in tensors if t.device.type != "cpu"), None)
+    if device is None:
+        if home == "cpu":
+            return torch.device("cpu"), list(tensors)
+        mod = getattr(torch, home)
+        device = torch.device(home, mod.current_device())
+    return device, [_on(t, device) if t.device.type == "cpu" else t for t in tensors]
+
+
+def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device`` with its strides and storage offset kept: the kernel indexes its
+    memory as the buffer's layout says, which ``Tensor.to`` need not keep (an expanded or
+    overlapping view comes back contiguous). The whole span of storage it reaches is copied."""
+    if t.numel() == 0:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    flat = t.as_strided((span,), (1,), t.storage_offset()).to(device)
+    return flat.as_strided(t.shape, t.stride(), 0)
+
+
+def _copy_back(t: torch.Tensor, copy: torch.Tensor) -> None:
+    """Write the span of ``copy`` (made by :func:`_on`) back into the host tensor ``t``."""
+    if t.numel():
+        span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        t.as_strided((span,), (1,), t.storage_offset()).copy_(copy.as_strided((span,), (1,), 0))
 
 
 class CompiledKernel:
     """A compiled kernel: ``fn(*buffers, *sizes)`` launches its functions on the buffers' device,
     on that device's current stream (torch's ``cuda``, or a PrivateUse1 GPU through the runtime)."""
 
-    def __init__(self, kernel: CudaKernel, image: bytes) -> None:
+    def __init__(self, kernel: CudaKernel, image: bytes, home: str = "cuda", written: Sequence[int] = ()) -> None:
         self.kernel, self.image = kernel, image
+        #: the device type a kernel of host operands runs on, and which buffers it writes
+        self.home, self.written = home, tuple(written)
         self.nbuf = len(kernel.buffers)
         self._modules: dict[tuple[str, int], dict[str, Any]] = {}
         self._plans: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
@@ -251,7 +277,7 @@ class CompiledKernel:
         return steps
 
     def __call__(self, *args: Any) -> None:
-        device, tensors = kernel_operands(args[: self.nbuf])
+        device, tensors = kernel_operands(args[: self.nbuf], self.home)
         sizes = tuple(int(s) for s in args[self.nbuf:])
         fns = self._functions(device)
         ptrs = [t.data_ptr() for t in tensors]
@@ -287,3 +313,6 @@ class CompiledKernel:
                 go(l.name + "_final", *final, extra)
         if device.type == "cuda" and fns[_BOUNDS] is not None:
             fns[_BOUNDS].check(self.kernel, stream)  # see checks.py
+        for i in self.written:
+            if args[i].device.type == "cpu":   # a kernel of host operands ran on copies
+                _copy_back(args[i], tensors[i])
