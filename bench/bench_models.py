@@ -232,6 +232,8 @@ def main() -> None:
     p.add_argument("--workdir", help="folder of the children's events and caches (default: a fresh temp folder)")
     p.add_argument("--interleave", action="store_true", help="order the models round-robin over families")
     p.add_argument("--deadline", type=float, help="start no model after this many seconds (they show as not run)")
+    p.add_argument("--stop", type=float, help="end the models still running after this many seconds (not run), "
+                                               "so the JSON is written before an outer time limit")
     p.add_argument("--name", help="run name (the JSON file's stem; default DEVICE_BACKEND)")
     p.add_argument("--out", default=str(RUNS), help="folder for the run's JSON")
     p.add_argument("--render", action="store_true", help="only rewrite docs/bench_models.md from the JSON files")
@@ -277,7 +279,8 @@ def main() -> None:
     rows = run_suite(models, backends, device=args.device, parts=args.parts.split(","),
                      baseline_parts=args.baseline_parts.split(","), budget=args.budget, jobs=args.jobs,
                      threads=args.threads, runtime=args.runtime, timeout=args.timeout, progress=True,
-                     shared_cache=args.shared_cache, workdir=args.workdir, deadline=args.deadline)
+                     shared_cache=args.shared_cache, workdir=args.workdir, deadline=args.deadline,
+                     stop=args.stop)
     run = {"backend": vendors[0], "vendors": vendors, "backends": [*vendors, *baselines], "device": args.device,
            "machine": f"{platform.node()} {os.cpu_count()} cores" + (f", {torch.cuda.get_device_name()}"
                                                                       if torch.cuda.is_available() else ""),

@@ -145,6 +145,15 @@ def test_the_suite_runs_a_process_per_model_and_times_out_cleanly(tmp_path):
         suite.run_suite(["no_such_model"], ["eager"])
 
 
+
+def test_the_suite_ends_at_its_stop_time_and_returns_what_finished(tmp_path):
+    """A run under an outer time limit (``timeout 600``) lost every finished model's record when
+    the limit killed it: ``stop`` ends the models still running, which show as not run."""
+    rows = suite.run_suite(["argmax_routing", "moe_topk"], ["eager"], parts=("inference",), timing=False,
+                           jobs=2, workdir=str(tmp_path), stop=0.0)
+    assert [r["model"] for r in rows] == ["argmax_routing", "moe_topk"]
+    assert all(r["not_run"].startswith("ended at the run's time limit") for r in rows)
+
 def test_the_models_area_runs_the_suite_per_profile():
     t = Target(backend="eager")
     inference = [c.id for c in model_cases(t, "inference")]

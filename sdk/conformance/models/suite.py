@@ -80,13 +80,15 @@ def run_suite(models: Sequence[str], backends: Sequence[str], *, device: str = "
               parts: Sequence[str] = ("inference", "dynamic", "training"), baseline_parts: Sequence[str] | None = None,
               timing: bool = True, warm: bool = True, budget: float = 1.0, jobs: int = 1, timeout: float = 900.0,
               threads: int | None = None, runtime: str | None = None, workdir: str | None = None,
-              shared_cache: bool = False, deadline: float | None = None,
+              shared_cache: bool = False, deadline: float | None = None, stop: float | None = None,
               progress: bool = False) -> list[dict[str, Any]]:
     """Check ``models`` on ``backends``, a child process per model, ``jobs`` at a time; the
     records in model order (see :func:`.check.check_model`; a dead child gives ``crash``).
     Every model starts with empty compile caches, or with ``shared_cache`` one pair of caches
     serves the whole run (kernels that models share are then built once). No model starts
-    after ``deadline`` seconds: those are recorded as ``not run`` (a run that must fit a budget)."""
+    after ``deadline`` seconds: those are recorded as ``not run`` (a run that must fit a budget);
+    at ``stop`` seconds the models still running are ended and recorded as ``not run`` too, so
+    the run returns (and its caller writes what finished) before an outer time limit kills it."""
     from .catalog import SPECS
 
     unknown = [m for m in models if m not in SPECS]
@@ -116,6 +118,13 @@ def run_suite(models: Sequence[str], backends: Sequence[str], *, device: str = "
                                     stderr=open(err, "w"))
             running[model] = (proc, time.perf_counter(), events, err)
         time.sleep(0.2)
+        if stop is not None and time.perf_counter() - start > stop:
+            for model, (proc, started, _, _) in running.items():
+                proc.kill()
+                proc.wait()
+                records[model] = {"model": model, "backends": {}, "ms": {}, "not_run":
+                                  f"ended at the run's time limit after {time.perf_counter() - started:.0f} s"}
+            running = {}
         for model, (proc, started, events, err) in list(running.items()):
             took = time.perf_counter() - started
             if proc.poll() is None and took < timeout:
