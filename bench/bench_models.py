@@ -173,7 +173,8 @@ def from_conformance(report_dir: str, machine: str, load: str) -> dict[str, Any]
                          "backends": {}})
             continue
         res = {"status": status.get(c["status"], c["status"]), "parts": {}, "compile_s": {"inference": m.get("compile_s")},
-               "coverage": {"coverage": m.get("coverage"), "outside": c.get("fallback", {}),
+               "coverage": {"coverage": m.get("coverage"), "compute_ops": m.get("compute_ops", 0),
+                            "vendor_ops": m.get("vendor_ops", 0), "outside": c.get("fallback", {}),
                             "fallback_reasons": [c["reason"]] if c["status"] == "fallback" else []}}
         ms = {"eager": m["eager_ms"], doc["target"]["backend"]: m["compiled_ms"]} if "eager_ms" in m else {}
         rows.append({"model": name, "family": c["tags"].get("family", ""), "backends": {doc["target"]["backend"]: res},

@@ -186,6 +186,22 @@ def test_bench_renders_statuses_coverage_and_crashes():
     assert "the process died (exit status -11) in torchvendor_cpu / training" in text
 
 
+
+def test_a_conformance_run_of_the_models_gives_the_coverage_in_total(tmp_path):
+    """The conformance models cases carry the compute-op counts, so a run made from a report
+    weighs each model by its size (the coverage in total was "—" without them)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_models
+
+    def case(name, vendor, total):
+        return {"id": f"models/{name}/inference", "area": "models", "status": "pass" if vendor == total else "fallback",
+                "reason": "", "fallback": {}, "tags": {"family": "decoder"},
+                "metrics": {"compile_s": 1.0, "coverage": vendor / total, "compute_ops": total, "vendor_ops": vendor}}
+    doc = {"target": {"backend": "torchvendor_cpu", "device": "cpu"}, "cases": [case("a", 10, 10), case("b", 0, 30)]}
+    (tmp_path / "report.json").write_text(json.dumps(doc))
+    s = bench_models.summarize(bench_models.from_conformance(str(tmp_path), "m", "1.0"))
+    assert s["coverage"] == 0.25 and s["coverage_lowest"] == 0.0
+
 def test_bench_renders_several_vendor_backends_side_by_side():
     sys.path.insert(0, str(ROOT / "bench"))
     import bench_models

@@ -51,8 +51,8 @@ def _case(name: str, part: str) -> Callable[[Target], Any]:
         metrics = {"compile_s": res["compile_s"].get(parts[0], 0.0)}
         if backend in ms and "eager" in ms:
             metrics.update(eager_ms=ms["eager"], compiled_ms=ms[backend], speedup=ms["eager"] / ms[backend])
-        if cov.get("coverage") is not None:
-            metrics["coverage"] = cov["coverage"]
+        if cov.get("coverage") is not None:   # the counts too: a run's coverage in total weighs models by size
+            metrics.update(coverage=cov["coverage"], compute_ops=cov["compute_ops"], vendor_ops=cov["vendor_ops"])
         reasons = "; ".join(cov.get("fallback_reasons", []))[:500]
         return {"metrics": metrics, "fallback": cov.get("outside", {}),
                 "reason": reasons or "some compute ops ran outside the vendor's compiled code"}
