@@ -237,6 +237,9 @@ def test_plain_inductor_after_capture_and_fx_cache_separation() -> None:
 def test_index_functions() -> None:
     assert eval_index("FloorDiv(i0, 4) + ModularIndexing(i0, 1, 4)", {"i0": 13}) == 4
     assert eval_index("Min(i0, 3) + Max(s0, 2)", {"i0": 7, "s0": 1}) == 5
+    # Abs: deberta_v2's log-bucketed relative positions index with |i - j| (capture_loop failed)
+    assert eval_index("Abs(i0 - 5)", {"i0": 2}) == 3
+    assert torch.equal(eval_index("Abs(i0 - 1)", {"i0": torch.arange(3)}), torch.tensor([1, 0, 1]))
     t = eval_index("8*i0 + r0", {"i0": torch.arange(2).view(2, 1), "r0": torch.arange(3).view(1, 3)})
     assert t.tolist() == [[0, 1, 2], [8, 9, 10]]
     assert str(parse_expr("FloorDiv(i0, 2)")) in ("(i0//2)", "floor(i0/2)")

@@ -158,7 +158,7 @@ def _to_int(python: Callable[[Any], int], tensor: Callable[[torch.Tensor], torch
 INDEX_EVALUATORS.update(TruncToInt=_to_int(math.trunc, torch.trunc), FloorToInt=_to_int(math.floor, torch.floor),
                        CeilToInt=_to_int(math.ceil, torch.ceil), RoundToInt=_to_int(round, torch.round))
 INDEX_EVALUATORS.update(BitwiseFn_bitwise_and=operator.and_, BitwiseFn_bitwise_or=operator.or_,
-                       LShift=operator.lshift, RShift=operator.rshift)
+                       LShift=operator.lshift, RShift=operator.rshift, Abs=abs)  # abs: ints and tensors
 
 
 def _comparison(method: str) -> Callable[[Any, Any], Any]:
