@@ -184,7 +184,7 @@ def _restrided(value: torch.Tensor, stride: tuple[int, ...], back: list | None) 
     return copy
 
 
-def _bind(value: Any, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> Any:
+def _as_buffer(value: Any, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> Any:
     """An extern's result that becomes its buffer: in the buffer's layout (else as it is)."""
     return _in_layout(value, size, stride, dtype) if isinstance(value, torch.Tensor) else value
 
@@ -332,7 +332,7 @@ class ProgramRunner:
 
         empty, view = _WRAPPER_ALLOCATORS
         return {"_empty": empty, "_view": view, "_empty_strided": torch.empty_strided, "_Tensor": torch.Tensor,
-                "_restrided": _restrided, "_bind": _bind, "_write": _write, "_constant": _constant,
+                "_restrided": _restrided, "_as_buffer": _as_buffer, "_write": _write, "_constant": _constant,
                 "_device_of": device_of}
 
     def _make_plan(self, sizes: dict[str, int]) -> _Plan:

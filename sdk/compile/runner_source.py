@@ -211,19 +211,20 @@ def _extern(w: _Writer, k: int, ext: Extern, plan: Any, sizes: Mapping[str, int]
     if not outputs:
         w.emit(f"{w.local(op.name)} = {call}" if not op.mutated else call)
         return
-    if len(outputs) == 1:
-        w.emit(f"_result = ({call},)")
+    if len(outputs) == 1:  # the result itself, as zip((result,), ...) took it
+        results = [call]
     else:
         w.emit(f"_result = {call}")
-    for j, (out, deferred) in enumerate(zip(outputs, ext.deferred)):
+        results = [f"_result[{j}]" for j in range(len(outputs))]
+    for out, deferred, result in zip(outputs, ext.deferred, results):
         o = w.local(out)
         if deferred:
             size, stride, dtype = plan.layouts[out]
-            w.emit(f"{o} = _bind(_result[{j}], {size!r}, {stride!r}, {w.constant(dtype, 'dtype')})")
+            w.emit(f"{o} = _as_buffer({result}, {size!r}, {stride!r}, {w.constant(dtype, 'dtype')})")
             for view, vsize, vstride, offset in plan.late_views.get(out, ()):
                 w.emit(f"{w.local(view)} = _view({o}, {vsize!r}, {vstride!r}, {offset!r})")
         else:
-            w.emit(f"{o} = _write({o}, _result[{j}])")
+            w.emit(f"{o} = _write({o}, {result})")
 
 
 def _arg(w: _Writer, value: Any, sizes: Mapping[str, int]) -> str:
