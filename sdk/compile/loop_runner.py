@@ -280,7 +280,9 @@ class ProgramRunner:
         except Exception as e:
             raise ValueError(f"extern kernel {ext.name}: cannot resolve {ext.op!r}: {e}") from None
         fn = self._extern(ext, op, self.device) if self._extern is not None else op
-        return Extern(ext, compat.direct_call(op) if fn is op else fn, deferred)  # ATen: its C++ operator
+        schema = getattr(op, "_schema", None)
+        aliases = schema is None or any(r.alias_info is not None for r in schema.returns)
+        return Extern(ext, compat.direct_call(op) if fn is op else fn, deferred, aliases)  # ATen: its C++ operator
 
     # ---- sizes and allocation ------------------------------------------------------------------
 

@@ -44,6 +44,8 @@ class Extern:
     fn: Callable[..., Any] | None
     #: per output: whether the result itself becomes the buffer (else it is copied into it)
     deferred: tuple[bool, ...]
+    #: whether a result may share storage with an argument (a view op, ``getitem``, an unknown schema)
+    aliases: bool = True
 
 
 #: one operation of the program: a kernel (its callable, argument buffers, size symbols) or an extern
@@ -97,16 +99,19 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
     made: set[str] = set()
     outputs = {o.name if isinstance(o, BufferRef) else o for o in program.outputs if isinstance(o, (BufferRef, str))}
     keep = outputs | {name for name, _ in inputs} | {r for n, r in roots.items() if n in outputs}
+    reuse = _reuse(plan, steps, roots, first, last, keep)
     for k, step in enumerate(steps):
         for root in sorted({roots.get(n, n) for n in _refs(step)} - made, key=lambda r: first.get(r, 0)):
             made.add(root)
-            _make(w, root, plan, device)
+            _make(w, root, plan, device, reuse.get(root))
         if isinstance(step, Extern):
             _extern(w, k, step, plan, sizes)
         else:
             kernel_args = [w.local(n) for n in step[2]] + [repr(v) for v in plan.size_args[k]]
             w.emit(f"{w.constant(step[1], 'kernel')}({', '.join(kernel_args)})")
-        dead = [n for n in _refs(step) if last.get(n) == k and n not in keep and roots.get(n, n) not in keep]
+        donors = set(reuse.values())  # dropped where their storage is taken over instead
+        dead = [n for n in _refs(step) if last.get(n) == k and n not in keep and roots.get(n, n) not in keep
+                and n not in donors]
         if dead:
             w.emit(f"del {', '.join(w.local(n) for n in dict.fromkeys(dead))}")
     for root in {roots.get(o, o) for o in outputs} - made:  # an output no operation touches
@@ -157,6 +162,45 @@ def _liveness(program: LoopProgram, plan: Any, steps: Sequence[Step]) -> tuple[d
     return roots, first, last
 
 
+def _reuse(plan: Any, steps: Sequence[Step], roots: Mapping[str, str], first: Mapping[str, int],
+           last: Mapping[str, int], keep: set[str]) -> dict[str, str]:
+    """buffer -> an earlier buffer whose storage it takes over, as Inductor's wrapper reuses a
+    dead buffer (``buf15 = reinterpret_tensor(buf3, ...); del buf3  # reuse``): one of the same
+    dtype and storage extent that no later operation touches, through any of its views, and
+    that no output is; never one an extern kernel may have returned a view of (nothing tracks
+    that view's uses)."""
+    pinned = {roots.get(n, n) for step in steps if isinstance(step, Extern) and step.aliases for n in step.op.reads()}
+    own = {name: (dtype, _extent(size, stride)) for name, size, stride, dtype, where in plan.allocs if where is None}
+    dead_at: dict[str, int] = {}
+    for name, k in last.items():
+        root = roots.get(name, name)
+        dead_at[root] = max(dead_at.get(root, -1), k)
+    frees: dict[int, list[str]] = {}
+    for root, k in dead_at.items():
+        if root in own and root not in keep and root not in pinned:
+            frees.setdefault(k, []).append(root)
+    pool: dict[tuple, list[str]] = {}
+    reuse: dict[str, str] = {}
+    starts: dict[int, list[str]] = {}
+    for root in own:
+        starts.setdefault(first.get(root, 0), []).append(root)
+    for k in range(len(steps)):
+        for root in starts.get(k, ()):
+            donors = pool.get(own[root])
+            if donors:
+                reuse[root] = donors.pop()
+        for root in frees.get(k, ()):
+            pool.setdefault(own[root], []).append(root)
+    return reuse
+
+
+def _extent(size: Sequence[int], stride: Sequence[int]) -> int:
+    """Elements of storage a layout spans."""
+    if any(n == 0 for n in size):
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(size, stride))
+
+
 def _prologue(w: _Writer, plan: Any, inputs: Sequence[tuple[str, Any]], written: set[str], device: str) -> None:
     """Inputs whose strides differ from those compiled for run on a copy (copied back at the end
     where the program writes them); constants and views of inputs."""
@@ -182,12 +226,15 @@ def _prologue(w: _Writer, plan: Any, inputs: Sequence[tuple[str, Any]], written:
             w.early.add(name)
 
 
-def _make(w: _Writer, root: str, plan: Any, device: str) -> None:
-    """Allocate buffer ``root`` (unless an input, constant or extern result gives it), then its views."""
+def _make(w: _Writer, root: str, plan: Any, device: str, donor: str | None) -> None:
+    """Allocate buffer ``root`` (unless an input, constant or extern result gives it, or it takes
+    over the storage of ``donor``), then its views."""
     if root in w.early:
         return
     for name, size, stride, dtype, where in plan.allocs:
-        if name == root:
+        if name == root and donor is not None:
+            w.emit(f"{w.local(name)} = _view({w.local(donor)}, {size!r}, {stride!r}, 0); del {w.local(donor)}  # reuse")
+        elif name == root:
             d = w.constant(dtype, "dtype")
             if device == "cpu" and where is None:
                 w.emit(f"{w.local(name)} = _empty({size!r}, {stride!r}, {d})")
