@@ -52,7 +52,7 @@ def test_a_dead_buffer_of_the_same_size_is_reused():
     x, w = torch.randn(4, 8), torch.randn(8, 8)
     _, runner = _runner(_chain, [x, w])
     source = runner.source(x, w)
-    reused = re.findall(r"(\w+) = _view\((\w+), \(4, 8\), \(8, 1\), 0\); del \2  # reuse", source)
+    reused = re.findall(r"(\w+) = (\w+); del \2  # reuse", source)  # the same layout: the tensor itself
     assert reused, source
     allocated = re.findall(r"(\w+) = _empty\(", source)
     for new, old in reused:

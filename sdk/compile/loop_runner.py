@@ -186,7 +186,9 @@ def _restrided(value: torch.Tensor, stride: tuple[int, ...], back: list | None) 
 
 def _as_buffer(value: Any, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> Any:
     """An extern's result that becomes its buffer: in the buffer's layout (else as it is)."""
-    return _in_layout(value, size, stride, dtype) if isinstance(value, torch.Tensor) else value
+    if not isinstance(value, torch.Tensor) or (value.dtype == dtype and value.stride() == stride and value.shape == size):
+        return value
+    return _in_layout(value, size, stride, dtype)
 
 
 def _write(dst: Any, value: Any) -> Any:

@@ -115,7 +115,7 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
         if dead:
             w.emit(f"del {', '.join(w.local(n) for n in dict.fromkeys(dead))}")
     for root in {roots.get(o, o) for o in outputs} - made:  # an output no operation touches
-        _make(w, root, plan, device)
+        _make(w, root, plan, device, None)
     if any(name in written for name, _ in inputs):
         w.emit("for _original, _copy in _back: _original.copy_(_copy)")
     w.emit(f"return [{', '.join(_output(w, o, sizes) for o in program.outputs)}]")
@@ -233,7 +233,9 @@ def _make(w: _Writer, root: str, plan: Any, device: str, donor: str | None) -> N
         return
     for name, size, stride, dtype, where in plan.allocs:
         if name == root and donor is not None:
-            w.emit(f"{w.local(name)} = _view({w.local(donor)}, {size!r}, {stride!r}, 0); del {w.local(donor)}  # reuse")
+            same = plan.layouts[donor][:2] == (size, stride)
+            storage = w.local(donor) if same else f"_view({w.local(donor)}, {size!r}, {stride!r}, 0)"
+            w.emit(f"{w.local(name)} = {storage}; del {w.local(donor)}  # reuse")
         elif name == root:
             d = w.constant(dtype, "dtype")
             if device == "cpu" and where is None:
