@@ -5,8 +5,9 @@ A LOOP-level backend compiles one :class:`LoopKernel` at a time into a callable
 it binds the size symbols from the inputs, allocates the program's buffers on the inputs'
 device (views of their base where ``view_of`` says so, constants from the program), launches
 the kernels in order and runs the extern kernels (matmul, convolution, ...) through ATen on the
-device. The allocation plan is computed once per binding of the size symbols, so a call costs
-a few microseconds plus the kernels.
+device. For each binding of the size symbols it writes one straight-line Python function that
+does all that (:mod:`.runner_source`, as Inductor writes its wrapper), so a call costs a few
+microseconds plus the kernels.
 
 A kernel's arguments are the buffers it reads, then those it only writes (``LoopKernel.buffers``),
 as tensors whose ``data_ptr()`` is the buffer's first element — exactly the loop IR's memory
@@ -216,9 +217,9 @@ class ProgramRunner:
             kernel (``Backend.extern_kernel``); default: the ATen operator on the device.
 
     Everything that does not depend on the inputs' values is resolved once: extern operators
-    and their argument lists at construction, layouts, allocations and size arguments once per
-    binding of the size symbols (:class:`_Plan`). A call then binds the inputs, allocates, and
-    launches: a small model's partition costs microseconds besides its kernels.
+    at construction; layouts, allocations, storage reuse and size arguments once per binding of
+    the size symbols (:class:`_Plan`), written into that binding's generated call
+    (:meth:`source` shows it). A call then binds the size symbols (none: no work) and runs it.
     """
 
     def __init__(self, program: LoopProgram, compiled: Mapping[str, Callable[..., Any]],
