@@ -25,8 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from torchvendor.ir import compat
-from torchvendor.sdk import get_function, launch, load_module
+from torchvendor.sdk import get_function, launch, load_module, tensor_data_ptr_address
 
 from .codegen import ASSERTION
 
@@ -215,4 +214,4 @@ class DeviceKernel:
 
 
 if _host_call is not None:
-    _host_call.configure(compat.tensor_data_ptr_address() or 0, torch.Tensor, torch.nn.Parameter, _bind_library)
+    _host_call.configure(tensor_data_ptr_address() or 0, torch.Tensor, torch.nn.Parameter, _bind_library)

@@ -39,7 +39,7 @@ from torchvendor.ir.loop_ir.schema import ExternKernel
 
 from .runner_source import Extern, Step, write_call
 
-__all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel"]
+__all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel", "tensor_data_ptr_address"]
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,19 @@ def reference_kernel(kernel: LoopKernel) -> Callable[..., None]:
         run_kernel(kernel.kernel, dict(zip(names, args[:n])), dict(zip(kernel.size_vars, args[n:])))
 
     return run
+
+
+def tensor_data_ptr_address() -> int | None:
+    """For a backend that calls its host kernels from C (the reference CPU backend's
+    ``host_call.c``): the address of torch's C function ``void* (PyObject* tensor)`` giving a
+    tensor's data pointer, the one Inductor's C++ kernel bindings use; for exact ``Tensor`` and
+    ``Parameter`` objects only (call ``data_ptr()`` for others). None where a torch release lacks it.
+
+    >>> address = tensor_data_ptr_address()
+    >>> address is None or address > 0
+    True
+    """
+    return compat.tensor_data_ptr_address()
 
 
 def _in_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
