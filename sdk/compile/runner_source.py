@@ -105,7 +105,7 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
             made.add(root)
             _make(w, root, plan, device, reuse.get(root))
         if isinstance(step, Extern):
-            _extern(w, k, step, plan, sizes)
+            _extern(w, step, plan, sizes)
         else:
             kernel_args = [w.local(n) for n in step[2]] + [repr(v) for v in plan.size_args[k]]
             w.emit(f"{w.constant(step[1], 'kernel')}({', '.join(kernel_args)})")
@@ -250,7 +250,8 @@ def _make(w: _Writer, root: str, plan: Any, device: str, donor: str | None) -> N
             w.emit(f"{w.local(name)} = _view({w.local(base)}, {size!r}, {stride!r}, {offset!r})")
 
 
-def _extern(w: _Writer, k: int, ext: Extern, plan: Any, sizes: Mapping[str, int]) -> None:
+def _extern(w: _Writer, ext: Extern, plan: Any, sizes: Mapping[str, int]) -> None:
+    """One extern kernel's call, and its results bound to their buffers."""
     op, outputs = ext.op, ext.op.outputs
     if ext.fn is None:  # getitem: indexing its source
         call = w.local(op.args[0].name) + "".join(f"[{_arg(w, i, sizes)}]" for i in op.args[1:])
