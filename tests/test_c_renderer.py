@@ -13,7 +13,7 @@ import torch
 from torchvendor.ir import capture
 from torchvendor.ir.loop_ir import COMPUTE_OPS, Buffer, Kernel, LoopNest, Stmt, validate
 from torchvendor.reference_backends.cpu import codegen as cpu
-from torchvendor.reference_backends.cpu.toolchain import HostKernel, build
+from torchvendor.reference_backends.cpu.toolchain import HostKernel, _host_call, build, host_kernel
 from torchvendor.reference_backends.cuda import codegen as cuda
 from torchvendor.sdk import CodegenError, CStyleRenderer, LoopKernel, loop_kernels
 
@@ -104,10 +104,17 @@ def _gather_kernel() -> LoopKernel:
     return lk
 
 
-def test_negative_indices_wrap_and_out_of_range_ones_raise_naming_kernel_buffer_and_index(tmp_path):
+_CALLERS = {"extension": host_kernel, "ctypes": lambda name, n: HostKernel(None, name, n)}
+
+
+@pytest.mark.parametrize("caller", list(_CALLERS))
+def test_negative_indices_wrap_and_out_of_range_ones_raise_naming_kernel_buffer_and_index(tmp_path, caller):
+    if caller == "extension" and _host_call is None:
+        pytest.skip("the _host_call extension is not built in this tree")
     lk = _gather_kernel()
     build(cpu.generate(lk), str(tmp_path / "k.so"))
-    kernel = HostKernel(str(tmp_path / "k.so"), lk.name, len(lk.buffers))
+    kernel = _CALLERS[caller](lk.name, len(lk.buffers))
+    kernel.load(str(tmp_path / "k.so"))
     x, out = torch.randn(8), torch.empty(3)
 
     def call(index: list[int]) -> None:
@@ -119,6 +126,28 @@ def test_negative_indices_wrap_and_out_of_range_ones_raise_naming_kernel_buffer_
                                          r"outside \[0, 8\), got 9"):
         call([1, 9, 3])
     call([0, 1, 2])  # the record was cleared: the next call runs
+
+
+def test_host_call_passes_data_pointers_and_sizes_and_refuses_bad_calls(tmp_path):
+    """The extension's call: a view's pointer includes its offset, a Parameter is a tensor, sizes
+    are ints after the buffers; the wrong count, a non-tensor or an unloaded kernel raise."""
+    if _host_call is None:
+        pytest.skip("the _host_call extension is not built in this tree")
+    prog = capture(lambda x: x * 3, [torch.randn(6)], level="loop", dynamic=True).inference
+    (lk,) = loop_kernels(prog)
+    kernel = host_kernel(lk.name, len(lk.buffers))
+    with pytest.raises(RuntimeError, match="kernel loop_kernel0: its library is not loaded yet"):
+        kernel(torch.ones(6), torch.ones(6), 6)
+    build(cpu.generate(lk), str(tmp_path / "k.so"))
+    kernel.load(str(tmp_path / "k.so"))
+    x, out = torch.nn.Parameter(torch.arange(10.0), requires_grad=False), torch.zeros(10)
+    kernel(x[4:], out[2:], *[4] * len(lk.size_vars))
+    torch.testing.assert_close(out[2:6], torch.arange(4.0, 8.0) * 3)
+    assert out[:2].eq(0).all() and out[6:].eq(0).all()
+    with pytest.raises(TypeError, match="kernel loop_kernel0 takes its 2 buffers, then its sizes"):
+        kernel(x)
+    with pytest.raises(AttributeError):
+        kernel(x, "not a tensor", *[4] * len(lk.size_vars))
 
 
 def test_cuda_kernels_check_indirect_indices():

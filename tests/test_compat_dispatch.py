@@ -62,3 +62,20 @@ def test_direct_call_runs_the_operator_itself() -> None:
     compat.direct_call(torch.ops.aten.addmm.out)(b, x, w, out=out)
     torch.testing.assert_close(out, torch.addmm(b, x, w))
     assert compat.direct_call(torch.sin) is torch.sin
+
+
+def test_direct_call_of_a_default_overload_is_its_function_binding() -> None:
+    """A default ATen overload runs through the public binding (unboxed, Inductor's extern
+    path), with the schema's keyword arguments; one without a binding, or another overload,
+    through its C++ operator."""
+    conv = compat.direct_call(torch.ops.aten.convolution.default)
+    assert conv is torch._C._VariableFunctions.convolution
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    kw = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1], transposed=False, output_padding=[0, 0], groups=1)
+    torch.testing.assert_close(conv(x, w, bias=None, **kw), torch.ops.aten.convolution.default(x, w, None, **kw))
+    cumsum = compat.direct_call(torch.ops.aten.cumsum.default)
+    ids = torch.tensor([[1, 0, 1]])
+    assert cumsum(ids, dim=-1, dtype=torch.int64).tolist() == [[1, 1, 2]]
+    assert compat.direct_call(torch.ops.aten.add.Tensor) is torch.ops.aten.add.Tensor._op
+    native = torch.ops.aten.native_layer_norm.default  # a binding exists: check it is that one
+    assert compat.direct_call(native) is getattr(torch._C._VariableFunctions, "native_layer_norm", native._op)

@@ -101,3 +101,17 @@ def test_wrapper_allocators_match_the_public_calls() -> None:
     v = view(base, (2, 5), (5, 1), 3)
     torch.testing.assert_close(v, base.as_strided((2, 5), (5, 1), base.storage_offset() + 3))
     assert v.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+
+
+def test_tensor_data_ptr_address_reads_a_tensors_data_pointer() -> None:
+    """Called through ctypes as Inductor's kernel bindings call it, the C helper gives the same
+    pointer as ``data_ptr()`` (the first element, storage offset included)."""
+    import ctypes
+
+    address = compat.tensor_data_ptr_address()
+    if address is None:
+        pytest.skip("this torch release has no _torchinductor_pyobject_tensor_data_ptr")
+    data_ptr = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(address)
+    x = torch.arange(10.0)[3:]
+    assert data_ptr(x) == x.data_ptr()
+    assert data_ptr(torch.nn.Parameter(x)) == x.data_ptr()

@@ -14,7 +14,7 @@ import torch
 
 __all__ = ["has_cache_entry_guards", "guard_lines", "tracing_guard_lines", "dynamo_reset", "dynamo_backend_state",
            "dynamo_registered_backend", "dynamo_register_backend", "dynamo_counters", "dynamo_backend_names",
-           "outside_tracing_context", "wrapper_allocators"]
+           "outside_tracing_context", "wrapper_allocators", "tensor_data_ptr_address"]
 
 
 def _cache_entry_lister() -> _Callable[[_Any], list] | None:
@@ -155,3 +155,18 @@ def wrapper_allocators() -> tuple[_Callable[..., torch.Tensor], _Callable[..., t
         def view(base: torch.Tensor, size: _Any, stride: _Any, offset: int) -> torch.Tensor:
             return base.as_strided(size, stride, base.storage_offset() + offset)
     return empty, view
+
+
+def tensor_data_ptr_address() -> int | None:
+    """The address of torch's C function ``void* (PyObject* tensor)`` that Inductor's C++ kernel
+    bindings read a tensor's data pointer with (``torch._C._dynamo.guards``): for exact
+    ``Tensor``/``Parameter`` objects only (anything else makes it throw a C++ exception). None
+    where a release lacks it (then call ``data_ptr()``).
+
+    >>> address = tensor_data_ptr_address()
+    >>> address is None or address > 0
+    True
+    """
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    address = getattr(guards, "_torchinductor_pyobject_tensor_data_ptr", None)
+    return int(address) if isinstance(address, int) and address > 0 else None

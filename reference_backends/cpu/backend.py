@@ -2,7 +2,7 @@
 
 ``compile`` turns one loop-IR kernel into C++ (:mod:`.codegen`), compiles it with the system
 compiler into a shared library cached on disk by content hash (``self.cache``), and returns a
-callable that runs it: through ctypes on ``cpu``, through the runtime table's module and launch
+callable that runs it: through a small CPython extension on ``cpu`` (``host_call.c``), through the runtime table's module and launch
 entries on a torchvendor device (the simulated accelerator). Everything else — Inductor's
 lowering, partitions, the program runner, extern kernels, fallback, reports — is the SDK's.
 
@@ -32,7 +32,7 @@ from torchvendor.sdk import Backend, CompiledProgram, Level, LoopKernel
 
 from . import codegen
 from .codegen import generate
-from .toolchain import DeviceKernel, HostKernel, ToolchainError, build, toolchain_id
+from .toolchain import DeviceKernel, ToolchainError, build, host_kernel, toolchain_id
 
 __all__ = ["CpuBackend", "merge_neighbours"]
 
@@ -79,7 +79,7 @@ class CpuBackend(Backend):
         # C++: a warm compile then skips code generation as well as the compiler.
         key = "\n".join((toolchain_id(), _GENERATOR, repr((kernel.kernel, kernel.buffers, kernel.size_vars))))
         if kernel.device == "cpu":
-            compiled: HostKernel | DeviceKernel = HostKernel(None, kernel.name, len(kernel.buffers))
+            compiled: Any = host_kernel(kernel.name, len(kernel.buffers))
         else:
             compiled = DeviceKernel(None, kernel.name, len(kernel.buffers), kernel.device)
         if self.cache.lookup(key, ".so") is not None:
@@ -102,11 +102,11 @@ class CpuBackend(Backend):
         return runner
 
     @property
-    def _building(self) -> list[tuple[Future, HostKernel | DeviceKernel]]:
+    def _building(self) -> list[tuple[Future, Any]]:
         return self.__dict__.setdefault("_pending_builds", [])
 
     @_building.setter
-    def _building(self, value: list[tuple[Future, HostKernel | DeviceKernel]]) -> None:
+    def _building(self, value: list[tuple[Future, Any]]) -> None:
         self.__dict__["_pending_builds"] = value
 
 

@@ -25,11 +25,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from torchvendor.sdk import get_function, launch, load_module
+from torchvendor.sdk import get_function, launch, load_module, tensor_data_ptr_address
 
 from .codegen import ASSERTION
 
-__all__ = ["compiler", "compiler_flags", "build", "HostKernel", "DeviceKernel", "ToolchainError"]
+__all__ = ["compiler", "compiler_flags", "build", "host_kernel", "HostKernel", "DeviceKernel", "ToolchainError"]
 
 _WANTED = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp")
 
@@ -117,9 +117,44 @@ def _pack(tensors: Sequence[torch.Tensor], sizes: Sequence[int]) -> bytes:
     return _packer(len(tensors), len(sizes))(*[t.data_ptr() for t in tensors], *sizes)
 
 
+try:  # built with the package (CMakeLists.txt); a source tree without the build uses ctypes
+    from . import _host_call
+except ImportError:
+    _host_call = None
+
+
+def host_kernel(name: str, n_buffers: int) -> Any:
+    """A kernel to ``load(path)`` from its library, then call on the host as ``kernel(*tensors,
+    *sizes)``: through the ``_host_call`` extension (``host_call.c``), else through ctypes
+    (:class:`HostKernel`).
+
+    >>> k = host_kernel("loop_kernel0", 2)
+    >>> k(torch.ones(2), torch.ones(2))
+    Traceback (most recent call last):
+    RuntimeError: kernel loop_kernel0: its library is not loaded yet (call load(path) first)
+    """
+    return _host_call.HostCall(name, n_buffers) if _host_call is not None else HostKernel(None, name, n_buffers)
+
+
+def _bind_library(kernel: Any, library: str) -> None:
+    """``HostCall.load``: open the library and bind the kernel's entry and its error report."""
+    lib = ctypes.CDLL(library)
+    entry = ctypes.cast(getattr(lib, kernel.name), ctypes.c_void_p).value
+    error = getattr(lib, f"{kernel.name}_error", None)  # generated where the kernel checks bounds
+    if error is not None:
+        error.argtypes, error.restype = [ctypes.POINTER(ctypes.c_int64)], ctypes.c_char_p
+
+    def on_error(status: int) -> None:
+        message = out_of_bounds(kernel.name, error, status)
+        raise (RuntimeError if ASSERTION in message else IndexError)(message)
+
+    kernel.bind(entry, on_error, lib)
+
+
 class HostKernel:
-    """An exported kernel of a shared library, called on the host: ``kernel(*tensors, *sizes)``.
-    With ``library=None`` the library is still being built: :meth:`load` it before the first call."""
+    """An exported kernel of a shared library, called on the host through ctypes: ``kernel(*tensors,
+    *sizes)`` (where the ``host_call`` extension cannot be built). With ``library=None`` the library
+    is still being built: :meth:`load` it before the first call."""
 
     def __init__(self, library: str | None, name: str, n_buffers: int) -> None:
         self.name, self.n = name, n_buffers
@@ -176,3 +211,7 @@ class DeviceKernel:
             fn = self.functions[index] = get_function(load_module(self.library, index), self.name)
         launch(fn, (1,), (1,), _pack(args[:self.n], args[self.n:]), pointer_offsets=self.offsets,
                stream=self.module.current_stream(index))
+
+
+if _host_call is not None:
+    _host_call.configure(tensor_data_ptr_address() or 0, torch.Tensor, torch.nn.Parameter, _bind_library)

@@ -28,7 +28,8 @@ _API: dict[str, str] = {
     **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
     **dict.fromkeys(("ArtifactCache",), "cache"),
     **dict.fromkeys(("FusedOp", "fused_op"), "vendor_ops"),
-    **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel"), "loop_runner"),
+    **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel", "tensor_data_ptr_address"),
+                    "loop_runner"),
     **dict.fromkeys(("CompiledProgram",), "loop_level"),
     **dict.fromkeys(("CStyleRenderer", "CodegenError"), "c_renderer"),
 }

@@ -5,8 +5,9 @@ A LOOP-level backend compiles one :class:`LoopKernel` at a time into a callable
 it binds the size symbols from the inputs, allocates the program's buffers on the inputs'
 device (views of their base where ``view_of`` says so, constants from the program), launches
 the kernels in order and runs the extern kernels (matmul, convolution, ...) through ATen on the
-device. The allocation plan is computed once per binding of the size symbols, so a call costs
-a few microseconds plus the kernels.
+device. For each binding of the size symbols it writes one straight-line Python function that
+does all that (:mod:`.runner_source`, as Inductor writes its wrapper), so a call costs a few
+microseconds plus the kernels.
 
 A kernel's arguments are the buffers it reads, then those it only writes (``LoopKernel.buffers``),
 as tensors whose ``data_ptr()`` is the buffer's first element — exactly the loop IR's memory
@@ -25,7 +26,6 @@ Example (kernels "compiled" to the reference interpreter, :func:`reference_kerne
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -33,11 +33,13 @@ import torch
 
 from torchvendor.ir import compat
 from torchvendor.ir.fx_view import resolve_op
-from torchvendor.ir.loop_ir import Buffer, BufferRef, Kernel, LoopProgram, SizeExpr, parse_expr
-from torchvendor.ir.loop_ir.interpreter import eval_index, write_value
-from torchvendor.ir.loop_ir.schema import ExternKernel, TorchValue
+from torchvendor.ir.loop_ir import Buffer, Kernel, LoopProgram, parse_expr
+from torchvendor.ir.loop_ir.interpreter import write_value
+from torchvendor.ir.loop_ir.schema import ExternKernel
 
-__all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel"]
+from .runner_source import Extern, Step, write_call
+
+__all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel", "tensor_data_ptr_address"]
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,19 @@ def reference_kernel(kernel: LoopKernel) -> Callable[..., None]:
     return run
 
 
+def tensor_data_ptr_address() -> int | None:
+    """For a backend that calls its host kernels from C (the reference CPU backend's
+    ``host_call.c``): the address of torch's C function ``void* (PyObject* tensor)`` giving a
+    tensor's data pointer, the one Inductor's C++ kernel bindings use; for exact ``Tensor`` and
+    ``Parameter`` objects only (call ``data_ptr()`` for others). None where a torch release lacks it.
+
+    >>> address = tensor_data_ptr_address()
+    >>> address is None or address > 0
+    True
+    """
+    return compat.tensor_data_ptr_address()
+
+
 def _in_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """``t`` itself when it has the buffer's size, strides (where a dimension has more than one
     element) and dtype, else a copy that has them."""
@@ -150,26 +165,8 @@ def _ints(texts: Sequence[str], sizes: Mapping[str, int]) -> list[int]:
 
 _WRAPPER_ALLOCATORS = compat.wrapper_allocators()
 
-Getter = Callable[[dict, Mapping[str, int]], Any]
 #: ``(extern kernel, its ATen operator, device type) -> what runs it`` (``Backend.extern_kernel``)
 ExternHook = Callable[[ExternKernel, Callable[..., Any], str], Callable[..., Any]]
-
-
-def _getter(value: Any) -> Getter:
-    """An extern argument as a function of (env, sizes), resolved once instead of on every call."""
-    if isinstance(value, BufferRef):
-        name = value.name
-        return lambda env, sizes: env[name]
-    if isinstance(value, SizeExpr):
-        if value.expr.lstrip("-").isdigit():
-            number = int(value.expr)
-            return lambda env, sizes: number
-        return lambda env, sizes: eval_index(value.expr, sizes)
-    if isinstance(value, tuple):
-        parts = [_getter(v) for v in value]
-        return lambda env, sizes: [g(env, sizes) for g in parts]
-    constant = value.resolve() if isinstance(value, TorchValue) else value
-    return lambda env, sizes: constant
 
 
 @dataclass
@@ -188,20 +185,36 @@ class _Plan:
     size_args: dict[int, tuple[int, ...]]  # step index -> the size arguments of that kernel
 
 
-def _allocate(plan: _Plan, env: dict[str, Any], device: torch.device) -> None:
-    """The program's own buffers, constants and views for one call, into ``env``. On the CPU with
-    the C++ helpers Inductor's wrappers use (:func:`compat.wrapper_allocators`): a small model's
-    partition allocates dozens of buffers per call, and ``torch.empty_strided`` parses its
-    arguments in Python each time."""
-    empty, view = _WRAPPER_ALLOCATORS
-    cpu = device.type == "cpu"
-    for name, size, stride, dtype, where in plan.allocs:
-        env[name] = empty(size, stride, dtype) if cpu and where is None else \
-            torch.empty_strided(size, stride, dtype=dtype, device=where or device)
-    for name, value, size, dtype, where in plan.constants:
-        env[name] = torch.tensor(value, dtype=dtype).reshape(size).to(where or device)
-    for name, base_name, size, stride, offset in plan.views:
-        env[name] = view(env[base_name], size, stride, offset)
+def _restrided(value: torch.Tensor, stride: tuple[int, ...], back: list | None) -> torch.Tensor:
+    """Inductor compiled for the declared strides (AOTAutograd coerces e.g. tangents to them):
+    an input with others (where a dimension has more than one element) runs on a copy with
+    those strides, copied back at the end (``back``) if the program writes it."""
+    if value.numel() <= 1 or all(s == g for s, g, n in zip(stride, value.stride(), value.shape) if n > 1):
+        return value
+    copy = torch.empty_strided(value.shape, stride, dtype=value.dtype, device=value.device)
+    copy.copy_(value)
+    if back is not None:
+        back.append((value, copy))
+    return copy
+
+
+def _as_buffer(value: Any, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> Any:
+    """An extern's result that becomes its buffer: in the buffer's layout (else as it is)."""
+    if not isinstance(value, torch.Tensor) or (value.dtype == dtype and value.stride() == stride and value.shape == size):
+        return value
+    return _in_layout(value, size, stride, dtype)
+
+
+def _write(dst: Any, value: Any) -> Any:
+    """An extern's result for a buffer that is already there: copied into it (its aliases must
+    see it), unless it is that buffer; a non-tensor replaces it."""
+    env = {"dst": dst}
+    write_value(env, "dst", value)
+    return env["dst"]
+
+
+def _constant(value: Any, size: tuple[int, ...], dtype: torch.dtype, device: Any) -> torch.Tensor:
+    return torch.tensor(value, dtype=dtype).reshape(size).to(device)
 
 
 class ProgramRunner:
@@ -217,9 +230,9 @@ class ProgramRunner:
             kernel (``Backend.extern_kernel``); default: the ATen operator on the device.
 
     Everything that does not depend on the inputs' values is resolved once: extern operators
-    and their argument lists at construction, layouts, allocations and size arguments once per
-    binding of the size symbols (:class:`_Plan`). A call then binds the inputs, allocates, and
-    launches: a small model's partition costs microseconds besides its kernels.
+    at construction; layouts, allocations, storage reuse and size arguments once per binding of
+    the size symbols (:class:`_Plan`), written into that binding's generated call
+    (:meth:`source` shows it). A call then binds the size symbols (none: no work) and runs it.
     """
 
     def __init__(self, program: LoopProgram, compiled: Mapping[str, Callable[..., Any]],
@@ -234,24 +247,21 @@ class ProgramRunner:
                              f"{program.name!r}")
         by_name = {lk.name: lk for lk in kernels}
         self._deferred = self._extern_results()
-        #: per op: ("kernel", fn, buffer names, size symbols) or ("extern", run(env, sizes))
-        self.steps: list[tuple] = []
+        #: per op: (kernel, its callable, buffer names, size symbols) or an :class:`Extern`
+        self.steps: list[Step] = []
         for op in program.ops:
             if isinstance(op, Kernel):
                 lk = by_name[op.name]
-                self.steps.append(("kernel", compiled[op.name], tuple(b.name for b in lk.buffers), lk.size_vars))
+                self.steps.append((op, compiled[op.name], tuple(b.name for b in lk.buffers), lk.size_vars))
             else:
-                self.steps.append(("extern", self._extern_step(op)))
+                self.steps.append(self._resolve_extern(op))
         self._scalar = {name: parse_expr(expr) for name, expr in program.scalar_inputs}
         self._inputs = [(name, program.buffer(name) if name not in self._scalar else None) for name in program.inputs]
         self._binders = self._size_binders()
-        # the input that says which device (index) the program runs on: a CPU scalar tensor or
-        # ATen's CPU bookkeeping (efficient attention's philox seed) may come first
-        self._first_tensor = next((k for k, (_, buf) in enumerate(self._inputs)
-                                   if buf is not None and buf.device == self.device),
-                                  next((k for k, (_, buf) in enumerate(self._inputs) if buf is not None), None))
-        self._plans: dict[tuple, _Plan] = {}
         self._written = {n for op in program.ops for n in op.writes()}
+        #: size binding -> (source, function) of the generated call
+        self._calls: dict[tuple, tuple[str, Callable[..., Any]]] = {}
+        self._fixed = self._function({}) if not self._binders else None  # no size symbol: one call
 
     def _extern_results(self) -> set[str]:
         """Outputs of extern kernels that become the result itself instead of a copy into a
@@ -276,42 +286,19 @@ class ProgramRunner:
             seen.update(base[n] for n in op.writes() if n in base)  # a write into a view is one into its base
         return deferred
 
-    def _extern_step(self, ext: ExternKernel) -> Callable[[dict, Mapping[str, int], _Plan], None]:
-        """One extern kernel as a function of (env, sizes, plan), its operator and arguments
-        resolved now (what :func:`run_extern` does on every call)."""
-        outputs, deferred = ext.outputs, [n in self._deferred for n in ext.outputs]
+    def _resolve_extern(self, ext: ExternKernel) -> Extern:
+        """An extern kernel's operator, resolved once (``getitem`` is indexing: no operator)."""
+        deferred = tuple(n in self._deferred for n in ext.outputs)
         if ext.op == "getitem":
-            source, indices = ext.args[0].name, ext.args[1:]
-            call = lambda env, sizes: functools.reduce(lambda v, i: v[i], indices, env[source])  # noqa: E731
-        else:
-            try:
-                op = resolve_op(ext.op)
-            except Exception as e:
-                raise ValueError(f"extern kernel {ext.name}: cannot resolve {ext.op!r}: {e}") from None
-            fn = self._extern(ext, op, self.device) if self._extern is not None else op
-            if fn is op:  # ATen itself: call its C++ operator directly
-                fn = compat.direct_call(op)
-            args = [_getter(a) for a in ext.args]
-            kwargs = [(k, _getter(v)) for k, v in ext.kwargs]
-            call = lambda env, sizes: fn(*[g(env, sizes) for g in args],  # noqa: E731
-                                         **{k: g(env, sizes) for k, g in kwargs})
-        name = ext.name if not outputs and not ext.mutated else None
-
-        def run(env: dict, sizes: Mapping[str, int], plan: _Plan) -> None:
-            result = call(env, sizes)
-            if name is not None:
-                env[name] = result
-            if not outputs:   # zip would still iterate the result: a 0-d tensor (median) refuses
-                return
-            for out, value, bind in zip(outputs, (result,) if len(outputs) == 1 else result, deferred):
-                if bind and isinstance(value, torch.Tensor):
-                    env[out] = result = _in_layout(value, *plan.layouts[out])
-                    for view, size, stride, offset in plan.late_views.get(out, ()):
-                        env[view] = _WRAPPER_ALLOCATORS[1](result, size, stride, offset)
-                else:
-                    write_value(env, out, value)
-
-        return run
+            return Extern(ext, None, deferred)
+        try:
+            op = resolve_op(ext.op)
+        except Exception as e:
+            raise ValueError(f"extern kernel {ext.name}: cannot resolve {ext.op!r}: {e}") from None
+        fn = self._extern(ext, op, self.device) if self._extern is not None else op
+        schema = getattr(op, "_schema", None)
+        aliases = schema is None or any(r.alias_info is not None for r in schema.returns)
+        return Extern(ext, compat.direct_call(op) if fn is op else fn, deferred, aliases)  # ATen: its C++ operator
 
     # ---- sizes and allocation ------------------------------------------------------------------
 
@@ -344,12 +331,27 @@ class ProgramRunner:
                 sizes[symbol] = int(value.shape[pos] if pos < value.dim() else value.stride()[pos - value.dim()])
         return sizes
 
-    def _plan(self, sizes: dict[str, int]) -> _Plan:
+    def _function(self, sizes: dict[str, int]) -> Callable[..., Any]:
+        """The generated call for this binding of the size symbols (written on first use)."""
         key = tuple(sizes.values())  # the symbols are always bound in the same order
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._make_plan(sizes)
-        return plan
+        got = self._calls.get(key)
+        if got is None:
+            got = self._calls[key] = write_call(self.program, self._make_plan(sizes), sizes, self.steps, self._inputs,
+                                                self._written, self.device, self._helpers())
+        return got[1]
+
+    def _helpers(self) -> dict[str, Any]:
+        """The runtime functions the generated source names."""
+        device = self.device
+
+        def device_of(t: Any) -> torch.device:
+            # a CPU scalar tensor or ATen's CPU bookkeeping (efficient attention's philox seed) may come first
+            return t.device if isinstance(t, torch.Tensor) and t.device.type == device else torch.device(device)
+
+        empty, view = _WRAPPER_ALLOCATORS
+        return {"_empty": empty, "_view": view, "_empty_strided": torch.empty_strided, "_Tensor": torch.Tensor,
+                "_restrided": _restrided, "_as_buffer": _as_buffer, "_write": _write, "_constant": _constant,
+                "_device_of": device_of}
 
     def _make_plan(self, sizes: dict[str, int]) -> _Plan:
         layouts, allocs, constants, views, late_views = {}, [], [], [], {}
@@ -367,7 +369,8 @@ class ProgramRunner:
             elif b.name not in inputs and b.name not in self._deferred:
                 allocs.append((b.name, size, stride, dtype, self._elsewhere(b)))
         strides = [tuple(layouts[name][1]) if buf is not None else None for name, buf in self._inputs]
-        size_args = {k: tuple(sizes[s] for s in step[3]) for k, step in enumerate(self.steps) if step[0] == "kernel"}
+        size_args = {k: tuple(sizes[s] for s in step[3]) for k, step in enumerate(self.steps)
+                     if not isinstance(step, Extern)}
         return _Plan(layouts, allocs, constants, views, late_views, strides, size_args)
 
     def _elsewhere(self, buffer: Buffer) -> str | None:
@@ -380,45 +383,9 @@ class ProgramRunner:
         if len(inputs) != len(self._inputs):
             raise ValueError(f"program {self.program.name!r} takes {len(self._inputs)} inputs "
                              f"({list(self.program.inputs)}), got {len(inputs)}")
-        sizes = self._bind(inputs)
-        plan = self._plan(sizes)
-        first = inputs[self._first_tensor] if self._first_tensor is not None else None
-        device = first.device if isinstance(first, torch.Tensor) and first.device.type == self.device \
-            else torch.device(self.device)
-        env: dict[str, Any] = {name: value for (name, _), value in zip(self._inputs, inputs)}
-        restrided = self._restride(inputs, plan, env)
-        _allocate(plan, env, device)
-        for k, step in enumerate(self.steps):
-            if step[0] == "kernel":
-                step[1](*[env[n] for n in step[2]], *plan.size_args[k])
-            else:
-                step[1](env, sizes, plan)
-        for original, copy in restrided:
-            original.copy_(copy)
-        return [self._output(o, env, sizes) for o in self.program.outputs]
+        return (self._fixed or self._function(self._bind(inputs)))(*inputs)
 
-    def _restride(self, inputs: Sequence[Any], plan: _Plan, env: dict[str, Any]) -> list[tuple]:
-        """Inductor compiled for the declared strides (AOTAutograd coerces e.g. tangents to
-        them): an input with others (where a dimension has more than one element) runs on a
-        copy with those strides, copied back afterwards if the program writes it."""
-        restrided = []
-        for (name, _), value, stride in zip(self._inputs, inputs, plan.strides):
-            if stride is None or not isinstance(value, torch.Tensor) or value.stride() == stride or value.numel() <= 1:
-                continue
-            if any(s != g for s, g, n in zip(stride, value.stride(), value.shape) if n > 1):
-                copy = torch.empty_strided(value.shape, stride, dtype=value.dtype, device=value.device)
-                copy.copy_(value)
-                if name in self._written:
-                    restrided.append((value, copy))
-                env[name] = copy
-        return restrided
-
-    @staticmethod
-    def _output(o: Any, env: dict[str, Any], sizes: Mapping[str, int]) -> Any:
-        if isinstance(o, BufferRef):
-            return env[o.name]
-        if isinstance(o, str):
-            return env[o]
-        if isinstance(o, SizeExpr):
-            return _int(o.expr, sizes)
-        return o
+    def source(self, *inputs: Any) -> str:
+        """The Python source of the call that runs these inputs (:mod:`.runner_source`)."""
+        self._function(self._bind(inputs))
+        return self._calls[tuple(self._bind(inputs).values())][0]

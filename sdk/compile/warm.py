@@ -143,9 +143,11 @@ def inference_function(compiled: Callable[..., Any]) -> Callable[..., Any]:
     """``compiled`` (the SDK's module for the ATen graph) with the calling convention of
     AOTAutograd's compiled inference function for Dynamo: ``fn(*args) -> list of outputs``,
     run under no_grad, not traced by Dynamo."""
+    call = getattr(compiled, "forward", compiled)  # a GraphModule: without nn.Module's hook dispatch
+
     def run(*args: Any) -> list[Any]:
         with torch.no_grad():
-            out = compiled(*args)
+            out = call(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     return torch.compiler.disable(run)

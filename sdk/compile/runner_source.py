@@ -1,0 +1,300 @@
+"""The straight-line Python that runs one loop program for one binding of its size symbols.
+
+:class:`~torchvendor.sdk.compile.loop_runner.ProgramRunner` writes, for each binding of the size
+symbols, a function ``call(*inputs)`` in the manner of Inductor's generated wrapper: buffers are
+locals, each allocated (or made a view) just before the first operation that touches it and
+dropped with ``del`` after the last one, sizes are literals, each kernel and extern kernel is one
+call of a name bound in the function's globals. A small model's partition runs dozens of
+operations per call: interpreting them (a dict of buffers, a loop over steps, argument getters)
+cost more than the generated Python does.
+
+Example (the source for ``x.sin() * 2`` on 8 elements)::
+
+    >>> import torch
+    >>> from torchvendor.ir import capture
+    >>> from torchvendor.sdk.compile.loop_runner import ProgramRunner, loop_kernels, reference_kernel
+    >>> prog = capture(lambda x: x.sin() * 2, [torch.randn(8)], level="loop").inference
+    >>> runner = ProgramRunner(prog, {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)})
+    >>> print(runner.source(torch.randn(8)))
+    def call(arg0_1):
+        if isinstance(arg0_1, _Tensor) and arg0_1.stride() != (1,): arg0_1 = _restrided(arg0_1, (1,), None)
+        buf0 = _empty((8,), (1,), _dtype0)
+        _kernel0(arg0_1, buf0)
+        return [buf0]
+"""
+from __future__ import annotations
+
+import keyword
+import linecache
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from torchvendor.ir.loop_ir import BufferRef, Kernel, LoopProgram, SizeExpr
+from torchvendor.ir.loop_ir.interpreter import eval_index
+from torchvendor.ir.loop_ir.schema import ExternKernel, TorchValue
+
+__all__ = ["Extern", "Step", "write_call"]
+
+
+@dataclass(frozen=True)
+class Extern:
+    """An extern kernel as the runner resolved it: what runs it (None for ``getitem``: indexing)."""
+
+    op: ExternKernel
+    fn: Callable[..., Any] | None
+    #: per output: whether the result itself becomes the buffer (else it is copied into it)
+    deferred: tuple[bool, ...]
+    #: whether a result may share storage with an argument (a view op, ``getitem``, an unknown schema)
+    aliases: bool = True
+
+
+#: one operation of the program: a kernel (its callable, argument buffers, size symbols) or an extern
+Step = tuple[Kernel, Callable[..., Any], tuple[str, ...], tuple[str, ...]] | Extern
+
+
+@dataclass
+class _Writer:
+    """Collects the function's lines and the objects its globals bind."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    scope: dict[str, Any] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+    #: names bound before the first operation: inputs, constants and views of them
+    early: set[str] = field(default_factory=set)
+
+    def local(self, name: str) -> str:
+        """A program name as a Python local (kept where it is one and cannot clash with a global)."""
+        got = self.names.get(name)
+        if got is None:
+            ok = name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_")
+            got = self.names[name] = name if ok else f"v{len(self.names)}_"
+        return got
+
+    def constant(self, value: Any, stem: str = "c") -> str:
+        """A literal for ints, bools and None; else a global bound to ``value``."""
+        if value is None or isinstance(value, bool) or type(value) is int:
+            return repr(value)
+        for key, held in self.scope.items():
+            if held is value and key.startswith(f"_{stem}"):
+                return key
+        key = f"_{stem}{sum(k.startswith(f'_{stem}') for k in self.scope)}"
+        self.scope[key] = value
+        return key
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " + line)
+
+
+def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps: Sequence[Step],
+               inputs: Sequence[tuple[str, Any]], written: set[str], device: str,
+               helpers: Mapping[str, Any]) -> tuple[str, Callable[..., Any]]:
+    """``(source, function)``: the program's ``call`` for one binding ``sizes`` and its ``plan``
+    (:class:`~torchvendor.sdk.compile.loop_runner._Plan`); ``steps`` has one entry per
+    ``program.ops``; ``helpers`` are the runtime functions the source names (``_empty``,
+    ``_view``, ...)."""
+    w = _Writer(scope=dict(helpers))
+    args = [w.local(name) for name, _ in inputs]
+    roots, first, last = _liveness(program, plan, steps)
+    _prologue(w, plan, inputs, written, device)
+    made: set[str] = set()
+    outputs = {o.name if isinstance(o, BufferRef) else o for o in program.outputs if isinstance(o, (BufferRef, str))}
+    keep = outputs | {name for name, _ in inputs} | {r for n, r in roots.items() if n in outputs}
+    reuse = _reuse(plan, steps, roots, first, last, keep)
+    for k, step in enumerate(steps):
+        for root in sorted({roots.get(n, n) for n in _refs(step)} - made, key=lambda r: first.get(r, 0)):
+            made.add(root)
+            _make(w, root, plan, device, reuse.get(root))
+        if isinstance(step, Extern):
+            _extern(w, step, plan, sizes)
+        else:
+            kernel_args = [w.local(n) for n in step[2]] + [repr(v) for v in plan.size_args[k]]
+            w.emit(f"{w.constant(step[1], 'kernel')}({', '.join(kernel_args)})")
+        donors = set(reuse.values())  # dropped where their storage is taken over instead
+        dead = [n for n in _refs(step) if last.get(n) == k and n not in keep and roots.get(n, n) not in keep
+                and n not in donors]
+        if dead:
+            w.emit(f"del {', '.join(w.local(n) for n in dict.fromkeys(dead))}")
+    for root in {roots.get(o, o) for o in outputs} - made:  # an output no operation touches
+        _make(w, root, plan, device, None)
+    if any(name in written for name, _ in inputs):
+        w.emit("for _original, _copy in _back: _original.copy_(_copy)")
+    w.emit(f"return [{', '.join(_output(w, o, sizes) for o in program.outputs)}]")
+    source = f"def call({', '.join(args)}):\n" + "\n".join(w.lines)
+    filename = f"<torchvendor runner {program.name} {id(w)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
+    exec(compile(source, filename, "exec"), w.scope)  # noqa: S102 - our own generated source
+    return source, w.scope["call"]
+
+
+def _numel(size: Sequence[int]) -> int:
+    n = 1
+    for s in size:
+        n *= s
+    return n
+
+
+def _refs(step: Step) -> tuple[str, ...]:
+    """The names an operation touches: buffers read and written, and an extern's named result."""
+    if isinstance(step, Extern):
+        named = (step.op.name,) if not step.op.outputs and not step.op.mutated else ()
+        return (*step.op.reads(), *step.op.writes(), *named)
+    return step[2]
+
+
+def _liveness(program: LoopProgram, plan: Any, steps: Sequence[Step]) -> tuple[dict, dict, dict]:
+    """(name -> the buffer whose storage it views, for views; root -> the first step that needs
+    it; name -> the last step that touches it, or what views it)."""
+    roots: dict[str, str] = {}
+    for name, base, *_ in plan.views:
+        roots[name] = roots.get(base, base)
+    for base, views in plan.late_views.items():
+        for name, *_ in views:
+            roots[name] = base
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for k, step in enumerate(steps):
+        for n in _refs(step):
+            first.setdefault(roots.get(n, n), k)
+            last[n] = k
+    for name, base in roots.items():  # a view keeps its base's local alive (it is made from it)
+        if name in last:
+            last[base] = max(last.get(base, -1), last[name])
+    return roots, first, last
+
+
+def _reuse(plan: Any, steps: Sequence[Step], roots: Mapping[str, str], first: Mapping[str, int],
+           last: Mapping[str, int], keep: set[str]) -> dict[str, str]:
+    """buffer -> an earlier buffer whose storage it takes over, as Inductor's wrapper reuses a
+    dead buffer (``buf15 = reinterpret_tensor(buf3, ...); del buf3  # reuse``): one of the same
+    dtype and storage extent that no later operation touches, through any of its views, and
+    that no output is; never one an extern kernel may have returned a view of (nothing tracks
+    that view's uses)."""
+    pinned = {roots.get(n, n) for step in steps if isinstance(step, Extern) and step.aliases for n in step.op.reads()}
+    own = {name: (dtype, _extent(size, stride)) for name, size, stride, dtype, where in plan.allocs if where is None}
+    dead_at: dict[str, int] = {}
+    for name, k in last.items():
+        root = roots.get(name, name)
+        dead_at[root] = max(dead_at.get(root, -1), k)
+    frees: dict[int, list[str]] = {}
+    for root, k in dead_at.items():
+        if root in own and root not in keep and root not in pinned:
+            frees.setdefault(k, []).append(root)
+    pool: dict[tuple, list[str]] = {}
+    reuse: dict[str, str] = {}
+    starts: dict[int, list[str]] = {}
+    for root in own:
+        starts.setdefault(first.get(root, 0), []).append(root)
+    for k in range(len(steps)):
+        for root in starts.get(k, ()):
+            donors = pool.get(own[root])
+            if donors:
+                reuse[root] = donors.pop()
+        for root in frees.get(k, ()):
+            pool.setdefault(own[root], []).append(root)
+    return reuse
+
+
+def _extent(size: Sequence[int], stride: Sequence[int]) -> int:
+    """Elements of storage a layout spans."""
+    if any(n == 0 for n in size):
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(size, stride))
+
+
+def _prologue(w: _Writer, plan: Any, inputs: Sequence[tuple[str, Any]], written: set[str], device: str) -> None:
+    """Inputs whose strides differ from those compiled for run on a copy (copied back at the end
+    where the program writes them); constants and views of inputs."""
+    if any(name in written for name, _ in inputs):
+        w.emit("_back = []")
+    for (name, buf), stride in zip(inputs, plan.strides):
+        if buf is not None and stride is not None and _numel(plan.layouts[name][0]) > 1:
+            a = w.local(name)
+            back = "_back" if name in written else "None"
+            w.emit(f"if isinstance({a}, _Tensor) and {a}.stride() != {stride!r}: "
+                   f"{a} = _restrided({a}, {stride!r}, {back})")
+    if device != "cpu" or plan.constants:
+        first = next((w.local(name) for name, buf in inputs if buf is not None and buf.device == device),
+                     next((w.local(name) for name, buf in inputs if buf is not None), "None"))
+        w.emit(f"_dev = _device_of({first})")
+    for name, value, size, dtype, where in plan.constants:
+        w.emit(f"{w.local(name)} = _constant({w.constant(value)}, {size!r}, {w.constant(dtype, 'dtype')}, "
+               f"{w.constant(where) if where else '_dev'})")
+    w.early = {name for name, _ in inputs} | {c[0] for c in plan.constants}
+    for name, base, size, stride, offset in plan.views:
+        if base in w.early:
+            w.emit(f"{w.local(name)} = _view({w.local(base)}, {size!r}, {stride!r}, {offset!r})")
+            w.early.add(name)
+
+
+def _make(w: _Writer, root: str, plan: Any, device: str, donor: str | None) -> None:
+    """Allocate buffer ``root`` (unless an input, constant or extern result gives it, or it takes
+    over the storage of ``donor``), then its views."""
+    if root in w.early:
+        return
+    for name, size, stride, dtype, where in plan.allocs:
+        if name == root and donor is not None:
+            same = plan.layouts[donor][:2] == (size, stride)
+            storage = w.local(donor) if same else f"_view({w.local(donor)}, {size!r}, {stride!r}, 0)"
+            w.emit(f"{w.local(name)} = {storage}; del {w.local(donor)}  # reuse")
+        elif name == root:
+            d = w.constant(dtype, "dtype")
+            if device == "cpu" and where is None:
+                w.emit(f"{w.local(name)} = _empty({size!r}, {stride!r}, {d})")
+            else:
+                w.emit(f"{w.local(name)} = _empty_strided({size!r}, {stride!r}, dtype={d}, "
+                       f"device={w.constant(where) if where else '_dev'})")
+    tree = {root}
+    for name, base, size, stride, offset in plan.views:
+        if base in tree:
+            tree.add(name)
+            w.emit(f"{w.local(name)} = _view({w.local(base)}, {size!r}, {stride!r}, {offset!r})")
+
+
+def _extern(w: _Writer, ext: Extern, plan: Any, sizes: Mapping[str, int]) -> None:
+    """One extern kernel's call, and its results bound to their buffers."""
+    op, outputs = ext.op, ext.op.outputs
+    if ext.fn is None:  # getitem: indexing its source
+        call = w.local(op.args[0].name) + "".join(f"[{_arg(w, i, sizes)}]" for i in op.args[1:])
+    else:
+        parts = [_arg(w, a, sizes) for a in op.args] + [f"{key}={_arg(w, v, sizes)}" for key, v in op.kwargs]
+        call = f"{w.constant(ext.fn, 'extern')}({', '.join(parts)})"
+    if not outputs:
+        w.emit(f"{w.local(op.name)} = {call}" if not op.mutated else call)
+        return
+    if len(outputs) == 1:  # the result itself, as zip((result,), ...) took it
+        results = [call]
+    else:
+        w.emit(f"_result = {call}")
+        results = [f"_result[{j}]" for j in range(len(outputs))]
+    for out, deferred, result in zip(outputs, ext.deferred, results):
+        o = w.local(out)
+        if deferred:
+            size, stride, dtype = plan.layouts[out]
+            w.emit(f"{o} = _as_buffer({result}, {size!r}, {stride!r}, {w.constant(dtype, 'dtype')})")
+            for view, vsize, vstride, offset in plan.late_views.get(out, ()):
+                w.emit(f"{w.local(view)} = _view({o}, {vsize!r}, {vstride!r}, {offset!r})")
+        else:
+            w.emit(f"{o} = _write({o}, {result})")
+
+
+def _arg(w: _Writer, value: Any, sizes: Mapping[str, int]) -> str:
+    """An extern argument as Python source: a local, a literal, or a global."""
+    if isinstance(value, BufferRef):
+        return w.local(value.name)
+    if isinstance(value, SizeExpr):
+        v = int(value.expr) if value.expr.lstrip("-").isdigit() else eval_index(value.expr, sizes)
+        return repr(int(v)) if isinstance(v, int) or getattr(v, "is_Integer", False) else w.constant(v)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_arg(w, v, sizes) for v in value) + "]"
+    return w.constant(value.resolve() if isinstance(value, TorchValue) else value)
+
+
+def _output(w: _Writer, o: Any, sizes: Mapping[str, int]) -> str:
+    if isinstance(o, BufferRef):
+        return w.local(o.name)
+    if isinstance(o, str):
+        return w.local(o)
+    if isinstance(o, SizeExpr):
+        return _arg(w, o, sizes)
+    return w.constant(o)
+

@@ -1,0 +1,114 @@
+"""The generated straight-line call of ProgramRunner (sdk/compile/runner_source.py): its source
+for small programs (allocation at first use, ``del`` after last use, storage reuse), and that
+what it runs matches eager, also with views, extern results and dynamic shapes."""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from torchvendor.ir.loop_ir import Kernel, capture_loop
+from torchvendor.sdk import ProgramRunner, loop_kernels, reference_kernel
+
+
+def _runner(fn, inputs, **kw):
+    with torch.no_grad():
+        prog = capture_loop(fn, inputs, **kw).inference
+    return prog, ProgramRunner(prog, {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)})
+
+
+def _chain(x, w):
+    # three matmuls with pointwise kernels between them: intermediates die one after another
+    a = (x @ w).relu()
+    b = (a @ w).sin()
+    c = (b @ w).cos()
+    return c * 2
+
+
+def test_buffers_are_locals_made_at_first_use_and_dropped_after_last_use():
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    prog, runner = _runner(_chain, [x, w])
+    torch.testing.assert_close(runner(x, w)[0], _chain(x, w))
+    source = runner.source(x, w)
+    lines = source.splitlines()
+    assert lines[0] == "def call(arg0_1, arg1_1):" and lines[-1].startswith("    return [")
+    assert "env" not in source and "for " not in source  # straight-line: no loop over steps
+    calls = [i for i, line in enumerate(lines) if re.search(r"\b_extern\d+\(|^    _kernel\d+\(", line)]
+    assert len(calls) == len(prog.ops)
+    (out,) = [o.name for o in prog.outputs]
+    for op in prog.ops:  # each intermediate is dropped right after the last operation that touches it
+        for name in op.writes():
+            if name == out:
+                continue
+            touched = [i for i, line in enumerate(lines) if re.search(rf"\b{name}\b", line) and "del " not in line]
+            dropped = [i for i, line in enumerate(lines) if re.search(rf"del .*\b{name}\b", line)]
+            assert dropped and dropped[0] > max(touched), (name, source)
+    assert not re.search(rf"del .*\b{out}\b", source)  # never the output
+
+
+def test_a_dead_buffer_of_the_same_size_is_reused():
+    """Pointwise kernels between matmuls write same-sized intermediates: the later ones take
+    over the storage of dead ones instead of allocating."""
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    _, runner = _runner(_chain, [x, w])
+    source = runner.source(x, w)
+    reused = re.findall(r"(\w+) = (\w+); del \2  # reuse", source)  # the same layout: the tensor itself
+    assert reused, source
+    allocated = re.findall(r"(\w+) = _empty\(", source)
+    for new, old in reused:
+        assert new not in allocated
+    for _ in range(3):  # reused storage: the result is still right on every call
+        torch.testing.assert_close(runner(x, w)[0], _chain(x, w))
+
+
+def test_outputs_and_inputs_are_never_donors():
+    def f(x):
+        a = x.sin()
+        b = a.cos()  # a dies here, but a is returned
+        return a, b * 3
+
+    x = torch.randn(16)
+    _, runner = _runner(f, [x])
+    source = runner.source(x)
+    assert "del arg0_1" not in source
+    got = runner(x)
+    for g, want in zip(got, f(x)):
+        torch.testing.assert_close(g, want)
+    assert got[0].data_ptr() != got[1].data_ptr()
+
+
+def test_each_binding_of_the_size_symbols_gets_its_own_source():
+    def f(x):
+        return (x.softmax(-1) * 2).sum(0)
+
+    x = torch.randn(6, 8)
+    prog, runner = _runner(f, [x], dynamic=True)
+    assert prog.size_vars
+    scalars = dict(prog.scalar_inputs)
+    (tensor,) = [n for n in prog.inputs if n not in scalars]
+
+    def args(t):  # what Dynamo passes: the size symbols, then the tensor
+        symbols = dict(zip(prog.buffer(tensor).size, t.shape))
+        return [symbols[scalars[n]] if n in scalars else t for n in prog.inputs]
+
+    small, large = torch.randn(3, 8), torch.randn(5, 16)
+    for t in (small, large, small):
+        torch.testing.assert_close(runner(*args(t))[0], f(t))
+    a, b = runner.source(*args(small)), runner.source(*args(large))
+    assert a != b and "16" in b and "16" not in a.split("\n", 1)[1]
+    assert len(runner._calls) == 2  # written once per binding
+
+
+def test_a_view_of_an_extern_result_is_made_from_it_and_reads_its_values():
+    def g(x, w):
+        y = x @ w
+        return y.view(4, 2, 8).transpose(0, 1) * 2, y.view(2, 2, 2, 8)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 16)
+    prog, runner = _runner(g, [x, w])
+    (mm,) = [op for op in prog.ops if not isinstance(op, Kernel)]
+    source = runner.source(x, w)
+    assert re.search(rf"{mm.outputs[0]} = _as_buffer\(_extern0\(", source)
+    assert f"_view({mm.outputs[0]}, " in source
+    for got, want in zip(runner(x, w), g(x, w)):
+        torch.testing.assert_close(got, want)
