@@ -60,6 +60,7 @@ from ..ir.graph_view import GraphView
 from . import _native
 from .boundary import boundary_total, eject_cheap, refine_waves, size_reader
 from .cuts import pair_cuts
+from .span import span_cut
 from .support import as_oracle, check, op_matches
 
 __all__ = ["PartitionOptions", "Partition", "PartitionResult", "PartitionError",
@@ -760,6 +761,10 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
     eject = (lambda w: eject_cheap(w, unit_of, units.members, cheap, g.preds, g.data_succ, size_of, sizes=shared,
                                    books=books) if cheap else [])
     cuts = opts.pair_cuts and n_waves > 1 and len(nodes) <= _CUTS_MAX_NODES
+    if cuts:  # the span cut's placement (a proven bound), from the scan's waves before they are refined
+        spanned = _span_start(g, units, unit_wave, n_waves, size_of, shared, books, opts, stats)
+        if spanned is not None:
+            starts.append(spanned)
     for start in starts:  # earliest waves, then latest waves (small graphs): keep the cheaper
         moves = refine_waves(start, n_waves, units.usucc, upreds, unit_of, units.members, g.preds, g.data_succ,
                              size_of, order=None if unit_of is None else units.order, sizes=shared,
@@ -770,7 +775,7 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
         if best is None or cost < best[0]:
             best = (cost, start, moves, ejected, placed)
     cost, unit_wave, stats["boundary_moves"], ejected, placed = best
-    stats["boundary_start"] = "earliest" if unit_wave is starts[0] else "latest"
+    stats["boundary_start"] = ("earliest", "latest", "span")[_index_of(starts, unit_wave)]
     if cuts:  # the exact pair cuts from the best sweeps' placement: kept where they lower the bytes
         moves = _place(placed, n_waves, units, g, size_of, shared, books, stats)
         if moves:
@@ -783,6 +788,34 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
         reasons[i] = EJECTED_REASON
     node_wave = unit_wave if unit_of is None else list(map(unit_wave.__getitem__, unit_of))
     return _split_groups(node_wave, g.all_preds, True, unit_of)
+
+
+def _index_of(items: Sequence[Any], item: Any) -> int:
+    return next(i for i, x in enumerate(items) if x is item)
+
+
+def _span_start(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, size_of, sizes: list[int], books,
+                opts: PartitionOptions, stats: dict[str, Any]) -> list[int] | None:
+    """The placement of least span cost (:func:`~torchvendor.partitioner.span.span_cut`), or
+    ``None`` where its network would pass :data:`_SPAN_MAX_LAYERS` or a wave would fall below
+    ``min_size``. Sets ``stats["bytes_lower_bound"]`` (no count-optimal, jointly convex placement
+    moves fewer bytes) and ``stats["bytes_bound"]`` (``rho``: the placement is within that factor
+    of the optimum, docs/partitioner.md)."""
+    min_size, _, exempt = books
+    order = None if units.unit_of is None else units.order
+    waves, span, shared, rho = span_cut(unit_wave, n_waves, units.usucc, units.upreds, units.unit_of, g.data_succ,
+                                        size_of, order=order, sizes=sizes, pinned=exempt,
+                                        max_layers=_SPAN_MAX_LAYERS * len(g.nodes))
+    if waves is None or (min_size > 1 and not _sizes_ok(g, units, waves, n_waves, min_size, opts)):
+        return None
+    stats["bytes_span"] = span  # the span start's true bytes are at most this, so the result's too
+    stats["bytes_lower_bound"] = shared + -(-(span - shared) // rho)  # ceil: the optimum is an integer
+    stats["bytes_bound"] = rho
+    return waves
+
+
+#: the span cut runs where its layered network has at most this many nodes per graph node
+_SPAN_MAX_LAYERS = 8
 
 
 def _place(uwave: list[int], n_waves: int, units: _Units, g: _Index, size_of, sizes: list[int], books,
