@@ -232,7 +232,7 @@ def write(rows: list[dict], path: Path, load0: float, load1: float, wall: float,
              f"{'met' if tot['ours'] <= 0.85 * tot['cbp'] else 'NOT met'}).",
              f"- runs where ours moves more bytes than CBP: **{len(s['worse'])} of {len(rows):,}** (target 0: "
              f"{'met' if not s['worse'] else 'NOT met'}).",
-             f"- sweeps only / CBP: {tot['sweeps'] / max(1, tot['cbp']):.3f}; the pair cuts lower the bytes in "
+             f"- sweeps only / CBP: {tot['sweeps'] / max(1, tot['cbp']):.3f}; the cuts (span start, pair cuts) lower the bytes in "
              f"{len(s['cuts_better'])} runs and raise them in {len(s['cuts_worse'])} (ours / sweeps only "
              f"{tot['ours'] / max(1, tot['sweeps']):.4f}).",
              f"- runs with more partitions than CBP: {len(s['more'])}; count != the lower bound L: {len(s['not_L'])}; "
@@ -247,7 +247,7 @@ def write(rows: list[dict], path: Path, load0: float, load1: float, wall: float,
                          f"{r['cbp']['parts']} | {r['ours']['bytes']:,} / {r['cbp']['bytes']:,} | {ratio(r):.2f} |")
         lines.append("")
     lines += ["Per graph (all profiles). *bounded*: runs where the span cut ran (graphs up to 1,000 nodes, two waves or "
-              "more, the layer cap); *lower bound*: the sum of its certified lower bounds on those runs (no "
+              "more, the layer and phase caps); *lower bound*: the sum of its certified lower bounds on those runs (no "
               "count-optimal, jointly convex placement moves fewer bytes), *ours/bound*: ours over it on the same runs "
               "(below 1 where views left their partitions, which no placement of the whole supported set can do); "
               "*rho*: the largest proven factor.", "",

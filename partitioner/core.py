@@ -797,7 +797,8 @@ def _index_of(items: Sequence[Any], item: Any) -> int:
 def _span_start(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, size_of, sizes: list[int], books,
                 opts: PartitionOptions, stats: dict[str, Any]) -> list[int] | None:
     """The placement of least span cost (:func:`~torchvendor.partitioner.span.span_cut`), or
-    ``None`` where its network would pass :data:`_SPAN_MAX_LAYERS` or a wave would fall below
+    ``None`` where its network would pass :data:`_SPAN_MAX_LAYERS` (or its cut
+    :data:`_SPAN_MAX_PHASES`) or a wave would fall below
     ``min_size``. Sets ``stats["bytes_lower_bound"]`` (no count-optimal, jointly convex placement
     moves fewer bytes) and ``stats["bytes_bound"]`` (``rho``: the placement is within that factor
     of the optimum, docs/partitioner.md)."""
@@ -805,7 +806,7 @@ def _span_start(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, si
     order = None if units.unit_of is None else units.order
     waves, span, shared, rho = span_cut(unit_wave, n_waves, units.usucc, units.upreds, units.unit_of, g.data_succ,
                                         size_of, order=order, sizes=sizes, pinned=exempt,
-                                        max_layers=_SPAN_MAX_LAYERS * len(g.nodes))
+                                        max_layers=_SPAN_MAX_LAYERS * len(g.nodes), max_phases=_SPAN_MAX_PHASES)
     if waves is None or (min_size > 1 and not _sizes_ok(g, units, waves, n_waves, min_size, opts)):
         return None
     stats["bytes_span"] = span  # the span start's true bytes are at most this, so the result's too
@@ -816,6 +817,9 @@ def _span_start(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, si
 
 #: the span cut runs where its layered network has at most this many nodes per graph node
 _SPAN_MAX_LAYERS = 8
+#: and gives up past this many phases of its minimum cut (Dinic): on the corpus most cuts take a few, a few
+#: take about a hundred (a long augmenting path per phase through the layers) at 20x the time
+_SPAN_MAX_PHASES = 32
 
 
 def _place(uwave: list[int], n_waves: int, units: _Units, g: _Index, size_of, sizes: list[int], books,

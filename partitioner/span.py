@@ -220,18 +220,19 @@ def span_cut(uwave: Sequence[int], n_waves: int, usucc: Sequence[Sequence[int]],
              unit_of: Sequence[int] | None, succ: Sequence[Sequence[int]], size_of: Callable[[int], int],
              order: Sequence[int] | None = None, sizes: list[int] | None = None,
              pinned: Sequence[bool] | None = None,
-             max_layers: int | None = None) -> tuple[list[int] | None, int, int, int]:
+             max_layers: int | None = None, max_phases: int | None = None) -> tuple[list[int] | None, int, int, int]:
     """The placement of least span cost (module docstring) from a feasible one ``uwave`` (the
     wave scan's; ``-1``: unsupported): returns ``(waves, min S, C, rho)``, so that its true
     bytes are at most ``min S`` and the optimum at least ``C + (min S - C) / rho``. Arguments as
     :func:`~torchvendor.partitioner.boundary.refine_waves`; ``pinned``: units that stay where they
     are (an exempt unit under ``min_size``); ``max_layers``: give up (``(None, 0, 0, 1)``) where
-    the network would have more unit layers than this (the sum of the windows' widths)."""
+    the network would have more unit layers than this (the sum of the windows' widths), or its
+    minimum cut more than ``max_phases`` phases of Dinic's algorithm (:func:`~.cuts.min_cut`)."""
     if order is None:
         order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
     if _native.lib is not None:  # the same network and cut in C
         return _native.lib.span_cut(uwave, n_waves, usucc, upreds, unit_of, succ, size_of, order, sizes, pinned,
-                                    -1 if max_layers is None else max_layers)
+                                    -1 if max_layers is None else max_layers, -1 if max_phases is None else max_phases)
     if sizes is None:
         sizes = [-1] * len(succ)
     lo, hi = span_windows(uwave, n_waves, usucc, upreds, order, pinned)
@@ -253,7 +254,9 @@ def span_cut(uwave: Sequence[int], n_waves: int, usucc: Sequence[Sequence[int]],
         span += k
         shared += c
         rho = max(rho, d)
-    side = min_cut(net.n, net.arcs)
+    side = min_cut(net.n, net.arcs, max_phases=max_phases)
+    if side is None:
+        return None, 0, 0, 1
     out = [-1] * len(uwave)
     for u, w in enumerate(uwave):
         if w >= 0:

@@ -124,6 +124,8 @@ def test_min_cut_against_brute_force():
         side = min_cut(n, arcs)
         with python_loops():
             assert min_cut(n, arcs) == side  # the Python reference: the same (smallest) source side
+            capped = min_cut(n, arcs, max_phases=1)
+        assert min_cut(n, arcs, max_phases=1) == capped in (None, side)  # the same phases in C
         cost = lambda s: sum(c for a, b, c in arcs if s[a] and not s[b])  # noqa: E731
         best = min(cost((True, False) + rest) for rest in itertools.product((True, False), repeat=n - 2))
         assert side[0] and side[1] == (best == float("inf"))  # no finite cut: the sink stays reachable
@@ -242,8 +244,9 @@ def test_span_cut_is_the_span_optimum():
 
 def test_span_cut_c_gives_the_python_result():
     """``_partition_native.span_cut`` against the Python reference: the same waves, bound and
-    size lookups, with and without pinned units and a layer cap."""
+    size lookups, with and without pinned units, a layer cap and a phase cap."""
     rng = random.Random(13)
+    gave_up = 0
     for _ in range(300):
         n = rng.randint(4, 70)
         preds, succ, sup, sizes = random_dag(rng, n)
@@ -251,15 +254,16 @@ def test_span_cut_c_gives_the_python_result():
         if k < 2:
             continue
         pinned = [s and rng.random() < 0.15 for s in sup] if rng.random() < 0.3 else None
-        cap = rng.choice((None, None, n // 2))
+        caps = dict(max_layers=rng.choice((None, None, n // 2)), max_phases=rng.choice((None, 2, 4)))
         fast, ref = [-1] * n, [-1] * n
-        got = span_cut(waves, k, succ, preds, None, succ, sizes.__getitem__, sizes=fast, pinned=pinned, max_layers=cap)
+        got = span_cut(waves, k, succ, preds, None, succ, sizes.__getitem__, sizes=fast, pinned=pinned, **caps)
         with python_loops():
-            want = span_cut(waves, k, succ, preds, None, succ, sizes.__getitem__, sizes=ref, pinned=pinned,
-                            max_layers=cap)
+            want = span_cut(waves, k, succ, preds, None, succ, sizes.__getitem__, sizes=ref, pinned=pinned, **caps)
+        gave_up += got[0] is None
         assert (got, fast) == (want, ref)
         if pinned is not None and got[0] is not None:
             assert all(got[0][u] == waves[u] for u in range(n) if pinned[u])
+    assert 10 < gave_up < 200
 
 
 def _dict_graph(n, preds, sup, sizes):

@@ -1237,9 +1237,12 @@ static int flow_build(Flow *f, Py_ssize_t n, const long *tails, const long *head
   return 0;
 }
 
-/* Maximum flow (Dinic); afterwards level[v] >= 0 marks the smallest source side of a minimum cut. */
-static void flow_solve(Flow *f, long source, long sink) {
+/* Maximum flow (Dinic); afterwards level[v] >= 0 marks the smallest source side of a minimum cut.
+ * Returns 1 (and stops) if it would take more than max_phases phases (< 0: no limit), else 0. */
+static int flow_solve(Flow *f, long source, long sink, long max_phases) {
+  long phases = 0;
   for (int infinite = 0; !infinite && flow_levels(f, source, sink) >= 0;) {
+    if (max_phases >= 0 && ++phases > max_phases) return 1;
     for (Py_ssize_t v = 0; v < f->n; ++v) f->it[v] = f->first[v];
     for (int r; (r = flow_augment(f, source, sink)) != 0;)
       if (r < 0) { /* an infinite source-sink path: no finite cut; stop (the sink stays reachable) */
@@ -1248,6 +1251,7 @@ static void flow_solve(Flow *f, long source, long sink) {
       }
   }
   flow_levels(f, source, sink);
+  return 0;
 }
 
 /* Read the (tail, head, capacity) arcs of Python's min_cut. */
@@ -1283,15 +1287,18 @@ done:
 static PyObject *min_cut(PyObject *self, PyObject *args) {
   (void)self;
   Py_ssize_t n;
-  long source = 0, sink = 1;
+  long source = 0, sink = 1, max_phases = -1;
   PyObject *arcs_obj, *result = NULL;
-  if (!PyArg_ParseTuple(args, "nO|ll:min_cut", &n, &arcs_obj, &source, &sink)) return NULL;
+  if (!PyArg_ParseTuple(args, "nO|lll:min_cut", &n, &arcs_obj, &source, &sink, &max_phases)) return NULL;
   if (n < 2 || source < 0 || source >= n || sink < 0 || sink >= n || source == sink)
     return PyErr_Format(PyExc_ValueError, "min_cut: need n >= 2 and distinct source and sink in 0..n-1 "
                         "(got n=%zd, source=%ld, sink=%ld)", n, source, sink);
   Flow f = {0};
   if (flow_read(&f, arcs_obj, n) < 0) goto done;
-  flow_solve(&f, source, sink);
+  if (flow_solve(&f, source, sink, max_phases)) {
+    result = Py_NewRef(Py_None);
+    goto done;
+  }
   if (!(result = PyList_New(n))) goto done;
   for (Py_ssize_t v = 0; v < n; ++v) {
     PyObject *b = f.level[v] >= 0 ? Py_True : Py_False;
@@ -1578,7 +1585,7 @@ static long run_pass(Cut *c, const char *dirty, long parity) {
     st->failed = 1;
     return 0;
   }
-  flow_solve(&f, 0, 1);
+  flow_solve(&f, 0, 1, -1);
   long *to = c->stack + st->n_units; /* the second half of the stack: new waves of the changed units */
   for (Py_ssize_t u = 0; u < st->n_units; ++u) {
     long k = c->free_k[u];
@@ -1835,7 +1842,7 @@ static void sp_value(Span *s, long pu, Py_ssize_t k, int fb, i64 size, i64 *out)
 }
 
 /* span_cut's network, cut and waves; NULL with an exception set on failure */
-static PyObject *sp_solve(Span *s, long max_layers) {
+static PyObject *sp_solve(Span *s, long max_layers, long max_phases) {
   St *st = s->c.st;
   i64 layers = 0;
   for (Py_ssize_t u = 0; u < st->n_units; ++u) layers += s->hi[u] - s->lo[u];
@@ -1859,7 +1866,10 @@ static PyObject *sp_solve(Span *s, long max_layers) {
   Flow f = {0};
   PyObject *waves = NULL;
   if (flow_build(&f, s->c.n, s->c.tails, s->c.heads, s->c.caps, s->c.na) < 0) goto done;
-  flow_solve(&f, SP_SOURCE, SP_SINK);
+  if (flow_solve(&f, SP_SOURCE, SP_SINK, max_phases)) { /* past the cap: no span start */
+    flow_free(&f);
+    return Py_BuildValue("(Oiii)", Py_None, 0, 0, 1);
+  }
   for (Py_ssize_t e = 0; e < s->c.na; ++e)
     if (f.level[s->c.tails[e]] >= 0 && f.level[s->c.heads[e]] < 0)
       span = s->c.caps[e] >= CAP_INF || span >= CAP_INF ? CAP_INF : span + s->c.caps[e];
@@ -1883,9 +1893,9 @@ done:
 static PyObject *span_cut(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *uwave_obj, *usucc, *upreds, *unit_of, *succ, *size_of, *order_obj, *cache, *pinned_obj;
-  long n_waves, max_layers;
-  if (!PyArg_ParseTuple(args, "OlOOOOOOOOl:span_cut", &uwave_obj, &n_waves, &usucc, &upreds, &unit_of, &succ,
-                        &size_of, &order_obj, &cache, &pinned_obj, &max_layers))
+  long n_waves, max_layers, max_phases;
+  if (!PyArg_ParseTuple(args, "OlOOOOOOOOll:span_cut", &uwave_obj, &n_waves, &usucc, &upreds, &unit_of, &succ,
+                        &size_of, &order_obj, &cache, &pinned_obj, &max_layers, &max_phases))
     return NULL;
   St st;
   Span s;
@@ -1928,7 +1938,7 @@ static PyObject *span_cut(PyObject *self, PyObject *args) {
     for (Py_ssize_t u = 0; u < st.n_units; ++u) pinned[u] = tmp[u] != 0;
   }
   sp_windows(&s, order, pinned);
-  result = sp_solve(&s, max_layers);
+  result = sp_solve(&s, max_layers, max_phases);
   if (result && write_cache(cache, st.sizes, st.fresh, st.n_fresh) < 0) Py_CLEAR(result);
 done:
   free(order), free(tmp), free(pinned), free(s.lo), free(s.hi), free(s.base), free(s.heads), free(s.readers);
@@ -2036,10 +2046,11 @@ static PyMethodDef methods[] = {
      "eject_cheap(uwave, n_waves, unit_of, members, cheap, preds, succ, size_of, movable, sizes, books)"
      " -> ejected nodes: boundary.eject_cheap; uwave is updated in place."},
     {"span_cut", span_cut, METH_VARARGS,
-     "span_cut(uwave, n_waves, usucc, upreds, unit_of, succ, size_of, order, sizes, pinned, max_layers)"
+     "span_cut(uwave, n_waves, usucc, upreds, unit_of, succ, size_of, order, sizes, pinned, max_layers, max_phases)"
      " -> (waves or None, min span cost, shared constant, rho): span.span_cut."},
     {"min_cut", min_cut, METH_VARARGS,
-     "min_cut(n, arcs, source=0, sink=1) -> the source side of a minimum cut (the smallest): cuts.min_cut."},
+     "min_cut(n, arcs, source=0, sink=1, max_phases=-1) -> the source side of a minimum cut (the smallest), or "
+     "None past max_phases: cuts.min_cut."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
