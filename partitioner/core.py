@@ -761,37 +761,41 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
     eject = (lambda w: eject_cheap(w, unit_of, units.members, cheap, g.preds, g.data_succ, size_of, sizes=shared,
                                    books=books) if cheap else [])
     cuts = opts.pair_cuts and n_waves > 1 and len(nodes) <= _CUTS_MAX_NODES
+    n_old = len(starts)
     if cuts:  # the span cut's placement (a proven bound), from the scan's waves before they are refined
         spanned = _span_start(g, units, unit_wave, n_waves, size_of, shared, books, opts, stats)
         if spanned is not None:
             starts.append(spanned)
-    for start in starts:  # earliest waves, then latest waves (small graphs): keep the cheaper
+    swept = []
+    for i, start in enumerate(starts):  # earliest waves, latest waves (small graphs), the span cut's
         moves = refine_waves(start, n_waves, units.usucc, upreds, unit_of, units.members, g.preds, g.data_succ,
                              size_of, order=None if unit_of is None else units.order, sizes=shared,
                              books=books) if n_waves > 1 else 0
         placed = list(start) if cuts else None
         ejected = eject(start)
         cost = boundary_total(start, unit_of, g.data_succ, size_of, shared) if len(starts) > 1 or cuts else 0
+        swept.append((cost, i, start, moves, ejected, placed))
+    finalists = [min(swept[:n_old], key=lambda r: r[0])]  # the cheaper of the earliest and latest waves
+    if len(swept) > n_old and swept[-1][0] < finalists[0][0]:
+        finalists.append(swept[-1])  # the span cut's is cheaper after the sweeps: finish both, keep the cheaper
+    best = None
+    for cost, i, start, moves, ejected, placed in finalists:
+        if cuts:  # the exact pair cuts from the sweeps' placement: kept where they lower the bytes
+            cut = _place(placed, n_waves, units, g, size_of, shared, books, stats)
+            if cut:
+                ejected_cut = eject(placed)
+                after = boundary_total(placed, unit_of, g.data_succ, size_of, shared)
+                if after < cost:
+                    cost, start, ejected, moves = after, placed, ejected_cut, moves + cut
         if best is None or cost < best[0]:
-            best = (cost, start, moves, ejected, placed)
-    cost, unit_wave, stats["boundary_moves"], ejected, placed = best
-    stats["boundary_start"] = ("earliest", "latest", "span")[_index_of(starts, unit_wave)]
-    if cuts:  # the exact pair cuts from the best sweeps' placement: kept where they lower the bytes
-        moves = _place(placed, n_waves, units, g, size_of, shared, books, stats)
-        if moves:
-            ejected_cut = eject(placed)
-            if boundary_total(placed, unit_of, g.data_succ, size_of, shared) < cost:
-                unit_wave, ejected = placed, ejected_cut
-                stats["boundary_moves"] += moves
+            best = (cost, i, start, moves, ejected)
+    _, i, unit_wave, stats["boundary_moves"], ejected = best
+    stats["boundary_start"] = ("earliest", "latest", "span")[i if i < n_old else 2]
     stats["ejected"] = len(ejected)
     for i in ejected:
         reasons[i] = EJECTED_REASON
     node_wave = unit_wave if unit_of is None else list(map(unit_wave.__getitem__, unit_of))
     return _split_groups(node_wave, g.all_preds, True, unit_of)
-
-
-def _index_of(items: Sequence[Any], item: Any) -> int:
-    return next(i for i, x in enumerate(items) if x is item)
 
 
 def _span_start(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, size_of, sizes: list[int], books,
