@@ -201,7 +201,7 @@ def _bound_lines(rows: list[dict]) -> list[str]:
             f"**{ours / max(1, lb):.3f}** in total, worst run {gaps[0] if gaps else 1:.2f}, median "
             f"{gaps[len(gaps) // 2] if gaps else 1:.3f}; proven factor rho at most "
             f"{max(r['ours']['rho'] for r in bounded)}, median {sorted(r['ours']['rho'] for r in bounded)[len(bounded) // 2]}.",
-            "- the start kept before the pair cuts: " + ", ".join(f"{k or 'none (one wave)'} {v:,}" for k, v in
+            "- the start the result came from: " + ", ".join(f"{k or 'none (one wave)'} {v:,}" for k, v in
                                                             sorted(starts.items(), key=lambda kv: -kv[1])) + "."]
 
 
