@@ -121,7 +121,9 @@ def measure(gm: torch.fx.GraphModule, pred, repeat: int) -> dict:
             t = min(t, time.process_time() - t0)
         parts = [set(p.nodes) for p in res.partitions]
         row[name] = {"parts": len(parts), "bytes": boundary(gm, parts)[1], "s": t, "convex": jointly_convex(gm, parts),
-                     "cut_moves": res.stats.get("cut_moves", 0)}
+                     "cut_moves": res.stats.get("cut_moves", 0), "start": res.stats.get("boundary_start")}
+        if "bytes_lower_bound" in res.stats:  # the span cut ran: a certified lower bound and the factor rho
+            row[name].update(lb=res.stats["bytes_lower_bound"], rho=res.stats["bytes_bound"], span=res.stats["bytes_span"])
     row["ours"]["L"] = runs_bound(gm, supported_set(gm, view, pred))
     support = _Support(view, pred)
     t0 = time.process_time()
@@ -185,6 +187,24 @@ def summary(rows: list[dict]) -> dict:
             "s": {k: sum(r[k]["s"] for r in rows) for k in ("ours", "sweeps", "cbp")}}
 
 
+def _bound_lines(rows: list[dict]) -> list[str]:
+    """The span cut's certified bounds (docs/partitioner.md, *How close to the optimum*)."""
+    bounded = [r for r in rows if "lb" in r["ours"]]
+    if not bounded:
+        return []
+    ours, lb = sum(r["ours"]["bytes"] for r in bounded), sum(r["ours"]["lb"] for r in bounded)
+    gaps = sorted((r["ours"]["bytes"] / r["ours"]["lb"] for r in bounded if r["ours"]["lb"]), reverse=True)
+    starts = defaultdict(int)
+    for r in rows:
+        starts[r["ours"].get("start")] += 1
+    return [f"- certified lower bound (the span cut, {len(bounded):,} runs where it ran): ours / bound "
+            f"**{ours / max(1, lb):.3f}** in total, worst run {gaps[0] if gaps else 1:.2f}, median "
+            f"{gaps[len(gaps) // 2] if gaps else 1:.3f}; proven factor rho at most "
+            f"{max(r['ours']['rho'] for r in bounded)}, median {sorted(r['ours']['rho'] for r in bounded)[len(bounded) // 2]}.",
+            "- the start the result came from: " + ", ".join(f"{k or 'none (one wave)'} {v:,}" for k, v in
+                                                            sorted(starts.items(), key=lambda kv: -kv[1])) + "."]
+
+
 def write(rows: list[dict], path: Path, load0: float, load1: float, wall: float, args) -> None:
     s = summary(rows)
     tot, ratio = s["tot"], s["ratio"]
@@ -199,8 +219,9 @@ def write(rows: list[dict], path: Path, load0: float, load1: float, wall: float,
              "(`corpus.random_profile`, seeds 0..N-1) = "
              f"{len(rows):,} runs. Times are CPU time (`time.process_time`) of one run each, ours and CBP "
              "in the same process on the same graph.", "",
-             "*ours*: default options (pair cuts, then the sweeps); *sweeps only*: `pair_cuts=False`, the "
-             "placement of main before issue 22 (cde63af).", "",
+             "*ours*: default options (three starts: the earliest waves, the latest, the span cut's; the sweeps; then "
+             "the pair cuts and sweeps); *sweeps only*: `pair_cuts=False`, the placement of main before issue 22 "
+             "(cde63af).", "",
              "| | ours | sweeps only | CBP |", "|---|---:|---:|---:|",
              f"| partitions | {sum(r['ours']['parts'] for r in rows):,} | {sum(r['sweeps']['parts'] for r in rows):,} | "
              f"{sum(r['cbp']['parts'] for r in rows):,} |",
@@ -211,12 +232,13 @@ def write(rows: list[dict], path: Path, load0: float, load1: float, wall: float,
              f"{'met' if tot['ours'] <= 0.85 * tot['cbp'] else 'NOT met'}).",
              f"- runs where ours moves more bytes than CBP: **{len(s['worse'])} of {len(rows):,}** (target 0: "
              f"{'met' if not s['worse'] else 'NOT met'}).",
-             f"- sweeps only / CBP: {tot['sweeps'] / max(1, tot['cbp']):.3f}; the pair cuts lower the bytes in "
+             f"- sweeps only / CBP: {tot['sweeps'] / max(1, tot['cbp']):.3f}; the cuts (span start, pair cuts) lower the bytes in "
              f"{len(s['cuts_better'])} runs and raise them in {len(s['cuts_worse'])} (ours / sweeps only "
              f"{tot['ours'] / max(1, tot['sweeps']):.4f}).",
              f"- runs with more partitions than CBP: {len(s['more'])}; count != the lower bound L: {len(s['not_L'])}; "
              f"not jointly convex: {len(s['not_convex'])}.",
-             f"- time: ours {s['s']['cbp'] / max(s['s']['ours'], 1e-9):.0f}x faster than CBP in total (target >= 20x).", ""]
+             f"- time: ours {s['s']['cbp'] / max(s['s']['ours'], 1e-9):.0f}x faster than CBP in total (target >= 20x).",
+             *_bound_lines(rows), ""]
     if s["worse"]:
         lines += ["Worst runs (ours > CBP):", "", "| model | graph | nodes | profile | parts ours/CBP | bytes ours/CBP | ratio |",
                   "|---|---|---:|---|---|---|---:|"]
@@ -224,15 +246,24 @@ def write(rows: list[dict], path: Path, load0: float, load1: float, wall: float,
             lines.append(f"| {r['model']} | {r['kind']} | {r['nodes']} | {r['profile']} | {r['ours']['parts']} / "
                          f"{r['cbp']['parts']} | {r['ours']['bytes']:,} / {r['cbp']['bytes']:,} | {ratio(r):.2f} |")
         lines.append("")
-    lines += ["Per graph (all profiles):", "", "| model | graph | nodes | bytes ours/CBP | worse runs | parts ours/CBP | "
-              "s ours/CBP |", "|---|---|---:|---:|---:|---|---|"]
+    lines += ["Per graph (all profiles). *bounded*: runs where the span cut ran (graphs up to 1,000 nodes, two waves or "
+              "more, the layer and phase caps); *lower bound*: the sum of its certified lower bounds on those runs (no "
+              "count-optimal, jointly convex placement moves fewer bytes), *ours/bound*: ours over it on the same runs "
+              "(below 1 where views left their partitions, which no placement of the whole supported set can do); "
+              "*rho*: the largest proven factor.", "",
+              "| model | graph | nodes | bytes ours/CBP | worse runs | parts ours/CBP | s ours/CBP | bounded | lower bound "
+              "| ours/bound | rho |", "|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|"]
     for m, k in graphs_seen:
         sub = [r for r in rows if r["model"] == m and r["kind"] == k]
         ob, cb = sum(r["ours"]["bytes"] for r in sub), sum(r["cbp"]["bytes"] for r in sub)
+        bounded = [r for r in sub if "lb" in r["ours"]]
+        lb = sum(r["ours"]["lb"] for r in bounded)
+        bound = (f"{len(bounded)} | {lb:,} | {sum(r['ours']['bytes'] for r in bounded) / lb:.3f} | "
+                 f"{max(r['ours']['rho'] for r in bounded)}" if lb else f"{len(bounded)} | - | - | -")
         lines.append(f"| {m} | {k} | {sub[0]['nodes']} | {ob / max(1, cb):.3f} | "
                      f"{sum(r['ours']['bytes'] > r['cbp']['bytes'] for r in sub)} | "
                      f"{sum(r['ours']['parts'] for r in sub)} / {sum(r['cbp']['parts'] for r in sub)} | "
-                     f"{sum(r['ours']['s'] for r in sub):.2f} / {sum(r['cbp']['s'] for r in sub):.2f} |")
+                     f"{sum(r['ours']['s'] for r in sub):.2f} / {sum(r['cbp']['s'] for r in sub):.2f} | {bound} |")
     lines += ["", END, ""]
     write_section(path, BEGIN, END, "\n".join(lines))
 

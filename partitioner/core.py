@@ -60,6 +60,7 @@ from ..ir.graph_view import GraphView
 from . import _native
 from .boundary import boundary_total, eject_cheap, refine_waves, size_reader
 from .cuts import pair_cuts
+from .span import span_cut
 from .support import as_oracle, check, op_matches
 
 __all__ = ["PartitionOptions", "Partition", "PartitionResult", "PartitionError",
@@ -760,29 +761,69 @@ def _refine_boundary(view: GraphView, g: _Index, units: _Units, unit_wave: list[
     eject = (lambda w: eject_cheap(w, unit_of, units.members, cheap, g.preds, g.data_succ, size_of, sizes=shared,
                                    books=books) if cheap else [])
     cuts = opts.pair_cuts and n_waves > 1 and len(nodes) <= _CUTS_MAX_NODES
-    for start in starts:  # earliest waves, then latest waves (small graphs): keep the cheaper
+    n_old = len(starts)
+    if cuts:  # the span cut's placement (a proven bound), from the scan's waves before they are refined
+        spanned = _span_start(g, units, unit_wave, n_waves, size_of, shared, books, opts, stats)
+        if spanned is not None:
+            starts.append(spanned)
+    swept = []
+    for i, start in enumerate(starts):  # earliest waves, latest waves (small graphs), the span cut's
         moves = refine_waves(start, n_waves, units.usucc, upreds, unit_of, units.members, g.preds, g.data_succ,
                              size_of, order=None if unit_of is None else units.order, sizes=shared,
                              books=books) if n_waves > 1 else 0
         placed = list(start) if cuts else None
         ejected = eject(start)
         cost = boundary_total(start, unit_of, g.data_succ, size_of, shared) if len(starts) > 1 or cuts else 0
+        swept.append((cost, i, start, moves, ejected, placed))
+    finalists = [min(swept[:n_old], key=lambda r: r[0])]  # the cheaper of the earliest and latest waves
+    if len(swept) > n_old and swept[-1][0] < finalists[0][0]:
+        finalists.append(swept[-1])  # the span cut's is cheaper after the sweeps: finish both, keep the cheaper
+    best = None
+    for cost, i, start, moves, ejected, placed in finalists:
+        if cuts:  # the exact pair cuts from the sweeps' placement: kept where they lower the bytes
+            cut = _place(placed, n_waves, units, g, size_of, shared, books, stats)
+            if cut:
+                ejected_cut = eject(placed)
+                after = boundary_total(placed, unit_of, g.data_succ, size_of, shared)
+                if after < cost:
+                    cost, start, ejected, moves = after, placed, ejected_cut, moves + cut
         if best is None or cost < best[0]:
-            best = (cost, start, moves, ejected, placed)
-    cost, unit_wave, stats["boundary_moves"], ejected, placed = best
-    stats["boundary_start"] = "earliest" if unit_wave is starts[0] else "latest"
-    if cuts:  # the exact pair cuts from the best sweeps' placement: kept where they lower the bytes
-        moves = _place(placed, n_waves, units, g, size_of, shared, books, stats)
-        if moves:
-            ejected_cut = eject(placed)
-            if boundary_total(placed, unit_of, g.data_succ, size_of, shared) < cost:
-                unit_wave, ejected = placed, ejected_cut
-                stats["boundary_moves"] += moves
+            best = (cost, i, start, moves, ejected)
+    _, i, unit_wave, stats["boundary_moves"], ejected = best
+    stats["boundary_start"] = ("earliest", "latest", "span")[i if i < n_old else 2]
     stats["ejected"] = len(ejected)
     for i in ejected:
         reasons[i] = EJECTED_REASON
     node_wave = unit_wave if unit_of is None else list(map(unit_wave.__getitem__, unit_of))
     return _split_groups(node_wave, g.all_preds, True, unit_of)
+
+
+def _span_start(g: _Index, units: _Units, unit_wave: list[int], n_waves: int, size_of, sizes: list[int], books,
+                opts: PartitionOptions, stats: dict[str, Any]) -> list[int] | None:
+    """The placement of least span cost (:func:`~torchvendor.partitioner.span.span_cut`), or
+    ``None`` where its network would pass :data:`_SPAN_MAX_LAYERS` (or its cut
+    :data:`_SPAN_MAX_PHASES`) or a wave would fall below
+    ``min_size``. Sets ``stats["bytes_lower_bound"]`` (no count-optimal, jointly convex placement
+    moves fewer bytes) and ``stats["bytes_bound"]`` (``rho``: the placement is within that factor
+    of the optimum, docs/partitioner.md)."""
+    min_size, _, exempt = books
+    order = None if units.unit_of is None else units.order
+    waves, span, shared, rho = span_cut(unit_wave, n_waves, units.usucc, units.upreds, units.unit_of, g.data_succ,
+                                        size_of, order=order, sizes=sizes, pinned=exempt,
+                                        max_layers=_SPAN_MAX_LAYERS * len(g.nodes), max_phases=_SPAN_MAX_PHASES)
+    if waves is None or (min_size > 1 and not _sizes_ok(g, units, waves, n_waves, min_size, opts)):
+        return None
+    stats["bytes_span"] = span  # the span start's true bytes are at most this, so the result's too
+    stats["bytes_lower_bound"] = shared + -(-(span - shared) // rho)  # ceil: the optimum is an integer
+    stats["bytes_bound"] = rho
+    return waves
+
+
+#: the span cut runs where its layered network has at most this many nodes per graph node
+_SPAN_MAX_LAYERS = 8
+#: and gives up past this many phases of its minimum cut (Dinic): on the corpus most cuts take a few, a few
+#: take about a hundred (a long augmenting path per phase through the layers) at 20x the time
+_SPAN_MAX_PHASES = 32
 
 
 def _place(uwave: list[int], n_waves: int, units: _Units, g: _Index, size_of, sizes: list[int], books,

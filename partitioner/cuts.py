@@ -52,9 +52,11 @@ __all__ = ["pair_cuts", "min_cut"]
 INF = float("inf")
 
 
-def min_cut(n: int, arcs: Sequence[tuple[int, int, float]], source: int = 0, sink: int = 1) -> list[bool]:
+def min_cut(n: int, arcs: Sequence[tuple[int, int, float]], source: int = 0, sink: int = 1,
+            max_phases: int | None = None) -> list[bool] | None:
     """Source side of a minimum ``source``-``sink`` cut of a network on nodes ``0..n-1`` with
-    ``arcs`` ``(tail, head, capacity)`` (Dinic's algorithm); the smallest such side.
+    ``arcs`` ``(tail, head, capacity)`` (Dinic's algorithm); the smallest such side, or ``None``
+    if Dinic would take more than ``max_phases`` phases (breadth-first levelings).
 
     Capacities are non-negative integers or ``float("inf")``. The C version
     (:mod:`~torchvendor.partitioner._native`) gives the same side (the smallest source side is
@@ -65,7 +67,7 @@ def min_cut(n: int, arcs: Sequence[tuple[int, int, float]], source: int = 0, sin
     [True, False, True, False]
     """
     if _native.lib is not None:
-        return _native.lib.min_cut(n, arcs, source, sink)
+        return _native.lib.min_cut(n, arcs, source, sink, -1 if max_phases is None else max_phases)
     head: list[int] = []
     cap: list[float] = []
     adj: list[list[int]] = [[] for _ in range(n)]
@@ -76,10 +78,14 @@ def min_cut(n: int, arcs: Sequence[tuple[int, int, float]], source: int = 0, sin
         adj[b].append(len(head))
         head.append(a)
         cap.append(0)
+    phases = 0
     while True:
         level = _levels(n, adj, head, cap, source)
         if level[sink] < 0:
             break
+        phases += 1
+        if max_phases is not None and phases > max_phases:
+            return None
         it = [0] * n
         pushed = _augment(adj, head, cap, level, it, source, sink)
         while 0 < pushed < INF:

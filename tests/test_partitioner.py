@@ -264,7 +264,7 @@ def test_the_c_loops_are_built_and_in_use():
     from torchvendor.partitioner import _native
 
     assert _native.lib is not None, "torchvendor.partitioner._partition_native is missing: rebuild the package"
-    assert {"waves", "refine_waves", "boundary_total", "pair_cuts", "min_cut", "eject_cheap"} <= set(dir(_native.lib))
+    assert {"waves", "refine_waves", "boundary_total", "pair_cuts", "min_cut", "eject_cheap", "span_cut"} <= set(dir(_native.lib))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,6 +5,7 @@
  * - refine_waves: boundary.py's refine_waves, the boundary-bytes sweeps;
  * - boundary_total: boundary.py's boundary_total;
  * - pair_cuts, min_cut: cuts.py's pair_cuts (the same flow network pass by pass) and min_cut (Dinic);
+ * - span_cut: span.py's span_cut (one minimum cut for the span relaxation: the same network);
  * - eject_cheap: boundary.py's eject_cheap (cheap views at a partition's edge fall back).
  *
  * The Python functions are the specification, as heapq is for _heapq: this file mirrors them,
@@ -1236,9 +1237,12 @@ static int flow_build(Flow *f, Py_ssize_t n, const long *tails, const long *head
   return 0;
 }
 
-/* Maximum flow (Dinic); afterwards level[v] >= 0 marks the smallest source side of a minimum cut. */
-static void flow_solve(Flow *f, long source, long sink) {
+/* Maximum flow (Dinic); afterwards level[v] >= 0 marks the smallest source side of a minimum cut.
+ * Returns 1 (and stops) if it would take more than max_phases phases (< 0: no limit), else 0. */
+static int flow_solve(Flow *f, long source, long sink, long max_phases) {
+  long phases = 0;
   for (int infinite = 0; !infinite && flow_levels(f, source, sink) >= 0;) {
+    if (max_phases >= 0 && ++phases > max_phases) return 1;
     for (Py_ssize_t v = 0; v < f->n; ++v) f->it[v] = f->first[v];
     for (int r; (r = flow_augment(f, source, sink)) != 0;)
       if (r < 0) { /* an infinite source-sink path: no finite cut; stop (the sink stays reachable) */
@@ -1247,6 +1251,7 @@ static void flow_solve(Flow *f, long source, long sink) {
       }
   }
   flow_levels(f, source, sink);
+  return 0;
 }
 
 /* Read the (tail, head, capacity) arcs of Python's min_cut. */
@@ -1282,15 +1287,18 @@ done:
 static PyObject *min_cut(PyObject *self, PyObject *args) {
   (void)self;
   Py_ssize_t n;
-  long source = 0, sink = 1;
+  long source = 0, sink = 1, max_phases = -1;
   PyObject *arcs_obj, *result = NULL;
-  if (!PyArg_ParseTuple(args, "nO|ll:min_cut", &n, &arcs_obj, &source, &sink)) return NULL;
+  if (!PyArg_ParseTuple(args, "nO|lll:min_cut", &n, &arcs_obj, &source, &sink, &max_phases)) return NULL;
   if (n < 2 || source < 0 || source >= n || sink < 0 || sink >= n || source == sink)
     return PyErr_Format(PyExc_ValueError, "min_cut: need n >= 2 and distinct source and sink in 0..n-1 "
                         "(got n=%zd, source=%ld, sink=%ld)", n, source, sink);
   Flow f = {0};
   if (flow_read(&f, arcs_obj, n) < 0) goto done;
-  flow_solve(&f, source, sink);
+  if (flow_solve(&f, source, sink, max_phases)) {
+    result = Py_NewRef(Py_None);
+    goto done;
+  }
   if (!(result = PyList_New(n))) goto done;
   for (Py_ssize_t v = 0; v < n; ++v) {
     PyObject *b = f.level[v] >= 0 ? Py_True : Py_False;
@@ -1577,7 +1585,7 @@ static long run_pass(Cut *c, const char *dirty, long parity) {
     st->failed = 1;
     return 0;
   }
-  flow_solve(&f, 0, 1);
+  flow_solve(&f, 0, 1, -1);
   long *to = c->stack + st->n_units; /* the second half of the stack: new waves of the changed units */
   for (Py_ssize_t u = 0; u < st->n_units; ++u) {
     long k = c->free_k[u];
@@ -1658,6 +1666,284 @@ done:
   free(c.tails), free(c.heads), free(c.caps), free(c.wave_nodes), free(c.wave_comp), free(c.kept);
   Set *sets[] = {&c.seen, &c.vals, &c.cons, &c.fixed, &c.pairs};
   for (int i = 0; i < 5; ++i) set_free(sets[i]);
+  st_free(&st);
+  return result;
+}
+
+/* ---- span.py's span_cut: one minimum cut for the span relaxation (a proven bound) ----------------
+ * Mirrors span.py's span_windows, _Layers, _constraints, _hyper, _split, _readers, _value and
+ * span_cut: the same network with the same node numbers, so the same smallest minimum cut. */
+
+#define SP_SOURCE 0
+#define SP_SINK 1
+
+typedef struct {
+  Cut c;            /* the arcs (cut_arc) and the state */
+  long *lo, *hi, *base;
+  long *heads;      /* scratch: the nodes of one value's readers at one boundary */
+  long *readers;    /* scratch: one value's supported reader units */
+  Set seen;         /* units */
+} Span;
+
+/* span_windows */
+static void sp_windows(Span *s, const long *order, const char *pinned) {
+  St *st = s->c.st;
+  long top = st->n_waves - 1;
+  for (Py_ssize_t i = 0; i < st->n_units; ++i) {
+    long u = order[i], sup = st->uwave[u] >= 0, v = sup ? 0 : -1;
+    FOR_EACH(st->upreds, u, p) {
+      long x = s->lo[p] + (sup && st->uwave[p] < 0);
+      if (x > v) v = x;
+    }
+    s->lo[u] = sup && pinned && pinned[u] ? st->uwave[u] : v;
+  }
+  for (Py_ssize_t i = st->n_units - 1; i >= 0; --i) {
+    long u = order[i], sup = st->uwave[u] >= 0, v = top;
+    FOR_EACH(st->usucc, u, q) {
+      long x = s->hi[q] - (!sup && st->uwave[q] >= 0);
+      if (x < v) v = x;
+    }
+    s->hi[u] = sup && pinned && pinned[u] ? st->uwave[u] : v;
+  }
+  for (Py_ssize_t i = 0; i < st->n_units; ++i) {
+    long u = order[i];
+    if (st->uwave[u] >= 0) continue;
+    if (s->hi[u] == top) s->lo[u] = top;
+    else if (s->lo[u] < 0) s->hi[u] = -1;
+  }
+}
+
+/* _Layers.node */
+static inline long sp_node(const Span *s, long u, long t) {
+  if (t < s->lo[u]) return SP_SINK;
+  if (t >= s->hi[u]) return SP_SOURCE;
+  return s->base[u] + t;
+}
+
+/* _constraints */
+static void sp_constraints(Span *s) {
+  St *st = s->c.st;
+  for (Py_ssize_t u = 0; u < st->n_units; ++u)
+    for (long t = s->lo[u]; t < s->hi[u] - 1; ++t) cut_arc(&s->c, s->base[u] + t, s->base[u] + t + 1, CAP_INF);
+  for (Py_ssize_t a = 0; a < st->n_units; ++a) {
+    FOR_EACH(st->usucc, a, v) {
+      long c = st->uwave[a] < 0 && st->uwave[v] >= 0;
+      for (long t = s->lo[v]; t < s->hi[v]; ++t) {
+        long x = sp_node(s, a, t - c);
+        if (x != SP_SOURCE) cut_arc(&s->c, s->base[v] + t, x, CAP_INF);
+      }
+    }
+  }
+}
+
+/* _hyper: size if tail is on the source side and some of heads[0..k) on the sink side; the constant part */
+static i64 sp_hyper(Span *s, long tail, const long *heads, Py_ssize_t k, i64 size) {
+  if (tail == SP_SINK) return 0;
+  Py_ssize_t m = 0, last = -1;
+  for (Py_ssize_t i = 0; i < k; ++i) {
+    if (heads[i] == SP_SINK) {
+      if (tail == SP_SOURCE) return size;
+      cut_arc(&s->c, tail, SP_SINK, size);
+      return 0;
+    }
+    if (heads[i] != SP_SOURCE) m++, last = heads[i];
+  }
+  if (!m) return 0;
+  if (m == 1) {
+    cut_arc(&s->c, tail, last, size);
+    return 0;
+  }
+  long a = s->c.n++;
+  cut_arc(&s->c, tail, a, size);
+  for (Py_ssize_t i = 0; i < k; ++i)
+    if (heads[i] != SP_SOURCE) cut_arc(&s->c, a, heads[i], CAP_INF);
+  return 0;
+}
+
+/* _split: size if some of nodes[0..k) is on each side; the constant part */
+static i64 sp_split(Span *s, const long *nodes, Py_ssize_t k, i64 size) {
+  int low = 0, high = 0;
+  Py_ssize_t m = 0, last = -1;
+  for (Py_ssize_t i = 0; i < k; ++i) {
+    if (nodes[i] == SP_SOURCE) low = 1;
+    else if (nodes[i] == SP_SINK) high = 1;
+    else m++, last = nodes[i];
+  }
+  if (low && high) return size;
+  if (low) return sp_hyper(s, SP_SOURCE, nodes, k, size); /* the sink is not among them */
+  if (high) {
+    if (m == 1) cut_arc(&s->c, last, SP_SINK, size);
+    else if (m) {
+      long a = s->c.n++;
+      cut_arc(&s->c, a, SP_SINK, size);
+      for (Py_ssize_t i = 0; i < k; ++i)
+        if (nodes[i] > SP_SINK) cut_arc(&s->c, nodes[i], a, CAP_INF);
+    }
+    return 0;
+  }
+  if (m > 1) {
+    long e1 = s->c.n++, e2 = s->c.n++;
+    cut_arc(&s->c, e1, e2, size);
+    for (Py_ssize_t i = 0; i < k; ++i) cut_arc(&s->c, nodes[i], e1, CAP_INF);
+    for (Py_ssize_t i = 0; i < k; ++i) cut_arc(&s->c, e2, nodes[i], CAP_INF);
+  }
+  return 0;
+}
+
+/* _readers: the supported reader units of value x other than pu's, into s->readers; *fb: an unsupported one */
+static Py_ssize_t sp_readers(Span *s, long x, long pu, int *fb) {
+  St *st = s->c.st;
+  Py_ssize_t k = 0;
+  *fb = 0;
+  set_clear(&s->seen);
+  set_add(&s->seen, pu);
+  FOR_EACH(st->succ, x, c) {
+    long r = unit(st, c);
+    if (set_has(&s->seen, r)) continue;
+    set_add(&s->seen, r);
+    if (st->uwave[r] >= 0) s->readers[k++] = r;
+    else *fb = 1;
+  }
+  return k;
+}
+
+/* _value: one value's terms; out[0..3) = (constant of S, c, D) */
+static void sp_value(Span *s, long pu, Py_ssize_t k, int fb, i64 size, i64 *out) {
+  St *st = s->c.st;
+  const long *rd = s->readers;
+  out[0] = out[1] = out[2] = 0;
+  if (st->uwave[pu] >= 0) {
+    i64 c = fb ? size : 0;
+    out[0] = out[1] = c;
+    if (!k) return;
+    long top = LONG_MIN;
+    for (Py_ssize_t i = 0; i < k; ++i) if (s->hi[rd[i]] > top) top = s->hi[rd[i]];
+    i64 w = fb ? size : 2 * size;
+    for (long t = s->lo[pu]; t < top; ++t) {
+      for (Py_ssize_t i = 0; i < k; ++i) s->heads[i] = sp_node(s, rd[i], t);
+      out[0] += sp_hyper(s, sp_node(s, pu, t), s->heads, k, w);
+    }
+    out[2] = top - s->lo[pu];
+    return;
+  }
+  if (!k) return;
+  long bottom = LONG_MAX, top = LONG_MIN;
+  for (Py_ssize_t i = 0; i < k; ++i) {
+    if (s->lo[rd[i]] < bottom) bottom = s->lo[rd[i]];
+    if (s->hi[rd[i]] > top) top = s->hi[rd[i]];
+  }
+  out[0] = out[1] = size;
+  if (k > 1)
+    for (long t = bottom; t < top; ++t) {
+      for (Py_ssize_t i = 0; i < k; ++i) s->heads[i] = sp_node(s, rd[i], t);
+      out[0] += sp_split(s, s->heads, k, size);
+    }
+  out[2] = top - bottom;
+}
+
+/* span_cut's network, cut and waves; NULL with an exception set on failure */
+static PyObject *sp_solve(Span *s, long max_layers, long max_phases) {
+  St *st = s->c.st;
+  i64 layers = 0;
+  for (Py_ssize_t u = 0; u < st->n_units; ++u) layers += s->hi[u] - s->lo[u];
+  if (max_layers >= 0 && layers > max_layers) return Py_BuildValue("(Oiii)", Py_None, 0, 0, 1);
+  long n = 2;
+  for (Py_ssize_t u = 0; u < st->n_units; ++u) s->base[u] = n - s->lo[u], n += s->hi[u] - s->lo[u];
+  s->c.n = n;
+  sp_constraints(s);
+  i64 span = 0, shared = 0, rho = 1, out[3];
+  for (Py_ssize_t x = 0; x < st->n_nodes && !st->failed; ++x) {
+    long pu = unit(st, x);
+    int fb;
+    Py_ssize_t k = sp_readers(s, x, pu, &fb);
+    if (!k && !fb) continue;
+    i64 sz = size(st, x);
+    sp_value(s, pu, k, fb, sz, out);
+    span += out[0], shared += out[1];
+    if (out[2] > rho) rho = out[2];
+  }
+  if (st->failed) return NULL;
+  Flow f = {0};
+  PyObject *waves = NULL;
+  if (flow_build(&f, s->c.n, s->c.tails, s->c.heads, s->c.caps, s->c.na) < 0) goto done;
+  if (flow_solve(&f, SP_SOURCE, SP_SINK, max_phases)) { /* past the cap: no span start */
+    flow_free(&f);
+    return Py_BuildValue("(Oiii)", Py_None, 0, 0, 1);
+  }
+  for (Py_ssize_t e = 0; e < s->c.na; ++e)
+    if (f.level[s->c.tails[e]] >= 0 && f.level[s->c.heads[e]] < 0)
+      span = s->c.caps[e] >= CAP_INF || span >= CAP_INF ? CAP_INF : span + s->c.caps[e];
+  if (span >= CAP_INF) { /* the scan's waves meet every constraint: a finite cut exists */
+    PyErr_SetString(PyExc_RuntimeError, "span_cut: no finite cut (the waves given do not meet the constraints)");
+    goto done;
+  }
+  if (!(waves = PyList_New(st->n_units))) goto done;
+  for (Py_ssize_t u = 0; u < st->n_units; ++u) {
+    long w = -1;
+    if (st->uwave[u] >= 0)
+      for (w = s->lo[u]; w < s->hi[u] && f.level[s->base[u] + w] < 0; ++w) {}
+    PyList_SET_ITEM(waves, u, PyLong_FromLong(w));
+  }
+done:
+  flow_free(&f);
+  if (!waves) return NULL;
+  return Py_BuildValue("(NLLL)", waves, span, shared, rho);
+}
+
+static PyObject *span_cut(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *uwave_obj, *usucc, *upreds, *unit_of, *succ, *size_of, *order_obj, *cache, *pinned_obj;
+  long n_waves, max_layers, max_phases;
+  if (!PyArg_ParseTuple(args, "OlOOOOOOOOll:span_cut", &uwave_obj, &n_waves, &usucc, &upreds, &unit_of, &succ,
+                        &size_of, &order_obj, &cache, &pinned_obj, &max_layers, &max_phases))
+    return NULL;
+  St st;
+  Span s;
+  memset(&st, 0, sizeof st), memset(&s, 0, sizeof s);
+  s.c.st = &st;
+  st.size_of = size_of;
+  st.n_units = PyObject_Length(uwave_obj);
+  st.n_nodes = PyObject_Length(succ);
+  st.n_waves = n_waves;
+  PyObject *result = NULL;
+  long *order = NULL, *tmp = NULL;
+  char *pinned = NULL;
+  if (st.n_units < 0 || st.n_nodes < 0) goto done;
+  Py_ssize_t nu = st.n_units + 1, nn = st.n_nodes + 1;
+  st.uwave = malloc(sizeof(long) * nu), st.nwave = st.uwave, order = malloc(sizeof(long) * nu);
+  s.lo = malloc(sizeof(long) * nu), s.hi = malloc(sizeof(long) * nu), s.base = malloc(sizeof(long) * nu);
+  s.heads = malloc(sizeof(long) * nu), s.readers = malloc(sizeof(long) * nu);
+  st.sizes = malloc(sizeof(i64) * nn), st.fresh = malloc(sizeof(long) * nn);
+  if (!st.uwave || !order || !s.lo || !s.hi || !s.base || !s.heads || !s.readers || !st.sizes || !st.fresh ||
+      !set_init(&s.seen, nu)) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (to_longs(uwave_obj, st.n_units, st.uwave, "uwave", -1, n_waves - 1) < 0 ||
+      to_longs(order_obj, st.n_units, order, "order", 0, (long)st.n_units - 1) < 0 ||
+      to_csr(usucc, st.n_units, &st.usucc, "usucc", st.n_units) < 0 ||
+      to_csr(upreds, st.n_units, &st.upreds, "upreds", st.n_units) < 0 ||
+      to_csr(succ, st.n_nodes, &st.succ, "succ", st.n_nodes) < 0 || read_cache(cache, st.n_nodes, st.sizes) < 0)
+    goto done;
+  if (unit_of != Py_None) {
+    st.unit_of = malloc(sizeof(long) * nn);
+    if (!st.unit_of || to_longs(unit_of, st.n_nodes, st.unit_of, "unit_of", 0, (long)st.n_units - 1) < 0) goto done;
+  } else if (st.n_nodes != st.n_units) {
+    PyErr_SetString(PyExc_ValueError, "without unit_of, every node is a unit: uwave and succ differ in length");
+    goto done;
+  }
+  if (pinned_obj != Py_None) {
+    pinned = malloc(nu), tmp = malloc(sizeof(long) * nu);
+    if (!pinned || !tmp || to_longs(pinned_obj, st.n_units, tmp, "pinned", LONG_MIN, LONG_MAX) < 0) goto done;
+    for (Py_ssize_t u = 0; u < st.n_units; ++u) pinned[u] = tmp[u] != 0;
+  }
+  sp_windows(&s, order, pinned);
+  result = sp_solve(&s, max_layers, max_phases);
+  if (result && write_cache(cache, st.sizes, st.fresh, st.n_fresh) < 0) Py_CLEAR(result);
+done:
+  free(order), free(tmp), free(pinned), free(s.lo), free(s.hi), free(s.base), free(s.heads), free(s.readers);
+  free(s.c.tails), free(s.c.heads), free(s.c.caps);
+  set_free(&s.seen);
   st_free(&st);
   return result;
 }
@@ -1759,8 +2045,12 @@ static PyMethodDef methods[] = {
     {"eject_cheap", eject_cheap, METH_VARARGS,
      "eject_cheap(uwave, n_waves, unit_of, members, cheap, preds, succ, size_of, movable, sizes, books)"
      " -> ejected nodes: boundary.eject_cheap; uwave is updated in place."},
+    {"span_cut", span_cut, METH_VARARGS,
+     "span_cut(uwave, n_waves, usucc, upreds, unit_of, succ, size_of, order, sizes, pinned, max_layers, max_phases)"
+     " -> (waves or None, min span cost, shared constant, rho): span.span_cut."},
     {"min_cut", min_cut, METH_VARARGS,
-     "min_cut(n, arcs, source=0, sink=1) -> the source side of a minimum cut (the smallest): cuts.min_cut."},
+     "min_cut(n, arcs, source=0, sink=1, max_phases=-1) -> the source side of a minimum cut (the smallest), or "
+     "None past max_phases: cuts.min_cut."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
