@@ -213,7 +213,7 @@ def _write_markdown() -> Path:
     return path
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="torchvendor_cpu",
                    help="torchvendor backend(s), a comma list run side by side (the first heads the summary)")
@@ -244,7 +244,11 @@ def main() -> None:
     p.add_argument("--merge", nargs="+", metavar="JSON", help="join the shards of one run into --name, then render")
     p.add_argument("--from-conformance", metavar="REPORT_DIR",
                    help="turn a conformance report's models cases into a run JSON (--name), then render")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = _parser().parse_args()
     if args.from_conformance:
         run = from_conformance(args.from_conformance, f"{platform.node()} {os.cpu_count()} cores",
                                " ".join(f"{x:.1f}" for x in os.getloadavg()))
