@@ -155,3 +155,23 @@ def test_host_staging_blocks_are_reused_safely(acme):
     with pytest.warns(UserWarning, match="resized"):
         torch.sub(a.to(DEVICE), b.to(DEVICE), out=out)
     assert out.shape == (4000,) and torch.equal(out.cpu(), a - b)
+
+
+def test_arguments_sharing_a_storage_share_it_on_the_host(acme):
+    """Each device argument got a host copy of its own, so the CPU kernel never saw two arguments
+    alias: an out= overlapping an input ran (the CPU raises), and torch 2.15's aminmax check on
+    out=(shared, shared) ("must not overlap", a ValueError) passed on the device. Arguments of
+    one storage now share one host buffer at the same offsets."""
+    cpu = torch.arange(6.0)
+    with pytest.raises(RuntimeError, match="single memory location") as want:
+        torch.add(cpu[:-1], 1, out=cpu[1:])
+    dev = torch.arange(6.0).to(DEVICE)
+    with pytest.raises(RuntimeError, match="single memory location") as got:
+        torch.add(dev[:-1], 1, out=dev[1:])
+    assert str(got.value).splitlines()[0] == str(want.value).splitlines()[0]
+    # aliasing that the kernel allows still computes what the CPU computes: an in-place add of a
+    # tensor and a disjoint view of the same buffer (both halves travel in one span)
+    base, dbase = torch.arange(8.0), torch.arange(8.0).to(DEVICE)
+    torch.add(base[:4], base[4:], out=base[:4])
+    torch.add(dbase[:4], dbase[4:], out=dbase[:4])
+    assert torch.equal(dbase.cpu(), base)

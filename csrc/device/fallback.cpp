@@ -195,6 +195,37 @@ struct Moved {
   at::Tensor device, host;
 };
 
+// Device tensor arguments that share one storage (the same tensor twice, or views of one
+// buffer: aminmax's out=(shared, shared)) get host tensors that share one host buffer too,
+// at the same relative offsets, so the CPU kernel sees the aliasing it checks (torch 2.15 raises
+// "must not overlap" there) or relies on. One buffer per storage spans every such argument; all
+// of its bytes travel (an out= argument may overlap a read one). Returns false, having moved
+// nothing, for views of one storage with different element types (the general path takes them).
+bool share_host_buffers(const c10::SmallVector<at::Tensor, 8>& devs, c10::SmallVector<at::Tensor, 8>& hosts) {
+  for (size_t i = 0; i < devs.size(); ++i) {
+    if (!devs[i].defined() || hosts[i].defined()) continue;
+    c10::SmallVector<size_t, 4> group{i};
+    for (size_t j = i + 1; j < devs.size(); ++j)
+      if (devs[j].defined() && devs[j].storage().is_alias_of(devs[i].storage())) group.push_back(j);
+    if (group.size() == 1) continue;
+    int64_t lo = devs[i].storage_offset(), hi = lo;
+    for (size_t k : group) {
+      if (devs[k].scalar_type() != devs[i].scalar_type()) return false;
+      lo = std::min(lo, devs[k].storage_offset());
+      hi = std::max(hi, devs[k].storage_offset() + storage_span(devs[k]));
+    }
+    const int64_t item = devs[i].element_size();
+    at::Tensor base = at::detail::empty_strided_generic(
+        {hi - lo}, {1}, &g_staging, c10::DispatchKeySet(c10::DispatchKey::CPU), devs[i].scalar_type());
+    if (hi > lo)
+      copy_bytes(base.mutable_data_ptr(), static_cast<const char*>(devs[i].storage().data()) + lo * item,
+                 (hi - lo) * item, TV_MEMCPY_DEVICE_TO_HOST, current_stream(devs[i].device().index()), false);
+    for (size_t k : group)
+      hosts[k] = base.as_strided(devs[k].sizes(), devs[k].strides(), devs[k].storage_offset() - lo);
+  }
+  return true;
+}
+
 // The direct path for an operator whose schema qualifies (OpInfo::direct). Returns false,
 // having changed nothing, when this call needs cpu_fallback's general path: a device tensor
 // with conjugate or negative bits or another layout, a tensor on a third device, or no device
@@ -210,14 +241,20 @@ bool direct_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (!target) target = v.toTensor().device();
   }
   if (!target) return false;
+  c10::SmallVector<at::Tensor, 8> devs(args.size()), hosts(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = (*stack)[begin + i];
+    if (v.isTensor() && v.toTensor().defined() && !v.toTensor().is_cpu()) devs[i] = v.toTensor();
+  }
+  if (!share_host_buffers(devs, hosts)) return false;
   c10::SmallVector<Moved, 4> moved;
   c10::SmallVector<c10::IValue, 8> inputs(stack->begin() + begin, stack->end());
   for (size_t i = 0; i < args.size(); ++i) {
     c10::IValue& v = (*stack)[begin + i];
-    if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().is_cpu()) continue;
+    if (!devs[i].defined()) continue;
     // An out= argument (is_out: keyword-only, written) is overwritten by the CPU kernel, never
     // read, so its old values need not travel; an in-place self (add_) does need them.
-    at::Tensor host = host_copy(v.toTensor(), !args[i].is_out());
+    at::Tensor host = hosts[i].defined() ? hosts[i] : host_copy(devs[i], !args[i].is_out());
     moved.push_back(Moved{i, v.toTensor(), host});
     v = c10::IValue(std::move(host));
   }
