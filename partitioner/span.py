@@ -192,6 +192,16 @@ def _readers(x: int, pu: int, unit, uwave, succ) -> tuple[list[int], bool]:
     return sup, fb
 
 
+def _read_values(unit_of: Sequence[int] | None, uwave, succ):
+    """``(x, producer unit, readers, fb)`` of every value that some other unit reads (``_readers``)."""
+    unit = (lambda i: i) if unit_of is None else unit_of.__getitem__
+    for x in range(len(succ)):
+        pu = unit(x)
+        readers, fb = _readers(x, pu, unit, uwave, succ)
+        if readers or fb:
+            yield x, pu, readers, fb
+
+
 def _value(net: _Layers, pu: int, readers: list[int], fb: bool, uwave, size: int) -> tuple[int, int, int]:
     """Add one value's span terms; returns ``(constant of S, c, D)``: the part of the span cost
     that no placement avoids, the constant part shared with the true cost, the widest span."""
@@ -240,14 +250,9 @@ def span_cut(uwave: Sequence[int], n_waves: int, usucc: Sequence[Sequence[int]],
         return None, 0, 0, 1
     net = _Layers(lo, hi)
     _constraints(net, uwave, usucc)
-    unit = (lambda i: i) if unit_of is None else unit_of.__getitem__
     span = shared = 0
     rho = 1
-    for x in range(len(succ)):
-        pu = unit(x)
-        readers, fb = _readers(x, pu, unit, uwave, succ)
-        if not readers and not fb:
-            continue
+    for x, pu, readers, fb in _read_values(unit_of, uwave, succ):
         if sizes[x] < 0:
             sizes[x] = size_of(x)
         k, c, d = _value(net, pu, readers, fb, uwave, sizes[x])
@@ -278,13 +283,8 @@ def span_cost(waves: Sequence[int], unit_of: Sequence[int] | None, succ: Sequenc
     >>> span_cost([0, 1, 2], None, [[1, 2], [], []], lambda i: 1)  # read in waves 1 and 2: spans 2
     4
     """
-    unit = (lambda i: i) if unit_of is None else unit_of.__getitem__
     total = 0
-    for x in range(len(succ)):
-        pu = unit(x)
-        readers, fb = _readers(x, pu, unit, waves, succ)
-        if not readers and not fb:
-            continue
+    for x, pu, readers, fb in _read_values(unit_of, waves, succ):
         size = size_of(x)
         if waves[pu] >= 0:
             top = max((waves[r] for r in readers), default=waves[pu])
