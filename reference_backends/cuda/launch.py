@@ -195,15 +195,20 @@ def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     overlapping view comes back contiguous). The whole span of storage it reaches is copied."""
     if t.numel() == 0:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
-    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    span = _span(t)
     flat = t.as_strided((span,), (1,), t.storage_offset()).to(device)
     return flat.as_strided(t.shape, t.stride(), 0)
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from the first to the last one a non-empty ``t`` addresses."""
+    return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
 
 
 def _copy_back(t: torch.Tensor, copy: torch.Tensor) -> None:
     """Write the span of ``copy`` (made by :func:`_on`) back into the host tensor ``t``."""
     if t.numel():
-        span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        span = _span(t)
         t.as_strided((span,), (1,), t.storage_offset()).copy_(copy.as_strided((span,), (1,), 0))
 
 
