@@ -187,22 +187,29 @@ def from_conformance(report_dir: str, machine: str, load: str) -> dict[str, Any]
 
 def merge(shards: list[dict[str, Any]]) -> dict[str, Any]:
     """One run from the shards of one (``--shard I/N``, or a second call that ran the models the
-    first did not reach): same backends and device; rows joined in the order of the shards'
-    lists interleaved, a model's "not run" row replaced by a run one; the longest shard's seconds.
+    first did not reach, or reran some on a newer tree): same backends and device; rows joined in
+    the order of the shards' lists interleaved; where two shards ran a model, the one listed first
+    wins (a rerun is listed before the run it amends), and a "not run" row loses to a run one; the
+    longest shard's seconds.
 
     >>> a = {"backends": ["x"], "device": "cpu", "seconds": 3.0, "rows": [{"model": "m1"}, {"model": "m3", "not_run": "x"}]}
     >>> [r["model"] for r in merge([a, {**a, "seconds": 5.0, "rows": [{"model": "m2"}, {"model": "m3"}]}])["rows"]]
     ['m1', 'm2', 'm3']
+    >>> merge([{**a, "rows": [{"model": "m1", "ms": 2}]}, a])["rows"][0]
+    {'model': 'm1', 'ms': 2}
     """
     first = shards[0]
     for s in shards[1:]:
         if (s["backends"], s["device"]) != (first["backends"], first["device"]):
             raise ValueError(f"shards of different runs: {s['backends']} on {s['device']} vs "
                              f"{first['backends']} on {first['device']}; merge the shards of one run only")
-    rows: dict[str, dict[str, Any]] = {}
-    for r in (r for group in itertools.zip_longest(*(s["rows"] for s in shards)) for r in group if r):
-        if r["model"] not in rows or "not_run" in rows[r["model"]]:
-            rows[r["model"]] = r
+    best: dict[str, dict[str, Any]] = {}
+    for s in shards:
+        for r in s["rows"]:
+            if r["model"] not in best or ("not_run" in best[r["model"]] and "not_run" not in r):
+                best[r["model"]] = r
+    order = (r["model"] for group in itertools.zip_longest(*(s["rows"] for s in shards)) for r in group if r)
+    rows = {m: best[m] for m in order}
     return {**first, "seconds": max(s["seconds"] for s in shards), "rows": list(rows.values())}
 
 

@@ -458,6 +458,33 @@ def test_a_graph_that_computes_an_index_table_on_the_host_runs_compiled_on_cuda(
         torch.testing.assert_close(compiled(x, pos), fn(x, pos))
 
 
+def test_host_scalars_and_tables_only_kernels_use_are_declared_on_the_device(acme):
+    """Issue 24 (deberta_v2 at 0.14 of Inductor with CUDA graphs): a host scalar Inductor computes
+    in a C++ kernel (``sqrt(tensor(d))``) and an index table built on the host and copied over
+    made every call synchronise on a copy back and kept the partition out of its CUDA graph.
+    compile_program declares them on the program's device; the rewritten program (run by the
+    loop IR interpreter on ``acme``, which schedules as a GPU does) computes what eager does."""
+    from torchvendor.ir.loop_ir import capture_loop, run_program
+    from torchvendor.reference_backends.cuda.backend import _host_onto_device
+
+    def fn(x, pos):
+        scale = torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float32) * 0.5)
+        idx = (pos * 2 + 1) % 8
+        return x[idx.to(x.device)] / scale + idx.to(x.device)[:, None]
+
+    x, pos = torch.randn(8, 4), torch.arange(6)
+    program = capture_loop(fn, [x.to("acme"), pos], device="acme").programs()["inference"]
+    host = [b for b in program.buffers if b.device == "cpu" and b.kind != "input"]
+    assert host and any(op.op == "prims.device_put.default" for op in program.ops if not isinstance(op, Kernel))
+    moved = _host_onto_device(program)
+    assert [b.name for b in moved.buffers if b.device == "cpu"] == [b.name for b in program.buffers
+                                                                   if b.device == "cpu" and b.kind == "input"]
+    assert not any(op.op == "prims.device_put.default" for op in moved.ops if not isinstance(op, Kernel))
+    got = run_program(moved, [x.to("acme"), pos])[0]
+    assert got.device.type == "acme"
+    torch.testing.assert_close(got.cpu(), fn(x, pos))
+
+
 @pytest.mark.slow
 def test_every_kernel_of_a_models_training_graphs_compiles_with_nvrtc(acme):
     """Issue 24: gpt_neox, phi and mobilebert fell back on the GPU device because one backward

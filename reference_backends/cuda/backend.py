@@ -54,7 +54,8 @@ class CudaBackend(Backend):
     version = "2"
 
     def compile_program(self, program: Any) -> CompiledProgram:
-        """A partition's loop program, with each row-reduction kernel followed directly by a
+        """A partition's loop program, with its host-only intermediates moved onto the GPU
+        (:func:`_host_onto_device`) and each row-reduction kernel followed directly by a
         pointwise kernel over the same rows (a softmax's or layer norm's epilogue, or var's
         division, which the loop IR puts in a kernel of its own) merged into one kernel where
         that takes fewer launches; then every kernel compiled (:meth:`compile`). The merge is a
@@ -63,6 +64,7 @@ class CudaBackend(Backend):
         if program.device == "cpu":
             raise BackendError("torchvendor_cuda runs on a GPU; this program's buffers are on cpu "
                                "(move the model and inputs to 'cuda')")
+        program = _host_onto_device(program)
         return super().compile_program(_merge_epilogues(program, device_arch(program.device)[1]))
 
     def compile(self, kernel: Any) -> Callable[..., None]:
@@ -91,6 +93,42 @@ class CudaBackend(Backend):
         if not (self.options["cuda_graphs"] and graphs_enabled()):
             return runner
         return GraphedProgram(runner, program)
+
+
+def _host_onto_device(program: Any) -> Any:
+    """``program`` with every buffer it declares on the host that only kernels use (and copies
+    onto the device) declared on the program's device instead. Inductor computes a model's host
+    scalars in C++ kernels (``torch.sqrt(torch.tensor(d))``, a log of a constant) that GPU kernels
+    then read; a GPU kernel of host operands runs on device copies whose results come back
+    (``launch.kernel_operands``): a synchronising copy per call that also makes the partition
+    impossible to capture in a CUDA graph. On the device from the start, nothing crosses. Buffers
+    the program returns or that an extern reads (ATen would run it on the host) stay where they
+    are; a copy onto the device of a moved buffer becomes a clone."""
+    views = {b.name: b.view_of for b in program.buffers if b.view_of}
+
+    def root(name: str) -> str:
+        while name in views:
+            name = views[name]
+        return name
+
+    def is_put(op: Any) -> bool:   # a copy onto the program's device
+        where = str(getattr(op.args[1], "value", "")) if len(op.args) > 1 else ""
+        return op.op == "prims.device_put.default" and where.split(":")[1:2] == [program.device]
+    home = {b.name for b in program.buffers if b.view_of is None and b.kind != "input"
+            and torch.device(b.device).type == "cpu"}
+    home -= {root(getattr(o, "name", o)) for o in program.outputs if isinstance(getattr(o, "name", o), str)}
+    for op in program.ops:
+        if isinstance(op, Kernel):
+            continue
+        puts = {op.args[0].name} if is_put(op) else set()
+        home -= {root(n) for n in (*op.reads(), *op.writes()) if n not in puts}
+    if not home:
+        return program
+    buffers = tuple(replace(b, device=program.device) if root(b.name) in home else b for b in program.buffers)
+    ops = tuple(replace(op, op="aten.clone.default", args=op.args[:1], kernel="")
+                if not isinstance(op, Kernel) and is_put(op) and root(op.args[0].name) in home else op
+                for op in program.ops)
+    return replace(program, buffers=buffers, ops=ops)
 
 
 def _reduces(kernel: Kernel) -> bool:
