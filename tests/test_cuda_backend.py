@@ -384,6 +384,34 @@ if __name__ == "__main__":
 
 
 @gpu
+def test_a_graphed_partition_hands_out_views_as_a_plain_call_does():
+    """Issue 24 (switch_transformers' partitions were never replayed: they return a view of an
+    input, or several views of one buffer): replayed from its CUDA graph, a partition returns
+    the view of the caller's input and views of one copy of a shared buffer, and a result stays
+    valid after the next replay."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from torchvendor.reference_backends.cuda.graphs import GraphedProgram
+
+    def fn(x, w):
+        y = x * w
+        return [x.view(-1), y, y.t(), x[1:]]
+    w = torch.randn(4, 4, device="cuda")
+    graphed = GraphedProgram(fn, capture(lambda x, w: x * w, [torch.randn(4, 4), torch.randn(4, 4)], level="loop").inference)
+    results = []
+    for _ in range(5):
+        x = torch.randn(4, 4, device="cuda")
+        got = graphed(x, w)
+        results.append((x, got))
+        assert got[0].data_ptr() == x.data_ptr() and got[3].data_ptr() == x[1:].data_ptr()
+        assert got[1].untyped_storage().data_ptr() == got[2].untyped_storage().data_ptr()
+    assert [g is not None for g in graphed.graphs.values()] == [True]
+    for x, got in results:   # earlier results were not overwritten by later replays
+        for g, e in zip(got, fn(x, w)):
+            torch.testing.assert_close(g, e)
+
+
+@gpu
 def test_out_of_range_indices_raise_and_the_process_keeps_working():
     """Issue 24: gather / scatter_add / index_put with a bad index raise IndexError naming the
     kernel, the buffer and the index (strict mode: no fallback to eager, whose device assert

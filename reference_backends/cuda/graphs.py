@@ -12,10 +12,11 @@ dtypes); on the next call of that layout it captures one call into a CUDA graph
   in place; the others are copied into buffers the graph owns before each replay, and copied
   back afterwards if the program writes them;
 - outputs live in the graph's memory, which the next replay overwrites, so each call returns
-  copies of them;
+  copies of them; an output that views an input is that view of the caller's input, and outputs
+  that share a buffer are views of one copy of it, as a plain call returns them;
 - a call whose in-place input moved runs the runner again; a program that draws random numbers,
-  returns an input (or a view of one) or outputs that share memory, or whose capture fails (a
-  host synchronisation, a pageable copy), keeps running the runner: nothing changes for it.
+  or whose capture fails (a host synchronisation, a pageable copy), keeps running the runner:
+  nothing changes for it.
 
 >>> from torchvendor.reference_backends.cuda.graphs import GraphedProgram
 >>> calls = []
@@ -34,7 +35,7 @@ import torch
 __all__ = ["GraphedProgram", "graphs_enabled", "stats"]
 
 #: how partitions fared, for benchmarks: "captured" (layouts replayed from a graph), "not
-#: capturable" (the capture failed or the outputs alias), "not usable" (random, constants)
+#: capturable" (the capture failed), "not usable" (random, constants)
 stats: Counter = Counter()
 
 #: ops that draw random numbers: replaying a capture would repeat the warm-up's draws
@@ -77,11 +78,13 @@ def _layout(inputs: Sequence[Any]) -> tuple:
 
 class _Graph:
     """One captured call: the graph, the inputs it owns (position -> buffer), the positions it
-    reads in place (position -> address), the inputs to copy back, and its outputs."""
+    reads in place (position -> address), the inputs to copy back, its outputs, and how each
+    output is handed out (:func:`_handouts`)."""
 
     def __init__(self, graph: torch.cuda.CUDAGraph, owned: dict[int, torch.Tensor], fixed: dict[int, int],
-                 write_back: list[int], outputs: list[Any]) -> None:
-        self.graph, self.owned, self.fixed, self.write_back, self.outputs = graph, owned, fixed, write_back, outputs
+                 write_back: list[int], outputs: list[Any], handouts: list[tuple]) -> None:
+        self.graph, self.owned, self.fixed, self.write_back = graph, owned, fixed, write_back
+        self.outputs, self.handouts = outputs, handouts
 
     def matches(self, inputs: Sequence[Any]) -> bool:
         """Whether the inputs read in place are where they were at capture."""
@@ -93,7 +96,23 @@ class _Graph:
         self.graph.replay()
         for i in self.write_back:
             inputs[i].copy_(self.owned[i])
-        return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs]
+        copies: dict[int, Any] = {}   # one copy per storage that outputs share
+        out = []
+        for o, (how, *at) in zip(self.outputs, self.handouts):
+            if how == "clone":
+                out.append(o.clone())
+            elif how == "input":   # a view of the caller's input, as eager returns it
+                k, delta = at
+                out.append(inputs[k].as_strided(o.shape, o.stride(), inputs[k].storage_offset() + delta))
+            elif how == "shared":
+                group = at[0]
+                if group not in copies:
+                    copies[group] = o.untyped_storage().clone()
+                out.append(torch.empty(0, dtype=o.dtype, device=o.device).set_(
+                    copies[group], o.storage_offset(), o.shape, o.stride()))
+            else:
+                out.append(o)
+        return out
 
 
 class GraphedProgram:
@@ -141,8 +160,8 @@ class GraphedProgram:
         return graph(inputs) if graph is not None else self.runner(*inputs)
 
     def _capture(self, inputs: Sequence[Any], fixed: set[int], device: torch.device) -> _Graph | None:
-        """Capture one call; None if its outputs alias its inputs or each other, or if an input
-        cannot be copied into a buffer of its own (overlapping strides)."""
+        """Capture one call; None if an input cannot be copied into a buffer of its own
+        (overlapping strides) or an output is a view of an input that cannot be rebuilt."""
         owned: dict[int, torch.Tensor] = {}
         for k, x in enumerate(inputs):
             if isinstance(x, torch.Tensor) and k not in fixed:
@@ -164,10 +183,11 @@ class GraphedProgram:
         except Exception:
             _end_generator_capture(device)
             raise
-        if _aliased(outputs, args):
+        handouts = _handouts(outputs, args)
+        if handouts is None:
             return None
         write_back = sorted(k for k in self.written if k in owned)
-        return _Graph(graph, owned, {k: inputs[k].data_ptr() for k in fixed}, write_back, outputs)
+        return _Graph(graph, owned, {k: inputs[k].data_ptr() for k in fixed}, write_back, outputs, handouts)
 
 
 def _end_generator_capture(device: torch.device) -> None:
@@ -200,13 +220,36 @@ def _dense(x: torch.Tensor) -> bool:
     return True
 
 
-def _aliased(outputs: Sequence[Any], inputs: Sequence[Any]) -> bool:
-    """Whether an output shares memory with an input or with another output."""
-    seen = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+def _handouts(outputs: Sequence[Any], inputs: Sequence[Any]) -> list[tuple] | None:
+    """How each captured output is handed out at a replay, the aliasing of a plain call kept:
+    ``("clone",)`` a copy (the graph's memory is overwritten by the next replay); ``("input", k,
+    delta)`` the same view of the caller's input ``k`` (a partition that returns a reshape of its
+    input); ``("shared", group)`` a view into one copy of a storage that several outputs share
+    (views of one buffer); ``("value",)`` a non-tensor. None: an output views an input with
+    another dtype (not rebuilt)."""
+    by_storage: dict[int, int] = {}
+    for k, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor):
+            by_storage.setdefault(x.untyped_storage().data_ptr(), k)
+    counts: dict[int, int] = {}
     for o in outputs:
         if isinstance(o, torch.Tensor):
-            ptr = o.untyped_storage().data_ptr()
-            if ptr in seen:
-                return True
-            seen.add(ptr)
-    return False
+            counts[o.untyped_storage().data_ptr()] = counts.get(o.untyped_storage().data_ptr(), 0) + 1
+    handouts: list[tuple] = []
+    for o in outputs:
+        if not isinstance(o, torch.Tensor):
+            handouts.append(("value",))
+            continue
+        ptr = o.untyped_storage().data_ptr()
+        k = by_storage.get(ptr)
+        if k is not None:
+            x = inputs[k]
+            offset = o.data_ptr() - x.data_ptr()
+            if o.dtype != x.dtype or offset % o.element_size():
+                return None
+            handouts.append(("input", k, offset // o.element_size()))
+        elif counts[ptr] > 1:
+            handouts.append(("shared", ptr))
+        else:
+            handouts.append(("clone",))
+    return handouts
