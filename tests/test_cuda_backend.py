@@ -384,6 +384,35 @@ if __name__ == "__main__":
 
 
 @gpu
+def test_a_partition_reading_a_host_scalar_constant_is_replayed_from_a_cuda_graph():
+    """Issue 24 (deberta_v2 at 0.14 of Inductor with CUDA graphs): a model's scalar tensor kept
+    on the host (an attribute ``.to`` does not move, lifted as a graph input) is read by a GPU
+    kernel; the kernel's copy of it inside the capture (pageable) made the capture fail, so the
+    whole model ran uncaptured. The graph now owns a device buffer for it."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from torchvendor.reference_backends.cuda import graphs
+
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.scale = torch.tensor(3.0)   # a plain attribute: stays on the host
+
+        def forward(self, x):
+            return torch.softmax(self.lin(x) / torch.sqrt(self.scale), -1)
+    model = Scaled().cuda()
+    compiled = torch.compile(model, backend="torchvendor_cuda", options={"strict": True})
+    before = dict(graphs.stats)
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(4, 8, device="cuda")
+            torch.testing.assert_close(compiled(x), model(x))
+    assert graphs.stats["captured"] > before.get("captured", 0)
+    assert graphs.stats["not capturable"] == before.get("not capturable", 0)
+
+
+@gpu
 def test_a_graphed_partition_hands_out_views_as_a_plain_call_does():
     """Issue 24 (switch_transformers' partitions were never replayed: they return a view of an
     input, or several views of one buffer): replayed from its CUDA graph, a partition returns

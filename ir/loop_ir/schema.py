@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterator, Literal, Union
 
 __all__ = ["SCHEMA_VERSION", "Buffer", "Stmt", "LoopNest", "Kernel", "ExternKernel", "BufferRef",
@@ -285,6 +286,18 @@ class LoopProgram:
                 return b
         raise KeyError(f"no buffer {name!r} in program {self.name!r}; buffers: "
                        f"{[b.name for b in self.buffers]}")
+
+    def root(self, name: str) -> str:
+        """The buffer whose storage ``name`` lives in: its base through every ``view_of``
+        (itself if it is no view; a name that is no buffer, e.g. a scalar input, as it is)."""
+        views = self._views
+        while name in views:
+            name = views[name]
+        return name
+
+    @cached_property
+    def _views(self) -> dict[str, str]:
+        return {b.name: b.view_of for b in self.buffers if b.view_of}
 
     @property
     def kernels(self) -> tuple[Kernel, ...]:

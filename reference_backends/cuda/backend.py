@@ -104,12 +104,7 @@ def _host_onto_device(program: Any) -> Any:
     impossible to capture in a CUDA graph. On the device from the start, nothing crosses. Buffers
     the program returns or that an extern reads (ATen would run it on the host) stay where they
     are; a copy onto the device of a moved buffer becomes a clone."""
-    views = {b.name: b.view_of for b in program.buffers if b.view_of}
-
-    def root(name: str) -> str:
-        while name in views:
-            name = views[name]
-        return name
+    root = program.root
 
     def is_put(op: Any) -> bool:   # a copy onto the program's device
         where = str(getattr(op.args[1], "value", "")) if len(op.args) > 1 else ""

@@ -131,13 +131,14 @@ class GraphedProgram:
         inputs = list(getattr(program, "inputs", ()))
         written = {n for op in getattr(program, "ops", ()) for n in op.writes()}
         self.written = {k for k, name in enumerate(inputs) if name in written}
+        self.on_device = _host_inputs_kernels_read(program) if program is not None else set()
         stats["usable" if self.usable else "not usable"] += 1
         self.graphs: dict[tuple, _Graph | None] = {}   # None: this layout runs the runner
         self.last: dict[tuple, list[int]] = {}         # the addresses of the last call, per layout
 
     def __call__(self, *inputs: Any) -> list[Any]:
-        device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), None)
-        if not self.usable or device is None or device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"), None)
+        if not self.usable or device is None or torch.cuda.is_current_stream_capturing():
             return self.runner(*inputs)
         key = _layout(inputs)
         graph = self.graphs.get(key)
@@ -150,7 +151,7 @@ class GraphedProgram:
                 del self.graphs[key]
             return self.runner(*inputs)
         fixed = {k for k, x in enumerate(inputs) if isinstance(x, torch.Tensor) and ptrs[k] == before[k]
-                 and k not in self.written}
+                 and k not in self.written and x.device.type == "cuda"}
         try:
             graph = self._capture(inputs, fixed, device)
         except Exception:  # noqa: BLE001 - a call that cannot be captured keeps running the runner
@@ -161,13 +162,17 @@ class GraphedProgram:
 
     def _capture(self, inputs: Sequence[Any], fixed: set[int], device: torch.device) -> _Graph | None:
         """Capture one call; None if an input cannot be copied into a buffer of its own
-        (overlapping strides) or an output is a view of an input that cannot be rebuilt."""
+        (overlapping strides), a host input is one an extern reads or the program writes, or an
+        output is a view of an input that cannot be rebuilt. A host input that only kernels read
+        (a model's lifted scalar constant, which a kernel would copy over inside the capture: a
+        pageable copy) gets a buffer on the device, filled before each replay."""
         owned: dict[int, torch.Tensor] = {}
         for k, x in enumerate(inputs):
             if isinstance(x, torch.Tensor) and k not in fixed:
-                if not _dense(x):
+                host = x.device.type == "cpu"
+                if not _dense(x) or (host and k not in self.on_device):
                     return None
-                owned[k] = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                owned[k] = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device if host else x.device)
                 owned[k].copy_(x)
         args = [owned.get(k, x) for k, x in enumerate(inputs)]
         stream = torch.cuda.Stream(device)
@@ -188,6 +193,16 @@ class GraphedProgram:
             return None
         write_back = sorted(k for k in self.written if k in owned)
         return _Graph(graph, owned, {k: inputs[k].data_ptr() for k in fixed}, write_back, outputs, handouts)
+
+
+def _host_inputs_kernels_read(program: Any) -> set[int]:
+    """Positions of the inputs that only kernels read (through any view): never written or
+    returned, never an extern's argument (ATen would see them on another device)."""
+    touched = {n for op in program.extern_kernels for n in op.reads()}
+    touched |= {n for op in program.ops for n in op.writes()}
+    touched |= {getattr(o, "name", o) for o in program.outputs if isinstance(getattr(o, "name", o), str)}
+    roots = {program.root(n) for n in touched}
+    return {k for k, name in enumerate(program.inputs) if name not in roots}
 
 
 def _end_generator_capture(device: torch.device) -> None:
