@@ -70,10 +70,11 @@ def _walk(body: Sequence[Any]):  # type: ignore[no-untyped-def]
         yield from _walk(st.body or ())
 
 
-def _layout(inputs: Sequence[Any]) -> tuple:
-    """The key of a call: each tensor's shape, strides, dtype and device; other values as such."""
+def _layout(inputs: Sequence[Any], skip: frozenset[int] = frozenset()) -> tuple:
+    """The key of a call: each tensor's shape, strides, dtype and device; other values as such;
+    positions in ``skip`` (parameters) left out."""
     return tuple((tuple(x.shape), x.stride(), x.dtype, x.device) if isinstance(x, torch.Tensor) else x
-                 for x in inputs)
+                 for k, x in enumerate(inputs) if k not in skip)
 
 
 class _Graph:
@@ -135,12 +136,18 @@ class GraphedProgram:
         stats["usable" if self.usable else "not usable"] += 1
         self.graphs: dict[tuple, _Graph | None] = {}   # None: this layout runs the runner
         self.last: dict[tuple, list[int]] = {}         # the addresses of the last call, per layout
+        #: positions of parameters, left out of the layout key: a model's hundreds of weights made
+        #: the key cost more than the replay; Dynamo's guards fix their layout, and a replay checks
+        #: their addresses (a parameter replaced by another tensor is captured again)
+        self.params: frozenset[int] | None = None
 
     def __call__(self, *inputs: Any) -> list[Any]:
         device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"), None)
         if not self.usable or device is None or torch.cuda.is_current_stream_capturing():
             return self.runner(*inputs)
-        key = _layout(inputs)
+        if self.params is None:
+            self.params = frozenset(k for k, x in enumerate(inputs) if isinstance(x, torch.nn.Parameter))
+        key = _layout(inputs, self.params)
         graph = self.graphs.get(key)
         if graph is not None and graph.matches(inputs):
             return graph(inputs)
