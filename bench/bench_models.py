@@ -71,10 +71,13 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
                  and r["backends"].get(b, {}).get("status") in fine]
         out.setdefault("geomean", {})[b] = _geomean(pairs)
     base = [b for b in run["backends"] if b not in _vendors(run)]
+    for b in base:   # per baseline: each vendor's geomean of (baseline time / vendor time)
+        vs = {v: _geomean([r["ms"][b] / r["ms"][v] for r in rows if all(k in r.get("ms", {}) for k in (v, b))])
+              for v in _vendors(run)}
+        out.setdefault("vs_each", {})[b] = vs
+        out["geomean_vs_" + b] = vs[ours]
     if base:
-        out["vs"] = {v: _geomean([r["ms"][base[0]] / r["ms"][v] for r in rows
-                                  if all(k in r.get("ms", {}) for k in (v, base[0]))]) for v in _vendors(run)}
-        out["geomean_vs_" + base[0]] = out["vs"][ours]
+        out["vs"] = out["vs_each"][base[0]]
     return out
 
 
@@ -144,8 +147,8 @@ def render(runs: list[dict[str, Any]]) -> str:
         out += [
                 "- geomean speedup over eager: " + ", ".join(f"{b} {_fmt(s['geomean'].get(b), '.2f', '×')}"
                                                               for b in run["backends"])]
-        out += [f"- {v} / {others[0]} (geomean of time ratios): {_fmt(s['vs'][v], '.2f', '×')}"
-                for v in (vendors if others else [])]
+        out += [f"- {v} / {b} (geomean of time ratios): {_fmt(vs[v], '.2f', '×')}"
+                for b, vs in s.get("vs_each", {}).items() for v in vendors]
         heads = " | ".join(f"{b} × eager" for b in [*vendors, *others])
         over = f"{' / '.join(vendors)} × {others[0]}" if others else "× —"
         timed = " / ".join([*vendors, *others[:1]])
