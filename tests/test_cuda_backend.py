@@ -222,6 +222,25 @@ def test_graphed_program_checks():
     assert not _dense(torch.randn(4, 1).expand(4, 8))
 
 
+def test_graphed_outputs_keep_their_aliasing_and_host_inputs_only_kernels_read():
+    """How a replay hands out outputs (checked on the GPU by
+    test_a_graphed_partition_hands_out_views_as_a_plain_call_does): a view of an input is rebuilt
+    on the caller's input, outputs sharing one buffer share one copy, a view with another dtype
+    is not replayed. Which host inputs may get a device buffer: those only kernels read."""
+    from torchvendor.reference_backends.cuda.graphs import _handouts, _host_inputs_kernels_read
+
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    got = _handouts([x.view(-1), x[1:], y, y.t(), torch.ones(2), 3], [x])
+    assert got[:2] == [("input", 0, 0), ("input", 0, 4)] and got[4:] == [("clone",), ("value",)]
+    assert got[2] == got[3] == ("shared", y.untyped_storage().data_ptr())
+    assert _handouts([x.view(torch.int32)], [x]) is None
+
+    def fn(x, s, w):   # s: read by a kernel only; w: read by the matmul (an extern)
+        return (x * s) @ w
+    program = capture(fn, [torch.randn(4, 4), torch.tensor(2.0), torch.randn(4, 4)], level="loop").inference
+    assert _host_inputs_kernels_read(program) == {0, 1}
+
+
 # ---- on the GPU ------------------------------------------------------------------------------------
 def _to(v, device):  # noqa: ANN001, ANN202
     if isinstance(v, torch.Tensor):
