@@ -295,6 +295,11 @@ class LoopProgram:
             name = views[name]
         return name
 
+    @property
+    def returned(self) -> set[str]:
+        """Names of the buffers the program returns (its tensor outputs)."""
+        return {o.name for o in self.outputs if isinstance(o, BufferRef)}
+
     @cached_property
     def _views(self) -> dict[str, str]:
         return {b.name: b.view_of for b in self.buffers if b.view_of}

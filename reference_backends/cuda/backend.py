@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchvendor.ir.loop_ir import Kernel
+from torchvendor.ir.loop_ir import Kernel, TorchValue
 from torchvendor.sdk import Backend, BackendError, CompiledProgram, Level, loop_kernels
 
 from .codegen import CodegenError, CudaKernel, generate
@@ -107,11 +107,11 @@ def _host_onto_device(program: Any) -> Any:
     root = program.root
 
     def is_put(op: Any) -> bool:   # a copy onto the program's device
-        where = str(getattr(op.args[1], "value", "")) if len(op.args) > 1 else ""
-        return op.op == "prims.device_put.default" and where.split(":")[1:2] == [program.device]
+        return (op.op == "prims.device_put.default" and len(op.args) > 1 and isinstance(op.args[1], TorchValue)
+                and op.args[1].resolve().type == program.device)
     home = {b.name for b in program.buffers if b.view_of is None and b.kind != "input"
             and torch.device(b.device).type == "cpu"}
-    home -= {root(getattr(o, "name", o)) for o in program.outputs if isinstance(getattr(o, "name", o), str)}
+    home -= {root(n) for n in program.returned}
     for op in program.ops:
         if isinstance(op, Kernel):
             continue
@@ -160,7 +160,7 @@ def _generate(kernel: Any, sms: int) -> CudaKernel:
     or that are bases of such views) are stored, the rest may stay in registers."""
     program = kernel.program
     elsewhere = {n for op in program.ops if getattr(op, "name", None) != kernel.name for n in (*op.reads(), *op.writes())}
-    elsewhere |= {getattr(o, "name", o) for o in program.outputs if o is not None}
+    elsewhere |= program.returned
     views = {b.name: b.view_of for b in program.buffers if b.view_of}
     for name in list(elsewhere):   # a view used elsewhere makes its base used elsewhere
         while name in views:

@@ -207,7 +207,7 @@ def _host_inputs_kernels_read(program: Any) -> set[int]:
     returned, never an extern's argument (ATen would see them on another device)."""
     touched = {n for op in program.extern_kernels for n in op.reads()}
     touched |= {n for op in program.ops for n in op.writes()}
-    touched |= {getattr(o, "name", o) for o in program.outputs if isinstance(getattr(o, "name", o), str)}
+    touched |= program.returned
     roots = {program.root(n) for n in touched}
     return {k for k, name in enumerate(program.inputs) if name not in roots}
 
