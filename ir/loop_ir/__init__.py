@@ -39,6 +39,7 @@ _LAZY = {
     "KernelBodyView": "view", "ProgramView": "view",
     "capture_loop": "capture", "loop_ir_hook": "capture", "lower_graph": "capture",
     "inductor_decompositions": "capture", "LoopCapture": "program",
+    **dict.fromkeys(("merge_neighbours", "merge_epilogues", "host_onto_device", "apply_transforms"), "transforms"),
 }
 __all__ = sorted(_LAZY)
 
