@@ -197,7 +197,7 @@ def apply_transforms(program: LoopProgram, transforms: Sequence[Transform]) -> L
     >>> apply_transforms(p, [merge_neighbours, drop_buffers])
     Traceback (most recent call last):
     ...
-    torchvendor.ir.loop_ir.invariants.LoopIRValidationError: after loop-IR transform drop_buffers: loop IR program 'p' is invalid:
+    torchvendor.ir.loop_ir.invariants.LoopIRValidationError: after loop-IR transform drop_buffers: loop IR ...
       input 'x' is neither a buffer nor a scalar input
       output 'x' is not a buffer
     """
