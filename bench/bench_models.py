@@ -223,6 +223,10 @@ def _write_markdown() -> Path:
     return path
 
 
+#: --runtime cuda: the reference CUDA table, built on first use (the suite takes module:function)
+_CUDA_TABLE = "torchvendor.reference_backends.cuda.runtime:build_runtime"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="torchvendor_cpu",
@@ -293,7 +297,7 @@ def main() -> None:
     started = time.time()
     rows = run_suite(models, backends, device=args.device, parts=args.parts.split(","),
                      baseline_parts=args.baseline_parts.split(","), budget=args.budget, jobs=args.jobs,
-                     threads=args.threads, runtime=args.runtime, timeout=args.timeout, progress=True,
+                     threads=args.threads, runtime=_CUDA_TABLE if args.runtime == "cuda" else args.runtime, timeout=args.timeout, progress=True,
                      shared_cache=args.shared_cache, workdir=args.workdir, deadline=args.deadline,
                      stop=args.stop)
     run = {"backend": vendors[0], "vendors": vendors, "backends": [*vendors, *baselines], "device": args.device,

@@ -112,12 +112,7 @@ class Target:
 
             register_backend(cls)
             return cls.name
-        if spec.startswith("torchvendor_"):  # a reference backend: its entry point names its package
-            from importlib.metadata import entry_points
-
-            points = [e for e in entry_points(group="torch_dynamo_backends") if e.name == spec]
-            module = points[0].module if points else f"torchvendor.reference_backends.{spec.removeprefix('torchvendor_')}"
-            importlib.import_module(module)
+        _import_entry_point(spec)
         known = _dynamo_backends()
         if spec not in known:
             raise ConformanceError(f"unknown compile backend {spec!r}; known: {sorted(known)} (or pass "
@@ -127,6 +122,20 @@ class Target:
     def describe(self) -> dict[str, Any]:
         return {"device": self.device, "backend": self.backend, "runtime": self.runtime,
                 "options": dict(self.options), "kernels": list(self.kernels)}
+
+
+def _import_entry_point(name: str) -> None:
+    """Import the package a ``torch_dynamo_backends`` entry point of ``name`` names (any vendor's,
+    ours alike), so that its backend is registered before Dynamo is asked for it."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group="torch_dynamo_backends"):
+        if point.name == name:
+            try:
+                importlib.import_module(point.module)
+            except ImportError as e:
+                raise ConformanceError(f"cannot load backend {name!r} from its entry point {point.value}: {e}") from e
+            return
 
 
 #: kernel libraries loaded in this process (resolved path -> the operators each serves)

@@ -52,8 +52,19 @@ from torchvendor.ir import compat
 
 from .reasons import describe_exception
 
-#: the reference simulated accelerator: the CLI's default device, registered on first use
-_REFERENCE_DEVICE = "acme"
+#: the command line's default device (the simulated accelerator); any device is brought up alike
+_DEFAULT_DEVICE = "acme"
+
+
+def _bring_up(device: str) -> None:
+    """Register ``device`` with torchvendor unless torch knows its type already (cpu, cuda, meta,
+    or a PrivateUse1 device registered in this process): the same for every name."""
+    kind = device.split(":")[0]
+    if kind in ("cpu", "cuda", "meta") or hasattr(torch, kind):
+        return
+    from torchvendor.sdk import register_device
+
+    register_device(kind)
 
 # Ops whose output memory is uninitialised: only metadata is comparable.
 UNINITIALIZED_OPS = frozenset({
@@ -813,9 +824,7 @@ def run_opinfo_corpus_isolated(device: str, dtype: torch.dtype = torch.float32, 
 def _worker(device: str, dtype: torch.dtype, names: list[str]) -> int:
     import json
 
-    if device.split(":")[0] == _REFERENCE_DEVICE and not hasattr(torch, _REFERENCE_DEVICE):
-        from torchvendor.sdk import register_device
-        register_device(_REFERENCE_DEVICE)
+    _bring_up(device)
     by_name = {op.full_name: op for op in opinfo_ops(dtype, names)}
     for name in names:
         print(f"@@START {name}", flush=True)
@@ -837,7 +846,7 @@ def main(argv=None) -> int:
     import sys
 
     ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--device", default=_REFERENCE_DEVICE)
+    ap.add_argument("--device", default=_DEFAULT_DEVICE)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json", default=None)
     ap.add_argument("--ops", nargs="*", default=None, help="OpInfo full names (default: all)")
@@ -855,9 +864,7 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     if args.in_process:
-        if args.device.split(":")[0] == _REFERENCE_DEVICE and not hasattr(torch, _REFERENCE_DEVICE):
-            from torchvendor.sdk import register_device
-            register_device(_REFERENCE_DEVICE)
+        _bring_up(args.device)
         results = run_opinfo_corpus(args.device, dtype, names=args.ops, progress=progress)
     else:
         results = run_opinfo_corpus_isolated(args.device, dtype, names=args.ops,

@@ -20,17 +20,22 @@ from functools import cache
 __all__ = ["describe_exception", "vendor_frame"]
 
 
+#: the SDK's own packages; everything else in the installed package (the reference backends,
+#: which are vendor code to copy) is judged like any vendor's code
+SDK_PACKAGES = ("sdk", "ir", "partitioner", "pattern_matcher")
+
+
 @cache
 def _not_vendor_roots() -> tuple[str, ...]:
-    """Directories whose frames are not the vendor's: torch, the SDK (not its reference backends,
-    which are vendor code to copy) and the standard library."""
+    """Directories whose frames are not the vendor's: torch, the SDK's packages and the standard
+    library."""
     import torchvendor
 
     package = os.path.dirname(os.path.abspath(torchvendor.__file__))
-    roots = [package + os.sep, sysconfig.get_paths()["stdlib"] + os.sep]
+    roots = [os.path.join(package, "__init__.py"), sysconfig.get_paths()["stdlib"] + os.sep]
     # an editable install links the subpackages in from the source tree: their real places too
-    roots += [os.path.realpath(os.path.join(package, d)) + os.sep for d in os.listdir(package)
-              if os.path.isdir(os.path.join(package, d))]
+    for d in SDK_PACKAGES:
+        roots += [os.path.join(package, d) + os.sep, os.path.realpath(os.path.join(package, d)) + os.sep]
     try:
         import torch
 
@@ -44,8 +49,6 @@ def _is_vendor(filename: str) -> bool:
     if filename.startswith("<"):
         return False
     paths = (os.path.abspath(filename), os.path.realpath(filename))
-    if any(f"{os.sep}reference_backends{os.sep}" in p for p in paths):
-        return True
     return not any(p.startswith(_not_vendor_roots()) for p in paths)
 
 

@@ -98,8 +98,8 @@ class _Worker:
         self.proc = ctx.Process(target=_worker, args=(child, target, profile, manifest, areas, threads),
                                 daemon=False)
         spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-        if spec is not None and spec.name.startswith("torchvendor."):
-            self.proc.start()  # the CLI: its module is safe to import
+        if spec is not None and spec.name.split(".")[0] == __name__.split(".")[0]:
+            self.proc.start()  # this package's CLI: its module is safe to import
         else:
             with _without_main_script():
                 self.proc.start()

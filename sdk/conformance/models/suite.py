@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["run_suite", "main"]
+__all__ = ["run_suite", "main", "runtime_path"]
 
 
 def _command(model: str, backends: Sequence[str], events: Path, args: dict[str, Any]) -> list[str]:
@@ -144,24 +144,33 @@ def run_suite(models: Sequence[str], backends: Sequence[str], *, device: str = "
     return [records[m] for m in models]
 
 
+def runtime_path(spec: str | None) -> str | None:
+    """The runtime library a ``--runtime`` names: a path, or ``module:function`` that builds one
+    and returns its path (a runtime compiled on first use).
+
+    >>> runtime_path("/opt/acme/libacme_tv.so"), runtime_path(None)
+    ('/opt/acme/libacme_tv.so', None)
+    """
+    if not spec or ":" not in spec or spec.startswith("/"):
+        return spec
+    import importlib
+
+    module, _, fn = spec.partition(":")
+    return str(getattr(importlib.import_module(module), fn)())
+
+
 def _child(args: argparse.Namespace) -> int:
     import torch
 
-    from ..core import Target
+    from ..core import _import_entry_point
     from .check import check_model
 
     if args.device not in ("cpu", "cuda"):
         from torchvendor.sdk import register_device
 
-        runtime = args.runtime
-        if runtime == "cuda":
-            from torchvendor.reference_backends.cuda.runtime import build_runtime
-
-            runtime = build_runtime()
-        register_device(args.device, runtime=runtime)
+        register_device(args.device, runtime=runtime_path(args.runtime))
     for b in args.backends.split(","):
-        if b.startswith("torchvendor_"):  # a reference backend: its entry point names its package
-            Target(backend=b).backend_name()
+        _import_entry_point(b)  # a backend's entry point names its package (any vendor's, ours alike)
     torch.manual_seed(0)
     with open(args.events, "a") as sink:
         def emit(event: dict[str, Any]) -> None:
