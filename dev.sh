@@ -37,7 +37,7 @@ vendor_binaries() {
   cmake -S $dir/acme_runtime -B $dir/build/runtime -Dtorchvendor_DIR="$($cfg config --cmake-dir)" >/dev/null
   cmake --build $dir/build/runtime >/dev/null
   cmake -S $dir/acme_kernels -B $dir/build/kernels -Dtorchvendor_DIR="$($cfg config --cmake-dir)" \
-        -DACME_TORCH_TARGET=2.11 >/dev/null
+        -DTORCH_TARGET=2.11 >/dev/null
   cmake --build $dir/build/kernels >/dev/null
   .venv/bin/python -c "import torch; print('built with torch', torch.__version__, 'TORCH_TARGET 2.11')" \
     > $dir/BUILT_WITH

@@ -35,7 +35,7 @@ def build_template(build_dir: str | os.PathLike[str] | None = None) -> Path:
     """
     build = Path(build_dir or TEMPLATE.parents[1] / "build" / "examples" / "stable_kernels")
     subprocess.run(["cmake", "-S", str(TEMPLATE), "-B", str(build),
-                    f"-Dtorchvendor_DIR={cmake_dir()}", "-DACME_TORCH_TARGET=2.11"],
+                    f"-Dtorchvendor_DIR={cmake_dir()}", "-DTORCH_TARGET=2.11"],
                    check=True, capture_output=True)
     subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
     return build / "libacme_kernels.so"

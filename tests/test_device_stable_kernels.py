@@ -85,7 +85,7 @@ def libs(tmp_path_factory) -> dict[str, str]:
 
     root = tmp_path_factory.mktemp("stable_kernels")
     shutil.copytree(os.path.join(templates_dir(), "kernels"), root / "template")
-    _configure_and_build(root / "template", root / "build", "-DACME_TORCH_TARGET=2.11")
+    _configure_and_build(root / "template", root / "build", "-DTORCH_TARGET=2.11")
     bad = root / "bad"
     bad.mkdir()
     cmake = ["cmake_minimum_required(VERSION 3.21)", "project(bad LANGUAGES CXX)",

@@ -47,11 +47,16 @@ struct DeviceFunctions {
   tv_function elementwise = nullptr, mm = nullptr, sum = nullptr;
 };
 
+// The device module's file name: CMake defines it from the module's target (CMakeLists.txt).
+#ifndef DEVICE_KERNELS_FILE
+#error "build with CMakeLists.txt, which defines DEVICE_KERNELS_FILE (the device module's file name)"
+#endif
+
 std::string device_module_path() {  // beside this library
   Dl_info info{};
   dladdr(reinterpret_cast<void*>(&device_module_path), &info);
   std::string self = info.dli_fname ? info.dli_fname : "";
-  return self.substr(0, self.rfind('/') + 1) + "libacme_device_kernels.so";
+  return self.substr(0, self.rfind('/') + 1) + DEVICE_KERNELS_FILE;
 }
 
 // Loaded on a device's first call; later calls read them without taking the lock.
@@ -66,7 +71,7 @@ const DeviceFunctions& functions(int32_t device) {
     const tv_runtime& rt = *tv::api().runtime;
     tv_module module = nullptr;
     tv::check(rt.module_load_file(device, device_module_path().c_str(), &module),
-              "module_load_file(libacme_device_kernels.so)");
+              "module_load_file(" DEVICE_KERNELS_FILE ")");
     tv::check(rt.module_get_function(module, "tv_tpl_elementwise", &f.elementwise), "get tv_tpl_elementwise");
     tv::check(rt.module_get_function(module, "tv_tpl_mm", &f.mm), "get tv_tpl_mm");
     tv::check(rt.module_get_function(module, "tv_tpl_sum", &f.sum), "get tv_tpl_sum");
