@@ -213,6 +213,24 @@ def _write(dst: Any, value: Any) -> Any:
     return env["dst"]
 
 
+def _on_device(fn: Callable[..., Any], moved: tuple[int, ...], back: tuple[int, ...], device: torch.device,
+               *args: Any) -> None:
+    """``fn(*args)`` with the host tensors at ``moved`` replaced by device copies of the storage
+    span they address (strides and offset kept), and those at ``back`` (written) copied back.
+    Inductor lets a device kernel read a 0-d host tensor (its own wrapper passes it by value);
+    a device cannot dereference host memory."""
+    copies = list(args)
+    for i in moved:
+        t = args[i]
+        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+        copies[i] = t.as_strided((span,), (1,), t.storage_offset()).to(device).as_strided(t.shape, t.stride(), 0)
+    fn(*copies)
+    for i in back:
+        t, c = args[i], copies[i]
+        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+        t.as_strided((span,), (1,), t.storage_offset()).copy_(c.as_strided((span,), (1,), 0))
+
+
 def _constant(value: Any, size: tuple[int, ...], dtype: torch.dtype, device: Any) -> torch.Tensor:
     return torch.tensor(value, dtype=dtype).reshape(size).to(device)
 
@@ -351,7 +369,7 @@ class ProgramRunner:
         empty, view = _WRAPPER_ALLOCATORS
         return {"_empty": empty, "_view": view, "_empty_strided": torch.empty_strided, "_Tensor": torch.Tensor,
                 "_restrided": _restrided, "_as_buffer": _as_buffer, "_write": _write, "_constant": _constant,
-                "_device_of": device_of}
+                "_device_of": device_of, "_on_device": _on_device}
 
     def _make_plan(self, sizes: dict[str, int]) -> _Plan:
         layouts, allocs, constants, views, late_views = {}, [], [], [], {}

@@ -100,6 +100,8 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
     outputs = {o.name if isinstance(o, BufferRef) else o for o in program.outputs if isinstance(o, (BufferRef, str))}
     keep = outputs | {name for name, _ in inputs} | {r for n, r in roots.items() if n in outputs}
     reuse = _reuse(plan, steps, roots, first, last, keep)
+    # a device kernel never gets a host pointer: host buffers (AdamW's 0-d step counters) run on device copies
+    host = {b.name for b in program.buffers if device != "cpu" and (b.device or "").split(":")[0] == "cpu"}
     for k, step in enumerate(steps):
         for root in sorted({roots.get(n, n) for n in _refs(step)} - made, key=lambda r: first.get(r, 0)):
             made.add(root)
@@ -108,7 +110,13 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
             _extern(w, step, plan, sizes)
         else:
             kernel_args = [w.local(n) for n in step[2]] + [repr(v) for v in plan.size_args[k]]
-            w.emit(f"{w.constant(step[1], 'kernel')}({', '.join(kernel_args)})")
+            moved = tuple(i for i, n in enumerate(step[2]) if n in host)
+            if moved:  # loop_runner._on_device
+                back = tuple(i for i in moved if step[2][i] in step[0].writes())
+                kernel_args = [w.constant(step[1], 'kernel'), repr(moved), repr(back), "_dev", *kernel_args]
+                w.emit(f"_on_device({', '.join(kernel_args)})")
+            else:
+                w.emit(f"{w.constant(step[1], 'kernel')}({', '.join(kernel_args)})")
         donors = set(reuse.values())  # dropped where their storage is taken over instead
         dead = [n for n in _refs(step) if last.get(n) == k and n not in keep and roots.get(n, n) not in keep
                 and n not in donors]
