@@ -34,18 +34,17 @@ sys.path.insert(0, str(ROOT / "python"))
 
 from torchvendor.ir import compat  # noqa: E402
 from torchvendor.ir.onnx_ir import to_onnx  # noqa: E402
-from torchvendor.sdk import Backend, Level  # noqa: E402
+from torchvendor.sdk import AtenBackend, Level  # noqa: E402
 from torchvendor.sdk.compile.onnx_level import support_rule  # noqa: E402
 from torchvendor.sdk.conformance import zoo  # noqa: E402
 
 FAST = ["mlp", "cnn", "encoder", "gpt_block"]
 
 
-class _Recorder(Backend):
+class _Recorder(AtenBackend):
     """The ONNX level's partitioning, at the ATen level: compile() keeps each partition."""
 
     name = "bench_onnx_recorder"
-    level = Level.ATEN
     supported_ops = support_rule(None)
     partitions: list = []
 

@@ -9,7 +9,7 @@ with the stock pattern (2-D and N-d, static and dynamic shapes) and a declared f
 """
 import torch
 
-from torchvendor.sdk import Backend, fused_op, last_report, register_backend
+from torchvendor.sdk import AtenBackend, fused_op, last_report, register_backend
 from torchvendor.sdk.compile import patterns as stock
 
 
@@ -18,7 +18,7 @@ def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, approximat
     return torch.nn.functional.gelu(x @ w + b, approximate=approximate)  # stands in for the vendor's kernel
 
 
-class Acme(Backend):
+class Acme(AtenBackend):
     name = "example_aten_fusion"
     supported_ops = {"aten.mm", "aten.addmm", "aten.add", "aten.mul", "aten.relu", "aten.gelu", "aten.permute",
                      linear_gelu.key}

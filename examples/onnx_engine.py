@@ -14,12 +14,11 @@ from pathlib import Path
 import onnxruntime as ort
 import torch
 
-from torchvendor.sdk import Backend, Level, last_report, register_backend
+from torchvendor.sdk import OnnxBackend, last_report, register_backend
 
 
-class OnnxEngines(Backend):
+class OnnxEngines(OnnxBackend):
     name = "example_onnx_engine"
-    level = Level.ONNX        # compile() receives each partition as an onnx.ModelProto
     min_partition_size = 3    # Torch-TensorRT's min_block_size
 
     def compile(self, model, example_inputs):

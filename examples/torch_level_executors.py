@@ -8,7 +8,7 @@ import operator
 
 import torch
 
-from torchvendor.sdk import Backend, Level, last_report, op_key, register_backend
+from torchvendor.sdk import TorchBackend, last_report, op_key, register_backend
 
 # The vendor's executor: op key -> implementation (here torch itself stands in for vendor kernels).
 IMPLEMENTATIONS = {
@@ -18,9 +18,8 @@ IMPLEMENTATIONS = {
 }
 
 
-class Executors(Backend):
+class Executors(TorchBackend):
     name = "example_executors"
-    level = Level.TORCH
     supported_ops = set(IMPLEMENTATIONS)
 
     def compile(self, gm, example_inputs):

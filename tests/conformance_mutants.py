@@ -6,11 +6,11 @@ conformance pytest plugin's subprocess loads it with ``-p conformance_mutants``)
   epilogue is wrong (ReLU before the bias add). Each must be caught by the suite."""
 import torch
 
-from torchvendor.sdk import Backend, Level, register_backend
+from torchvendor.sdk import AtenBackend, register_backend
 from torchvendor.sdk.compile.fx_pattern import fx_rule
 
 
-class DroppedMutation(Backend):
+class DroppedMutation(AtenBackend):
     name = "tv_conf_dropped_mutation"
 
     def compile(self, gm, example_inputs):
@@ -36,9 +36,8 @@ def _(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x.new_empty(x.shape[0], w.shape[1])
 
 
-class FusedWrongEpilogue(Backend):
+class FusedWrongEpilogue(AtenBackend):
     name = "tv_conf_fused_wrong_epilogue"
-    level = Level.ATEN
     patterns = (fx_rule(lambda b, x, w: torch.relu(torch.addmm(b, x, w)), "tv_conf.linear_relu.default", 3),)
 
     def compile(self, gm, example_inputs):

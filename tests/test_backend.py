@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from torchvendor.ir import compat
-from torchvendor.sdk import (Backend, BackendDefinitionError, BackendError, BackendFallbackWarning, Level,
-                             get_backend, last_report, register_backend)
+from torchvendor.sdk import (AtenBackend, BackendDefinitionError, BackendError, BackendFallbackWarning, LoopBackend,
+                             TorchBackend, get_backend, last_report, register_backend)
 
 
 _FRESH = itertools.count()
@@ -26,11 +26,10 @@ def _fresh(fn):
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
-class PassThrough(Backend):
+class PassThrough(AtenBackend):
     """Claims a few ops and runs the partition's graph as is."""
 
     name = "tv_test_passthrough"
-    level = Level.ATEN
     supported_ops = {"aten.relu", "aten.mul", "aten.add", "aten.addmm", "aten.mm", "aten.sigmoid"}
     default_options = {"flavour": "plain"}
     compiled: list = []
@@ -98,9 +97,8 @@ def test_dynamic_shapes_run_other_sizes():
 
 
 def test_torch_level_partitions():
-    class Torchy(Backend):
+    class Torchy(TorchBackend):
         name = "tv_test_torch_level"
-        level = Level.TORCH
         supported_ops = {"torch.relu", "operator.mul"}
 
         def compile(self, gm, example_inputs):
@@ -119,13 +117,13 @@ def test_torch_level_partitions():
 # ---- registration errors ------------------------------------------------------------------------------
 
 def test_bad_definitions_are_named():
-    class NoCompile(Backend):
+    class NoCompile(AtenBackend):
         name = "tv_test_nocompile"
 
     with pytest.raises(BackendDefinitionError, match="must implement compile"):
         register_backend(NoCompile)
 
-    class BadName(Backend):
+    class BadName(AtenBackend):
         name = "has space"
 
         def compile(self, gm, ex):
@@ -134,7 +132,7 @@ def test_bad_definitions_are_named():
     with pytest.raises(BackendDefinitionError, match="Python identifier"):
         register_backend(BadName)
 
-    class Taken(Backend):
+    class Taken(AtenBackend):
         name = "inductor"
 
         def compile(self, gm, ex):
@@ -156,11 +154,10 @@ def test_bad_definitions_are_named():
 
 # ---- fault injection ------------------------------------------------------------------------------------
 
-class Faulty(Backend):
+class Faulty(AtenBackend):
     """Compiles ``aten.mul`` partitions into a callable with an injected fault."""
 
     name = "tv_test_faulty"
-    level = Level.ATEN
     supported_ops = {"aten.mul"}
     default_options = {"fault": "none"}
 
@@ -219,7 +216,7 @@ def test_strict_mode_raises_naming_partition_and_op(fault):
 # ---- a device backend: tensors move to the device and back, device fallback is visible ---------------
 
 def test_device_backend_moves_tensors_and_reports_device_fallback(acme):
-    class OnAcme(Backend):
+    class OnAcme(AtenBackend):
         name = "tv_test_on_acme"
         device = "acme"
         supported_ops = {"aten.mul", "aten.sigmoid"}
@@ -297,8 +294,8 @@ def test_two_processes_fill_the_cache_at_once(tmp_path):
 def test_entry_point_makes_the_backend_available_without_an_import(tmp_path):
     pkg = tmp_path / "acme_ep_backend.py"
     pkg.write_text(textwrap.dedent("""
-        from torchvendor.sdk import Backend, register_backend
-        class AcmeEP(Backend):
+        from torchvendor.sdk import AtenBackend, register_backend
+        class AcmeEP(AtenBackend):
             name = "acme_ep"
             supported_ops = {"aten.cos"}
             def compile(self, gm, example_inputs):
@@ -345,9 +342,8 @@ def test_inductor_fallback_on_request():
 
 # ---- the loop level ------------------------------------------------------------------------------------
 
-class LoopInterp(Backend):
+class LoopInterp(LoopBackend):
     name = "tv_test_loop"
-    level = Level.LOOP
     seen: list = []
 
     def compile(self, kernel):
@@ -385,9 +381,8 @@ def test_loop_level_training_dynamic_and_warm_cache(tmp_path):
 
 
 def test_loop_level_kernel_compile_error_names_the_kernel():
-    class Broken(Backend):
+    class Broken(LoopBackend):
         name = "tv_test_loop_broken"
-        level = Level.LOOP
 
         def compile(self, kernel):
             if kernel.kernel.kind == "reduction":

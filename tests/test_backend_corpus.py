@@ -23,15 +23,14 @@ import torch
 from ir_corpus import CORPUS, SEED
 
 from torchvendor.ir import compat
-from torchvendor.sdk import Backend, Level, last_report, reference_kernel, register_backend
+from torchvendor.sdk import LoopBackend, last_report, reference_kernel, register_backend
 from torchvendor.sdk.conformance.zoo import leaves as _leaves
 
 
-class InterpretedLoop(Backend):
+class InterpretedLoop(LoopBackend):
     """LOOP level; each kernel runs in the reference interpreter."""
 
     name = "tv_loop_reference"
-    level = Level.LOOP
 
     def compile(self, kernel):
         return reference_kernel(kernel)

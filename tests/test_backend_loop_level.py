@@ -14,8 +14,8 @@ import torch
 
 from torchvendor.ir import capture
 from torchvendor.ir.loop_ir import Kernel, LoopProgram, capture_loop
-from torchvendor.sdk import (Backend, BackendError, CompiledProgram, Level, ProgramRunner, get_backend, last_report,
-                             loop_kernels, reference_kernel, register_backend)
+from torchvendor.sdk import (AtenBackend, BackendError, CompiledProgram, LoopBackend, ProgramRunner, get_backend,
+                             last_report, loop_kernels, reference_kernel, register_backend)
 
 _FRESH = itertools.count()
 
@@ -25,11 +25,10 @@ def _fresh(fn):
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
-class Interpreted(Backend):
+class Interpreted(LoopBackend):
     """Every kernel "compiled" to the reference interpreter; records what the hooks saw."""
 
     name = "tv_test_loop_interpreted"
-    level = Level.LOOP
     seen: list = []
 
     def compile(self, kernel):
@@ -37,12 +36,11 @@ class Interpreted(Backend):
         return reference_kernel(kernel)
 
 
-class Merging(Backend):
+class Merging(LoopBackend):
     """Fuses across kernels through the program-level hook: every run of neighbouring kernels
     becomes one kernel (their nests in order), with no state kept between calls."""
 
     name = "tv_test_loop_merging"
-    level = Level.LOOP
     programs: list = []
 
     def compile_program(self, program):
@@ -219,9 +217,8 @@ def test_output_check_accepts_aten_cpu_scalars(acme, tmp_path):
     """Issue 24 ("output 9 is on cpu, expected cuda"): ATen returns efficient attention's philox
     seed and offset as 0-d CPU tensors while the graph's metadata says the device; the output
     check accepts a 0-d CPU tensor there, and still refuses any other tensor on the wrong device."""
-    class HostScalars(Backend):
+    class HostScalars(AtenBackend):
         name = "tv_test_host_scalars"
-        level = Level.ATEN
 
         def compile(self, gm, example_inputs):
             def run(*args):
@@ -242,11 +239,10 @@ def test_output_check_accepts_aten_cpu_scalars(acme, tmp_path):
                       options={"strict": True, "all": True, "cache_dir": str(tmp_path)})(x)
 
 
-class Externs(Backend):
+class Externs(LoopBackend):
     """Runs extern kernels through its own hook (a vendor's BLAS), kernels on the interpreter."""
 
     name = "tv_test_loop_externs"
-    level = Level.LOOP
     calls: list = []
 
     def compile(self, kernel):
@@ -264,7 +260,7 @@ register_backend(Externs)
 
 @pytest.mark.parametrize("device", ["cpu", "acme"])
 def test_extern_kernels_run_through_the_backends_hook(device, request):
-    """``Backend.extern_kernel`` gives what runs each extern kernel (the CUDA backend runs cuBLAS
+    """``LoopBackend.extern_kernel`` gives what runs each extern kernel (the CUDA backend runs cuBLAS
     on a PrivateUse1 GPU device through it); the default is ATen on the device."""
     if device == "acme":
         request.getfixturevalue("acme")

@@ -11,16 +11,15 @@ import pytest
 import torch
 
 from torchvendor.ir import compat
-from torchvendor.sdk import Backend, Level, register_backend
+from torchvendor.sdk import AtenBackend, register_backend
 from torchvendor.sdk.conformance import zoo
 
 
-class ZooPassThrough(Backend):
+class ZooPassThrough(AtenBackend):
     """An ATen backend claiming the common compute ops and running them as given: it checks the
     SDK's plumbing (AOTAutograd, partitions, eager fallback between them, training)."""
 
     name = "tv_zoo_passthrough"
-    level = Level.ATEN
     supported_ops = {"aten.addmm", "aten.mm", "aten.bmm", "aten.add", "aten.mul", "aten.relu", "aten.gelu",
                      "aten.convolution", "aten.view", "aten.permute", "aten.t", "aten.sum", "aten.div", "aten.exp"}
     min_partition_size = 2

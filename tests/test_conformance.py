@@ -14,7 +14,7 @@ import conformance_mutants  # noqa: F401  (registers tv_conf_dropped_mutation)
 import pytest
 import torch
 
-from torchvendor.sdk import Backend, Level, register_backend
+from torchvendor.sdk import AtenBackend, TorchBackend, register_backend
 from torchvendor.sdk.conformance.core import (ConformanceError, ManifestError, Target, cases_for, load_manifest,
                                               run_case)
 from torchvendor.sdk.conformance.report import diff, to_dict, write_reports
@@ -59,8 +59,8 @@ def test_minimal_profile_on_the_reference_setup(tmp_path):
 
 CRASHY = textwrap.dedent("""
     import os, time
-    from torchvendor.sdk import Backend
-    class Crashy(Backend):
+    from torchvendor.sdk import AtenBackend
+    class Crashy(AtenBackend):
         name = "tv_conf_crashy"
         def compile(self, gm, example_inputs):
             if any(n.target.__name__.startswith("sin") for n in gm.graph.nodes if n.op == "call_function"):
@@ -190,8 +190,7 @@ def test_manifest_skips_unclaimed_and_expects_failures(tmp_path):
 
 # ---- negative controls: every injected fault is caught -----------------------------------------------
 
-class _Mutant(Backend):
-    level = Level.ATEN
+class _Mutant(AtenBackend):
     supported_ops = None
 
     def compile(self, gm, example_inputs):
@@ -216,7 +215,7 @@ def _retarget(gm, old, new):
 
 
 def _wrong_dtype_backend():
-    class WrongDtype(Backend):
+    class WrongDtype(AtenBackend):
         name = "tv_conf_wrong_dtype"
         default_options = {}
 
@@ -228,9 +227,8 @@ def _wrong_dtype_backend():
 
 
 def _lost_backward_backend():
-    class LostBackward(Backend):
+    class LostBackward(TorchBackend):
         name = "tv_conf_lost_backward"
-        level = Level.TORCH
 
         def compile(self, gm, example_inputs):
             def run(*a):

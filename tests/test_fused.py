@@ -160,14 +160,14 @@ _REGISTERED: list[str] = []
 
 
 def _training_backend(name):
-    from torchvendor.sdk import Backend, register_backend
+    from torchvendor.sdk import AtenBackend, register_backend
     from torchvendor.sdk.compile import patterns as stock
 
     if name in _REGISTERED:
         return
     _REGISTERED.append(name)
 
-    class Trainer(Backend):
+    class Trainer(AtenBackend):
         supported_ops = {linear_gelu.key, linear_gelu_train.key, layer_norm_train.key, layer_norm_infer.key,
                          "aten.addmm", "aten.mm", "aten.permute", "aten.view", "operator.getitem"}
         patterns = (*stock.rules("linear_gelu", linear_gelu.key, training_op=linear_gelu_train.key),

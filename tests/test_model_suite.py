@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torchvendor.reference_backends.cpu  # noqa: F401  (registers torchvendor_cpu)
-from torchvendor.sdk import Backend, Level, register_backend
+from torchvendor.sdk import AtenBackend, register_backend
 from torchvendor.sdk.compile.report import CompileReport, GraphReport, PartitionRecord
 from torchvendor.sdk.conformance.core import Target
 from torchvendor.sdk.conformance.models import catalog, check, suite
@@ -20,11 +20,10 @@ from torchvendor.sdk.conformance.models.cases import model_cases
 ROOT = Path(__file__).parent.parent
 
 
-class BFloat16Matmul(Backend):
+class BFloat16Matmul(AtenBackend):
     """A vendor bug the suite must catch: matmuls computed in bfloat16 (a silent precision loss)."""
 
     name = "tv_models_bf16_matmul"
-    level = Level.ATEN
 
     def compile(self, gm, example_inputs):
         for n in list(gm.graph.nodes):

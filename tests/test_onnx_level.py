@@ -14,7 +14,7 @@ from torchvendor.ir import capture  # noqa: E402
 from torchvendor.ir.onnx_ir import OPSET, ExportError, to_onnx, unsupported_reason  # noqa: E402
 from torchvendor.pattern_matcher import Fused, P, Rule, W  # noqa: E402
 from torchvendor.reference_backends.onnx import OrtBackend, OrtEngine  # noqa: E402
-from torchvendor.sdk import Backend, BackendDefinitionError, Level, last_report, register_backend  # noqa: E402
+from torchvendor.sdk import BackendDefinitionError, LoopBackend, OnnxBackend, last_report, register_backend  # noqa: E402
 from torchvendor.sdk.conformance import zoo  # noqa: E402
 
 
@@ -202,9 +202,8 @@ def test_a_permuted_partition_output_keeps_its_layout_for_eager_as_strided():
 
 # ---- Level.ONNX ----------------------------------------------------------------------------------
 
-class _Recording(Backend):
+class _Recording(OnnxBackend):
     name = "test_onnx_recording"
-    level = Level.ONNX
     supported_ops = {"aten.addmm", "aten.relu", "aten.mul", "aten.sum", "aten.mm", "aten.permute",
                      "aten.threshold_backward", "aten.view", "aten.t"}
     models: list = []
@@ -251,9 +250,8 @@ def test_level_onnx_leaves_ops_without_onnx_form_to_eager():
 def test_decompositions_allowed_at_onnx_level_not_at_loop():
     from torchvendor.ir.decompositions import core_aten
 
-    class Onnxy(Backend):
+    class Onnxy(OnnxBackend):
         name = "test_onnx_decomp"
-        level = Level.ONNX
         decompositions = core_aten()
 
         def compile(self, model, example_inputs):
@@ -261,11 +259,14 @@ def test_decompositions_allowed_at_onnx_level_not_at_loop():
 
     register_backend(Onnxy)
 
-    class Loopy(Onnxy):
+    class Loopy(LoopBackend):
         name = "test_loop_decomp"
-        level = Level.LOOP
+        decompositions = core_aten()
 
-    with pytest.raises(BackendDefinitionError, match="Level.ATEN and Level.ONNX only"):
+        def compile(self, kernel):
+            return None
+
+    with pytest.raises(BackendDefinitionError, match="AtenBackend and OnnxBackend only"):
         register_backend(Loopy)
 
 

@@ -17,7 +17,7 @@ import pytest
 from device_utils import kernel_template
 import torch
 
-from torchvendor.sdk import Backend, Level, register_backend
+from torchvendor.sdk import AtenBackend, register_backend
 from torchvendor.sdk.conformance.core import Target, cases_for, run_case
 from torchvendor.sdk.conformance.report import FAILURE_BG, write_reports
 from torchvendor.sdk.conformance.runner import run_suite
@@ -25,11 +25,10 @@ from torchvendor.sdk.conformance.runner import run_suite
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class OffByOnePercent(Backend):
+class OffByOnePercent(AtenBackend):
     """A backend whose every output is 1 % too large."""
 
     name = "tv_report_off_by_one_percent"
-    level = Level.ATEN
 
     def compile(self, gm, example_inputs):
         def run(*args):
@@ -43,11 +42,10 @@ def _vendor_tile_size(n: int) -> int:
     raise ValueError(f"vendor compiler: no tile size for {n} elements")
 
 
-class Crashing(Backend):
+class Crashing(AtenBackend):
     """A backend whose compiler raises in its own helper."""
 
     name = "tv_report_crashing"
-    level = Level.ATEN
 
     def compile(self, gm, example_inputs):
         _vendor_tile_size(example_inputs[0].numel())

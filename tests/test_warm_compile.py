@@ -8,13 +8,12 @@ import torch
 
 import torchvendor.reference_backends.cpu  # noqa: F401
 from torchvendor.ir import compat
-from torchvendor.sdk import Backend, Level, get_backend, last_report
+from torchvendor.sdk import AtenBackend, get_backend, last_report
 from torchvendor.sdk.compile.warm import SUFFIX
 
 
-class AtenEcho(Backend):
+class AtenEcho(AtenBackend):
     name = "test_warm_aten"
-    level = Level.ATEN
     supported_ops = {"aten.mm", "aten.relu", "aten.add.Tensor", "aten.mul.Tensor", "aten.sin"}
 
     def compile(self, gm, example_inputs):

@@ -55,7 +55,7 @@ def aten_ir_hook(fw: AtenCallback | None = None, bw: AtenCallback | None = None,
     >>> [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
     [<OpOverload(op='aten.sigmoid', overload='default')>, <OpOverload(op='aten.mul', overload='Tensor')>]
     """
-    table = resolve(decompositions)
+    table = resolve(decompositions)  # a resolved table (what the SDK's backends pass) is used as it is
 
     def wrap(callback: AtenCallback | None) -> Callable[..., Any]:
         def compiler(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -74,8 +74,9 @@ def aten_ir_hook(fw: AtenCallback | None = None, bw: AtenCallback | None = None,
             return compat.make_boxed_func(compiled if compiled is not None else gm.forward)
         return compiler
 
+    # the table's read-only entries, not a copy per graph: AOTAutograd merges them into a dict of its own
     return compat.aot_autograd_backend(fw_compiler=wrap(fw), bw_compiler=wrap(bw), inference_compiler=wrap(inference),
-                                       decompositions=table.as_dict(), partition_fn=compat.partitioner(partition),
+                                       decompositions=table.entries, partition_fn=compat.partitioner(partition),
                                        keep_inference_input_mutations=keep_inference_input_mutations)
 
 

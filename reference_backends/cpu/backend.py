@@ -28,7 +28,7 @@ import torch
 import torch.fx as fx
 
 from torchvendor.ir.loop_ir import Kernel
-from torchvendor.sdk import Backend, CompiledProgram, Level, LoopKernel
+from torchvendor.sdk import CompiledProgram, LoopBackend, LoopKernel
 
 from . import codegen
 from .codegen import generate
@@ -43,11 +43,10 @@ _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
 _BUILDS = ThreadPoolExecutor(max_workers=max(2, _CORES), thread_name_prefix="torchvendor_cpu_build")
 
 
-class CpuBackend(Backend):
+class CpuBackend(LoopBackend):
     """Loop IR -> C++ -> a shared library, run on the host or on the simulated device."""
 
     name = "torchvendor_cpu"
-    level = Level.LOOP
     device = None  # the inputs' device: cpu, or a torchvendor device whose kernels are host code
     version = "2"
 
@@ -82,32 +81,38 @@ class CpuBackend(Backend):
             compiled: Any = host_kernel(kernel.name, len(kernel.buffers))
         else:
             compiled = DeviceKernel(None, kernel.name, len(kernel.buffers), kernel.device)
-        if self.cache.lookup(key, ".so") is not None:
-            compiled.load(self.cache.get_or_build(key, build, ".so"))  # a hit: nothing is built
+        found = self.cache.lookup(key, ".so")
+        if found is not None:
+            compiled.load(str(found))  # a hit: nothing is built
             return compiled
         source = generate(kernel)  # here, so that an untranslatable op is named with its kernel
-        self._building.append((_BUILDS.submit(self.cache.get_or_build, key, lambda path: build(source, path), ".so"),
-                               compiled))
-        return compiled
+        # A miss: the compiler runs in the background (a partition's kernels build in parallel);
+        # finish() loads the library into the kernel once it is there.
+        return _Building(_BUILDS.submit(self.cache.get_or_build, key, lambda path: build(source, path), ".so"),
+                         compiled)
 
-    def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
-        # Every kernel of the partition was handed out while its library was being built: wait
-        # for them here, inside the compile, so a compiler error makes the partition fall back.
-        building, self._building = self._building, []
-        for future, compiled in building:
-            try:
-                compiled.load(future.result())
-            except Exception as e:
-                raise ToolchainError(f"kernel {compiled.name}: {type(e).__name__}: {e}") from e
-        return runner
+    def finish(self, compiled: CompiledProgram) -> CompiledProgram:
+        """The build barrier: wait for the libraries :meth:`compile` is building and load each
+        into its kernel (a compiler error makes the partition fall back)."""
+        if not any(isinstance(k, _Building) for k in compiled.kernels.values()):
+            return compiled
+        return CompiledProgram(compiled.program, {name: k.wait() if isinstance(k, _Building) else k
+                                                  for name, k in compiled.kernels.items()})
 
-    @property
-    def _building(self) -> list[tuple[Future, Any]]:
-        return self.__dict__.setdefault("_pending_builds", [])
 
-    @_building.setter
-    def _building(self, value: list[tuple[Future, Any]]) -> None:
-        self.__dict__["_pending_builds"] = value
+class _Building:
+    """A kernel whose library is being built: what :meth:`CpuBackend.compile` hands out on a
+    cache miss, made the loaded kernel by :meth:`CpuBackend.finish` (not callable before)."""
+
+    def __init__(self, future: Future, kernel: Any) -> None:
+        self.future, self.kernel = future, kernel
+
+    def wait(self) -> Any:
+        try:
+            self.kernel.load(self.future.result())
+        except Exception as e:
+            raise ToolchainError(f"kernel {self.kernel.name}: {type(e).__name__}: {e}") from e
+        return self.kernel
 
 
 def merge_neighbours(program: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from torchvendor.ir.loop_ir import Kernel, TorchValue
-from torchvendor.sdk import Backend, BackendError, CompiledProgram, Level, loop_kernels
+from torchvendor.sdk import BackendError, CompiledProgram, LoopBackend, loop_kernels
 
 from .codegen import CodegenError, CudaKernel, generate
 from .externs import on_cuda
@@ -41,11 +41,10 @@ def device_arch(device: str) -> tuple[str, int]:
     return f"sm_{props.major}{props.minor}", props.multi_processor_count
 
 
-class CudaBackend(Backend):
+class CudaBackend(LoopBackend):
     """Loop IR kernels as CUDA C (see :mod:`.codegen`), compiled with NVRTC at run time."""
 
     name = "torchvendor_cuda"
-    level = Level.LOOP
     device = None            # wherever the inputs are: torch's cuda, or a PrivateUse1 GPU device
     supported_ops = None     # every op: what the code generator cannot do falls back per partition
     #: cuda_graphs: replay each partition's launches from a CUDA graph once its input layout has

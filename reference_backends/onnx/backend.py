@@ -27,7 +27,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from torchvendor.sdk import Backend, Level
+from torchvendor.sdk import OnnxBackend
 
 __all__ = ["OrtBackend", "OrtEngine"]
 
@@ -40,11 +40,10 @@ _TORCH_DTYPES = {v: k for k, v in _ORT_DTYPES.items()}
 _CUDA = "CUDAExecutionProvider"
 
 
-class OrtBackend(Backend):
+class OrtBackend(OnnxBackend):
     """ONNX partitions run by ONNX Runtime."""
 
     name = "torchvendor_ort"
-    level = Level.ONNX
     device = None               # wherever the inputs are: cpu, cuda, or a torchvendor device
     min_partition_size = 1
     #: threads: ONNX Runtime's intra-op threads (0: its default, one per core)

@@ -1,12 +1,17 @@
 """torchvendor.sdk.compile: compile bring-up, a ``torch.compile`` backend at the vendor's level.
 
-- ``backend``: :class:`Backend`, :class:`Level`, :func:`register_backend` (Dynamo, AOTAutograd,
-  decomposition, matching, partitioning, fallback, the cache)
+- ``backend``: :class:`Backend`, the level-agnostic template (options, the cache, one graph's
+  matching, partitioning and per-partition compile); it names no level
+- one class per level, each owning its hooks and its part of the flow: ``torch_level``
+  (:class:`TorchBackend`), ``aten_level`` (:class:`AtenBackend`), ``loop_level``
+  (:class:`LoopBackend`: lowering, ``transforms``, ``compile_program``, the ``finish`` build
+  barrier, the program runner), ``onnx_level`` (:class:`OnnxBackend`); ``aot_flow``: the
+  AOTAutograd part the ATen, LOOP and ONNX levels share; ``levels``: :class:`Level`, the errors
+- ``registry``: :func:`register_backend`, :func:`get_backend`; ``partition_call``: one partition
+  at run time; ``inductor_fallback``: the ``fallback="inductor"`` option
 - ``patterns`` / ``fx_pattern`` / ``vendor_ops``: fusion patterns and the vendor ops they become
 - ``fx_outline``: FX partitions outlined into submodules
-- ``levels``: :class:`Level` and what each level decides (one :class:`LevelRules` object per level)
-- ``loop_level`` / ``loop_runner``: the LOOP level: a partition lowered to a loop program,
-  compiled (``Backend.compile_program``), run by the program runner
+- ``loop_runner``: the LOOP level's runtime (:class:`ProgramRunner`)
 - ``c_renderer``: :class:`CStyleRenderer`, loop IR to C-family source by tables (both reference
   code generators subclass it)
 - ``cache`` / ``warm``: compiled artifacts on disk, warm starts
@@ -14,8 +19,8 @@
 
 Example::
 
-    >>> from torchvendor.sdk.compile import Backend, Level
-    >>> Level.ATEN in Level
+    >>> from torchvendor.sdk.compile import AtenBackend, Level
+    >>> AtenBackend.level is Level.ATEN
     True
 """
 from __future__ import annotations
@@ -23,14 +28,18 @@ from __future__ import annotations
 from torchvendor.ir.lazy import lazy_getattr
 
 _API: dict[str, str] = {
-    **dict.fromkeys(("Backend", "Level", "BackendError", "BackendDefinitionError", "BackendFallbackWarning",
-                     "register_backend", "get_backend", "registered_backends", "op_key"), "backend"),
+    **dict.fromkeys(("Backend", "op_key"), "backend"),
+    **dict.fromkeys(("Level", "BackendError", "BackendDefinitionError", "BackendFallbackWarning"), "levels"),
+    **dict.fromkeys(("TorchBackend",), "torch_level"),
+    **dict.fromkeys(("AtenBackend",), "aten_level"),
+    **dict.fromkeys(("LoopBackend", "CompiledProgram"), "loop_level"),
+    **dict.fromkeys(("OnnxBackend",), "onnx_level"),
+    **dict.fromkeys(("register_backend", "get_backend", "registered_backends"), "registry"),
     **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
     **dict.fromkeys(("ArtifactCache",), "cache"),
     **dict.fromkeys(("FusedOp", "fused_op"), "vendor_ops"),
     **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel", "tensor_data_ptr_address"),
                     "loop_runner"),
-    **dict.fromkeys(("CompiledProgram",), "loop_level"),
     **dict.fromkeys(("CStyleRenderer", "CodegenError"), "c_renderer"),
 }
 

@@ -94,7 +94,8 @@ class ArtifactCache:
         return self.directory / (content_hash(self.namespace, key)[:40] + suffix)
 
     def lookup(self, key: str | bytes, suffix: str = "") -> Path | None:
-        """The artifact's path if a valid entry exists, else None (a corrupt entry is removed)."""
+        """The artifact's path if a valid entry exists (a hit, counted), else None (a corrupt entry
+        is removed). Use the path it returns: each lookup reads and hashes the whole file."""
         path = self.path_for(key, suffix)
         digest = path.with_name(path.name + ".sha256")
         try:
@@ -106,6 +107,7 @@ class ArtifactCache:
         except OSError:
             ok = False
         if ok:
+            self.stats["hit"] += 1
             return path
         warnings.warn(f"torchvendor: cache entry {path} is corrupt (its checksum does not match); rebuilding it",
                       RuntimeWarning, stacklevel=3)
@@ -127,7 +129,6 @@ class ArtifactCache:
         """
         found = self.lookup(key, suffix)
         if found is not None:
-            self.stats["hit"] += 1
             return str(found)
         path = self.path_for(key, suffix)
         try:
@@ -166,7 +167,6 @@ class ArtifactCache:
         """
         found = self.lookup(key, suffix)
         if found is not None:
-            self.stats["hit"] += 1
             return decode(found.read_bytes())
         value = build()
         self.get_or_build(key, lambda path: Path(path).write_bytes(encode(value)), suffix)

@@ -1,4 +1,4 @@
-"""``Level.ONNX``: each partition handed to the vendor as an ``onnx.ModelProto``.
+"""``Level.ONNX``: :class:`OnnxBackend`, each partition handed to the vendor as an ``onnx.ModelProto``.
 
 The ATen level's graphs (inference, and AOTAutograd's forward and backward for training) are
 partitioned as usual, except that a node is claimed only when the vendor supports it *and* it
@@ -6,7 +6,7 @@ has an ONNX form (:func:`torchvendor.ir.onnx_ir.unsupported_reason`): what ONNX 
 stays in eager PyTorch between the partitions. Each partition is then exported by
 :func:`torchvendor.ir.onnx_ir.to_onnx` (the SDK's own FX -> ONNX converter, chosen over
 ``torch.onnx.export`` by measurement: ``docs/bench_onnx_export.md``), rewritten by the backend's
-:attr:`~torchvendor.sdk.Backend.onnx_patterns`, checked, and passed to the vendor as
+:attr:`OnnxBackend.onnx_patterns`, checked, and passed to the vendor as
 
     ``compile(model: onnx.ModelProto, example_inputs: list) -> callable``
 
@@ -19,18 +19,31 @@ stays in eager PyTorch between the partitions. Each partition is then exported b
   each NodeProto's ``doc_string`` the ATen op it came from;
 - symbolic sizes are ``dim_param`` strings (``"s77"``), Python constants are initializers, the
   default opset is :data:`torchvendor.ir.onnx_ir.OPSET` (a backend's ``onnx_opset`` raises it).
+
+Example::
+
+    >>> from torchvendor.sdk import OnnxBackend
+    >>> class Engines(OnnxBackend):
+    ...     name = "doc_onnx_level"
+    ...     def compile(self, model, example_inputs):
+    ...         ...  # build an engine from model.graph
+    >>> Engines.level.value, Engines.onnx_opset is None
+    ('onnx', True)
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch.fx as fx
 
+from torchvendor.ir import decompositions as _decomp
 from torchvendor.partitioner.support import SupportRule, predicate
 
-from .levels import AtenLevel, Level
+from .aot_flow import AotFlow
+from .levels import Level
+from .report import GraphReport
 
-__all__ = ["OnnxLevel", "support_rule", "export_partition", "compile_partition"]
+__all__ = ["OnnxBackend", "support_rule", "export_partition", "compile_partition"]
 
 
 def _exportable(view: Any, node: fx.Node) -> bool | str:
@@ -120,14 +133,24 @@ def _with_strides(engine: Callable[..., Any], sub: fx.GraphModule) -> Callable[.
     return run
 
 
-class OnnxLevel(AtenLevel):
-    """``Level.ONNX``: the ATen level's graphs and decompositions; a node is claimed only if it has
-    an ONNX form, and each partition reaches ``compile`` as an ``onnx.ModelProto``."""
-    level = Level.ONNX
+class OnnxBackend(AotFlow):
+    """Subclass for ``Level.ONNX``: ``compile(model: onnx.ModelProto, example_inputs)`` per partition.
+    The ATen level's graphs and decompositions; a node is claimed only if it has an ONNX form."""
 
-    def support_rule(self, rule: Any) -> Any:
+    level: ClassVar[Level] = Level.ONNX
+    #: a table from ``torchvendor.ir.decompositions`` (None: ``core_aten()``), as at the ATen level
+    decompositions: ClassVar[Any] = None
+    #: pattern_matcher rules over each partition's ONNX graph (``OnnxView``), applied before compile
+    onnx_patterns: ClassVar[Sequence[Any]] = ()
+    #: the opset of the exported models (None: ``torchvendor.ir.onnx_ir.OPSET``)
+    onnx_opset: ClassVar[int | None] = None
+
+    def _decompositions(self) -> Any:
+        return _decomp.resolve(self.decompositions)
+
+    def _level_rule(self, rule: SupportRule) -> SupportRule:
         return support_rule(rule)
 
-    def compile_partition(self, backend: Any, sub: fx.GraphModule, examples: Sequence[Any], kind: str,
-                          device: str, name: str = "", graph: Any = None) -> Callable[..., Any]:
-        return compile_partition(backend, sub, list(examples), name or "partition", graph)
+    def _compile_partition(self, sub: fx.GraphModule, examples: Sequence[Any], kind: str, device: str,
+                           name: str, graph: GraphReport) -> Callable[..., Any]:
+        return compile_partition(self, sub, list(examples), name or "partition", graph)

@@ -1,0 +1,150 @@
+"""One partition at run time: :class:`PartitionCall`, the module that replaces a partition in the
+outlined graph and runs the vendor's callable, else the eager fallback.
+
+Example::
+
+    >>> import torch
+    >>> device_of_values([torch.ones(1), 3]), value_meta(torch.ones(2, 3))
+    ('cpu', (torch.float32, (2, 3), device(type='cpu')))
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from .levels import BackendError
+from .report import PartitionRecord
+
+__all__ = ["PartitionCall", "device_of_values", "example_value", "output_nodes", "value_meta"]
+
+
+class PartitionCall(torch.nn.Module):
+    """Runs one partition: the vendor's callable on the backend's device, else the eager fallback.
+
+    Moves tensors to the backend's device and results back, checks what the vendor returns
+    against the graph's metadata, counts the device's CPU fallback on the first call, and turns
+    a vendor exception into a fallback (or a :class:`BackendError` in strict mode).
+    """
+
+    def __init__(self, backend: Any, record: PartitionRecord, compiled: Callable[..., Any] | None,
+                 fallback: fx.GraphModule, expected: list[tuple | None], device: str) -> None:
+        super().__init__()
+        self.backend, self.record, self.compiled, self.fallback = backend, record, compiled, fallback
+        self.expected = expected
+        self.single = not isinstance(fallback.graph.output_node().args[0], (tuple, list))
+        target = backend.device
+        self.to_device = torch.device(target) if target is not None and target != device else None
+        self.check = bool(backend.options["check_outputs"])
+        self.lost_backward_check = backend._checks_backward
+        #: per output: (dtype, shape, device type) where every size is static, for the quick check
+        self._quick = [None if e is None else (e[0], e[1] if all(isinstance(s, int) for s in e[1]) else None,
+                                               e[2].type) for e in expected]
+
+    # A partition runs on every call of a small model: skip nn.Module's hook dispatch (nothing
+    # registers hooks on this internal module), a microsecond or two per call.
+    def __call__(self, *args: Any) -> Any:
+        return self.forward(*args)
+
+    def forward(self, *args: Any) -> Any:
+        if self.compiled is None:
+            return self.fallback(*args)
+        moved = args if self.to_device is None else tuple(
+            a.to(self.to_device) if isinstance(a, torch.Tensor) else a for a in args)
+        watch = _device_module(moved) if self.record.calls == 0 else None
+        before = watch.fallback_counts() if watch is not None else None
+        try:
+            out = self.compiled(*moved)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            if self.to_device is not None:
+                outs = [o.to(e[2]) if isinstance(o, torch.Tensor) and e is not None else o
+                        for o, e in zip(outs, self.expected)]
+            problem = self._problem(args, outs) if self.check and not self._fine(outs) else None
+            if problem:
+                raise BackendError(problem)
+        except Exception as e:  # noqa: BLE001
+            self.backend._vendor_failed(self.record, "run", e)
+            self.compiled = None
+            return self.fallback(*args)
+        if before is not None:
+            after = watch.fallback_counts()
+            self.record.device_fallback = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+        self.record.calls += 1
+        return outs[0] if self.single else tuple(outs)
+
+    def _fine(self, outs: list[Any]) -> bool:
+        """The common case of :meth:`_problem` at a fraction of its cost: as many outputs as
+        expected, each tensor one of its dtype, static shape and device type, and no backward
+        to check; anything else takes :meth:`_problem`."""
+        if len(outs) != len(self._quick) or (self.lost_backward_check and torch.is_grad_enabled()):
+            return False
+        for o, q in zip(outs, self._quick):
+            if q is not None and not (isinstance(o, torch.Tensor) and o.dtype == q[0] and q[1] is not None
+                                      and o.shape == q[1] and o.device.type == q[2]):
+                return False
+        return True
+
+    def _problem(self, args: Sequence[Any], outs: list[Any]) -> str | None:
+        if len(outs) != len(self.expected):
+            return f"returned {len(outs)} output(s), the graph has {len(self.expected)}"
+        for i, (o, e) in enumerate(zip(outs, self.expected)):
+            if e is None:
+                continue
+            if not isinstance(o, torch.Tensor):
+                return f"output {i} is a {type(o).__name__}, expected a tensor"
+            dtype, shape, device = e
+            if o.dtype != dtype:
+                return f"output {i} has dtype {o.dtype}, expected {dtype}"
+            if o.dim() != len(shape) or any(isinstance(s, int) and s != t for s, t in zip(shape, o.shape)):
+                return f"output {i} has shape {tuple(o.shape)}, expected {tuple(shape)}"
+            if o.device.type != device.type and not _aten_cpu_scalar(o, device):
+                return f"output {i} is on {o.device}, expected {device.type}"
+        if self.lost_backward_check and torch.is_grad_enabled() and any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            if not any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
+                return ("no output requires grad although an input does: the compiled partition loses the backward "
+                        "(at the torch level the vendor's callable must be differentiable)")
+        return None
+
+
+def device_of_values(values: Sequence[Any]) -> str:
+    """The device type the work on ``values`` runs on: the first that is not ``cpu`` (a CPU
+    tensor beside device tensors is a scalar or ATen's bookkeeping, e.g. the philox seed and
+    offset of efficient attention), else ``cpu``."""
+    types = [v.device.type for v in values if isinstance(v, torch.Tensor)]
+    return next((t for t in types if t != "cpu"), "cpu")
+
+
+def output_nodes(gm: fx.GraphModule) -> list[Any]:
+    """What the graph returns, as a list (one entry per output)."""
+    out = gm.graph.output_node().args[0]
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def example_value(node: Any) -> Any:
+    """The fake value an FX node carries in its metadata (None for a constant or no metadata)."""
+    return node.meta.get("val", node.meta.get("example_value")) if isinstance(node, fx.Node) else None
+
+
+def value_meta(value: Any) -> tuple | None:
+    """(dtype, shape, device) of a tensor, what :class:`PartitionCall` checks an output against."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    shape = tuple(int(s) if isinstance(s, int) else s for s in value.shape)
+    return value.dtype, shape, value.device
+
+
+def _aten_cpu_scalar(value: torch.Tensor, expected: torch.device) -> bool:
+    """A 0-d CPU tensor where the graph's metadata says a device tensor: ATen keeps some
+    bookkeeping scalars on the host whatever its meta function says (efficient attention's philox
+    seed and offset on ``cuda``: eager and Inductor return them on the CPU too)."""
+    return value.dim() == 0 and value.device.type == "cpu" and expected.type != "cpu"
+
+
+def _device_module(args: Sequence[Any]) -> Any:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            module = getattr(torch, a.device.type, None)
+            return module if hasattr(module, "fallback_counts") else None
+    return None
