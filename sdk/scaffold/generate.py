@@ -56,15 +56,16 @@ def _level_class(level: str) -> tuple[str, list[str], str]:
     where the SDK has it, else ``Backend`` with ``level = Level.X``."""
     import torchvendor.sdk as sdk
 
+    extra = ["CStyleRenderer", "LoopKernel", "get_function", "launch", "load_module"] if level == "loop" else []
     if LEVELS[level] in sdk.__all__:
-        return LEVELS[level], [LEVELS[level]], ""
-    return "Backend", ["Backend", "Level"], f"\n    level = Level.{level.upper()}"
+        return LEVELS[level], [LEVELS[level], *extra], ""
+    return "Backend", ["Backend", "Level", *extra], f"\n    level = Level.{level.upper()}"
 
 
 def _values(names: VendorNames, level: str) -> dict[str, str]:
     base, imports, level_line = _level_class(level)
     return {**names.substitutions(), "level": level.upper(), "profile": ci_profile(), "base": base,
-            "imports": ", ".join(sorted([*imports, "register_backend"], key=str.lower)), "level_line": level_line}
+            "imports": ", ".join(sorted([*imports, "register_backend"])), "level_line": level_line}
 
 
 def new(name: str, level: str, directory: str | os.PathLike[str] | None = None) -> Path:
