@@ -47,17 +47,15 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
 from collections import Counter
 from itertools import chain, compress
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Collection, Generic, Hashable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Collection, Generic, Hashable, Iterable, Sequence, TypeVar
 
+from ..ir.gc_pause import paused_gc
 from ..ir.graph_view import GraphView
 
-from . import _native
 from .boundary import boundary_total, eject_cheap, refine_waves, size_reader
 from .cuts import pair_cuts
 from .span import span_cut
@@ -126,8 +124,7 @@ class PartitionOptions:
             ``False`` keeps the plain earliest-wave assignment. Needs ``merge_independent``.
         pair_cuts: with ``boundary_aware``, place units by minimum cuts between adjacent waves
             (:mod:`~torchvendor.partitioner.cuts`, exact per pair) after the local sweeps, on graphs up
-            to 1,000 nodes (the cuts run in C, with a Python reference);
-            ``False``: the sweeps only.
+            to 1,000 nodes; ``False``: the sweeps only.
         cheap_ops: keys (dotted prefixes) of ops cheap to run outside (views); with
             ``boundary_aware``, one at a partition's edge falls back when that lowers the boundary
             bytes (CBP's bookend removal), with a reason saying so. Empty to disable.
@@ -304,8 +301,6 @@ def _waves(n: int, succ: Sequence[Sequence[int]], indeg0: Sequence[int],
     """Kahn's sort in waves (see the module docstring). Returns (wave of each unit or -1,
     #waves, the units in processing order: a topological order, short iff the unit graph has a
     cycle)."""
-    if _native.lib is not None:  # the same scan in C
-        return _native.lib.waves(n, succ, indeg0, sup)
     indeg = list(indeg0)
     ready = [u for u in range(n - 1, -1, -1) if not indeg[u]]
     assign = [-1] * n
@@ -388,20 +383,6 @@ def _tarjan_merge(n: int, succ: Sequence[Iterable[int]], uf: _UnionFind, rep: Se
                     else:
                         break
     return merges
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector: the passes allocate many small containers,
-    which would trigger full-heap collections that walk the (large) IR objects again and again.
-    Used by :func:`partition` and the outliners; a no-op if the collector is already off."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def partition(view: GraphView, support: Any, *, atomic_groups: Iterable[Collection[Any]] = (),
@@ -558,8 +539,6 @@ def _edges(lens: list[int], flat: list[int]) -> tuple[list[list[int]], list[list
     >>> _edges([0, 2, 3], [0, 0, 1, 0, 1])
     ([[], [0], [1, 0]], [[1, 2], [2], []], -1)
     """
-    if _native.lib is not None:  # the same loops in C
-        return _native.lib.edges(lens, flat)
     n = len(lens)
     preds: list[list[int]] = []
     at = 0
@@ -847,9 +826,8 @@ def _place(uwave: list[int], n_waves: int, units: _Units, g: _Index, size_of, si
 #: rounds of pair cuts and sweeps in :func:`_place`
 _PLACE_ROUNDS = 4
 
-#: graphs up to this many nodes get the pair cuts (in C since issue 22's second round; without the cap the
-#: 10k-node bench rows took 2.8-4.6x their capped time, past issue 11's 2x of the bare scan: larger graphs keep
-#: the sweeps)
+#: graphs up to this many nodes get the pair cuts (without the cap the 10k-node bench rows took 2.8-4.6x their
+#: capped time, even with the cuts in C as they were in issue 22's second round: larger graphs keep the sweeps)
 _CUTS_MAX_NODES = 1000
 
 
@@ -1019,8 +997,6 @@ def _buckets(node_wave: Sequence[int]) -> list[list[int]]:
     >>> _buckets([1, -1, 0, 1])
     [[2], [0, 3]]
     """
-    if _native.lib is not None:  # the same loop in C
-        return _native.lib.buckets(node_wave)
     buckets: list[list[int]] = [[] for _ in range(max(node_wave, default=-1) + 1)]
     for i, w in enumerate(node_wave):
         if w >= 0:
@@ -1037,8 +1013,6 @@ def _crossings(parts: Sequence[Sequence[int]], preds: Sequence[Sequence[int]],
     >>> _crossings([[0, 1], [2]], [[], [0], [1, 0], [2]], 4)
     ([0, 0, 1, -1], [[], [1, 0]], [True, True, True, False])
     """
-    if _native.lib is not None:  # the same passes in C
-        return _native.lib.crossings(parts, preds, n_nodes)
     part_of = [-1] * n_nodes
     for pid, members in enumerate(parts):
         for i in members:

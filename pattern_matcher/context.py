@@ -14,32 +14,12 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
-import gc
-from typing import Any, Callable, Collection, Hashable, Iterator, Sequence
+from typing import Any, Callable, Collection, Hashable, Sequence
 
+from ..ir.gc_pause import paused_gc
 from ..ir.graph_view import GraphView, NodeKind
 
 __all__ = ["MatchContext", "paused_gc"]
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector during a pass: matching allocates many small
-    containers (matches, bindings), which would trigger full collections that walk the whole
-    (large) IR again and again. A no-op if the collector is already off.
-
-    >>> with paused_gc():
-    ...     gc.isenabled()
-    False
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _OnDemand(dict):

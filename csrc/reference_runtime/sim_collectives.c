@@ -236,15 +236,7 @@ static void avg(void* o, size_t n, tv_dtype t, int nranks) {
 
 tv_status coll_validate(const coll* co, tv_comm c, size_t* sb, size_t* rb, char* err, size_t n) {
   size_t es = esize(co->dtype), bytes = co->count * es;
-  int reduces = co->kind == COLL_ALL_REDUCE || co->kind == COLL_REDUCE_SCATTER;
-  int is_float = co->dtype <= TV_BFLOAT16;
   if (!es) return say(err, n, "unknown tv_dtype %d", (int)co->dtype), TV_ERROR_NOT_SUPPORTED;
-  if (reduces && ((unsigned)co->op > TV_REDUCE_AVG || (co->op == TV_REDUCE_AVG && !is_float)))
-    return say(err, n, "tv_reduce_op %d is not supported for tv_dtype %d", (int)co->op,
-               (int)co->dtype), TV_ERROR_NOT_SUPPORTED;
-  if (co->kind != COLL_ALL_REDUCE && co->kind != COLL_ALL_GATHER &&
-      co->kind != COLL_REDUCE_SCATTER && (co->peer < 0 || co->peer >= c->nranks))
-    return say(err, n, "rank %d is outside [0, %d)", co->peer, c->nranks), TV_ERROR_INVALID_VALUE;
   if (co->count && bytes / co->count != es)
     return say(err, n, "count %zu overflows", co->count), TV_ERROR_INVALID_VALUE;
   *sb = co->kind == COLL_RECV ? 0 : co->kind == COLL_REDUCE_SCATTER ? bytes * c->nranks : bytes;

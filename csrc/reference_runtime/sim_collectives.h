@@ -41,7 +41,8 @@ tv_status coll_comm_open(const char* id, int32_t nranks, int32_t rank, tv_comm c
                          size_t errlen);
 void coll_comm_close(tv_comm comm); /* unmaps; the caller frees comm */
 
-/* Checks dtype, op and peer of `co` for `comm`; sets the bytes its send and recv buffers span. */
+/* Sets the bytes the send and recv buffers of `co` span for `comm` (INVALID_VALUE if the count
+ * overflows). The caller has checked dtype, op and peer (torchvendor/runtime_checks.h). */
 tv_status coll_validate(const coll* co, tv_comm comm, size_t* send_bytes, size_t* recv_bytes,
                         char* err, size_t errlen);
 

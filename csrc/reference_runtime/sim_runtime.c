@@ -34,7 +34,6 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,22 +43,14 @@
 
 #include "sim_collectives.h"
 #include "torchvendor/runtime.h"
+#include "torchvendor/runtime_checks.h"
 #include "torchvendor/sim_kernel.h"
 
 #define MAX_DEVICES 64
 #define ALIGNMENT 256
 #define LIVE 0x7476736dU /* magic of a live handle, cleared when its owner releases it */
 
-static _Thread_local char t_msg[512];
 static _Thread_local int32_t t_dev;
-
-static tv_status fail(tv_status status, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(t_msg, sizeof t_msg, fmt, ap);
-  va_end(ap);
-  return status;
-}
 
 typedef struct block { size_t off, size, req; int used; struct block* next; } block;
 typedef struct arena {
@@ -111,12 +102,7 @@ static struct {
   int draining;            /* drain() calls walking `streams`: workers must not free theirs */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .progress = PTHREAD_COND_INITIALIZER};
 
-#define CHECK_DEV(d)                                                                            \
-  if ((d) < 0 || (d) >= g.ndev)                                                                 \
-  return fail(TV_ERROR_INVALID_DEVICE, "%s: device %d out of range [0, %d)", __func__, (int)(d), \
-              (int)g.ndev)
-#define CHECK_ARGS(ok) \
-  if (!(ok)) return fail(TV_ERROR_INVALID_VALUE, "%s: invalid argument (%s)", __func__, #ok)
+#define CHECK_DEV(d) TV_CHECK_DEVICE(d, g.ndev) /* the checks: torchvendor/runtime_checks.h */
 
 /* ---------------------------------------------------------------- memory */
 static int dev_of(const void* p) {
@@ -176,14 +162,14 @@ static int arena_free(arena* a, void* p) { /* g.mu held; 0 if p is not an alloca
 
 static tv_status sim_malloc(int32_t dev, size_t size, void** ptr) {
   CHECK_DEV(dev);
-  CHECK_ARGS(ptr);
+  TV_CHECK_ARGS(ptr);
   if (!size) return *ptr = NULL, TV_SUCCESS;
   pthread_mutex_lock(&g.mu);
   *ptr = arena_alloc(&g.dev[dev], size);
   size_t free_bytes = g.dev[dev].cap - g.dev[dev].used;
   pthread_mutex_unlock(&g.mu);
   if (*ptr) return TV_SUCCESS;
-  return fail(TV_ERROR_OUT_OF_MEMORY, "out of memory on device %d: requested %zu bytes, "
+  return tv_fail(TV_ERROR_OUT_OF_MEMORY, "out of memory on device %d: requested %zu bytes, "
               "%zu bytes free of %zu total", (int)dev, size, free_bytes, g.dev[dev].cap);
 }
 
@@ -193,20 +179,20 @@ static tv_status sim_free(int32_t dev, void* ptr) {
   int ok = !ptr || (dev_of(ptr) == dev && arena_free(&g.dev[dev], ptr));
   pthread_mutex_unlock(&g.mu);
   if (ok) return TV_SUCCESS;
-  return fail(TV_ERROR_INVALID_VALUE, "%s: %p is not an allocation of device %d", __func__, ptr,
+  return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %p is not an allocation of device %d", __func__, ptr,
               (int)dev);
 }
 
 /* Pinned memory comes from its own arena, so host_free recognises it. There is no DMA engine
  * to pin for, so the pages are not mlock'ed. */
 static tv_status sim_host_malloc(size_t size, void** ptr) {
-  CHECK_ARGS(ptr);
+  TV_CHECK_ARGS(ptr);
   if (!size) return *ptr = NULL, TV_SUCCESS;
   pthread_mutex_lock(&g.mu);
   *ptr = arena_alloc(&g.pinned, size);
   pthread_mutex_unlock(&g.mu);
   if (*ptr) return TV_SUCCESS;
-  return fail(TV_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", __func__, size);
+  return tv_fail(TV_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", __func__, size);
 }
 
 static tv_status sim_host_free(void* ptr) {
@@ -215,19 +201,19 @@ static tv_status sim_host_free(void* ptr) {
                     arena_free(&g.pinned, ptr));
   pthread_mutex_unlock(&g.mu);
   if (ok) return TV_SUCCESS;
-  return fail(TV_ERROR_INVALID_VALUE, "%s: %p is not pinned memory", __func__, ptr);
+  return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %p is not pinned memory", __func__, ptr);
 }
 
 /* ---------------------------------------------------------------- devices */
 static tv_status sim_device_count(int32_t* count) {
-  CHECK_ARGS(count);
+  TV_CHECK_ARGS(count);
   *count = g.ndev;
   return TV_SUCCESS;
 }
 
 static tv_status sim_get_device_properties(int32_t dev, tv_device_properties* props) {
   CHECK_DEV(dev);
-  CHECK_ARGS(props && props->struct_size >= sizeof *props);
+  TV_TRY(tv_check_properties(__func__, props));
   *props = (tv_device_properties){.struct_size = props->struct_size, .total_memory = g.dev[dev].cap,
                                   .capability_major = 1, .capability_minor = 0,
                                   .multiprocessor_count = (int32_t)sysconf(_SC_NPROCESSORS_ONLN)};
@@ -242,7 +228,7 @@ static tv_status sim_set_device(int32_t dev) {
 }
 
 static tv_status sim_get_device(int32_t* dev) {
-  CHECK_ARGS(dev);
+  TV_CHECK_ARGS(dev);
   CHECK_DEV(t_dev); /* only with 0 devices */
   *dev = t_dev;
   return TV_SUCCESS;
@@ -325,13 +311,13 @@ static void* worker(void* arg) {
 static tv_status new_stream(int32_t dev, int32_t prio, tv_stream* out) { /* g.mu held */
   tv_stream s = calloc(1, sizeof *s);
   pthread_t thread;
-  if (!s || pthread_cond_init(&s->wake, NULL)) return free(s), fail(TV_ERROR_OUT_OF_MEMORY,
+  if (!s || pthread_cond_init(&s->wake, NULL)) return free(s), tv_fail(TV_ERROR_OUT_OF_MEMORY,
                                                                    "stream_create: out of memory");
   s->magic = LIVE, s->dev = dev, s->prio = prio;
   if (pthread_create(&thread, NULL, worker, s)) {
     pthread_cond_destroy(&s->wake);
     free(s);
-    return fail(TV_ERROR_OUT_OF_MEMORY, "stream_create: cannot start a worker thread");
+    return tv_fail(TV_ERROR_OUT_OF_MEMORY, "stream_create: cannot start a worker thread");
   }
   pthread_detach(thread); /* the worker frees its stream once destroyed and drained */
   s->next = g.streams, g.streams = *out = s;
@@ -341,7 +327,7 @@ static tv_status new_stream(int32_t dev, int32_t prio, tv_stream* out) { /* g.mu
 /* A live stream, or the current device's default stream for NULL; g.mu held. */
 static tv_status get_stream(tv_stream in, tv_stream* out) {
   *out = in;
-  if (in) return in->magic == LIVE ? TV_SUCCESS : fail(TV_ERROR_INVALID_HANDLE, "invalid stream");
+  if (in) return in->magic == LIVE ? TV_SUCCESS : tv_fail(TV_ERROR_INVALID_HANDLE, "invalid stream");
   CHECK_DEV(t_dev);
   if (g.defstream[t_dev]) return *out = g.defstream[t_dev], TV_SUCCESS;
   tv_status st = new_stream(t_dev, 0, out);
@@ -368,20 +354,16 @@ static tv_status enqueue(tv_stream stream, cmd* c) {
   tv_stream s;
   pthread_mutex_lock(&g.mu);
   tv_status st = get_stream(stream, &s);
-  if (!st && c->ev && c->ev->magic != LIVE) st = fail(TV_ERROR_INVALID_HANDLE, "invalid event");
+  if (!st && c->ev && c->ev->magic != LIVE) st = tv_fail(TV_ERROR_INVALID_HANDLE, "invalid event");
   if (!st && c->fn && (c->fn->magic != LIVE || c->fn->mod->magic != LIVE))
-    st = fail(TV_ERROR_INVALID_HANDLE, "launch: invalid function or unloaded module");
-  if (!st && c->kind == C_RECORD && c->ev->dev != s->dev)
-    st = fail(TV_ERROR_INVALID_VALUE, "event_record: event of device %d, stream of device %d",
-              (int)c->ev->dev, (int)s->dev);
-  if (!st && c->kind == C_LAUNCH && c->fn->mod->dev != s->dev)
-    st = fail(TV_ERROR_INVALID_VALUE, "launch: '%s' is from a device %d module, the stream on %d",
-              c->fn->name, (int)c->fn->mod->dev, (int)s->dev);
+    st = tv_fail(TV_ERROR_INVALID_HANDLE, "launch: invalid function or unloaded module");
+  if (!st && c->kind == C_RECORD)
+    st = tv_check_same_device("event_record", "event", c->ev->dev, "stream", s->dev);
+  if (!st && c->kind == C_LAUNCH) st = tv_check_launch_device(c->fn->name, c->fn->mod->dev, s->dev);
   if (!st && c->comm && c->comm->magic != LIVE)
-    st = fail(TV_ERROR_INVALID_HANDLE, "invalid or destroyed communicator");
-  if (!st && c->comm && c->comm->dev != s->dev)
-    st = fail(TV_ERROR_INVALID_VALUE, "communicator of device %d, stream of device %d",
-              (int)c->comm->dev, (int)s->dev);
+    st = tv_fail(TV_ERROR_INVALID_HANDLE, "invalid or destroyed communicator");
+  if (!st && c->comm)
+    st = tv_check_same_device("collective", "communicator", c->comm->dev, "stream", s->dev);
   if (st) {
     c->ev = NULL, c->fn = NULL, c->comm = NULL; /* no references were taken */
     release(c);
@@ -409,11 +391,11 @@ static cmd* new_cmd(int kind) {
   if (c) c->kind = kind;
   return c;
 }
-#define OOM_CMD fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__)
+#define OOM_CMD tv_fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__)
 
 static tv_status sim_stream_create(int32_t dev, int32_t priority, tv_stream* stream) {
   CHECK_DEV(dev);
-  CHECK_ARGS(stream);
+  TV_CHECK_ARGS(stream);
   pthread_mutex_lock(&g.mu); /* clamp to the range [-1, 0] */
   tv_status st = new_stream(dev, priority < -1 ? -1 : priority > 0 ? 0 : priority, stream);
   pthread_mutex_unlock(&g.mu);
@@ -421,12 +403,12 @@ static tv_status sim_stream_create(int32_t dev, int32_t priority, tv_stream* str
 }
 
 static tv_status sim_stream_destroy(tv_stream s) {
-  CHECK_ARGS(s);
+  TV_CHECK_ARGS(s);
   pthread_mutex_lock(&g.mu);
   int ok = s->magic == LIVE;
   if (ok) s->magic = 0, s->dying = 1, pthread_cond_signal(&s->wake); /* the worker drains it */
   pthread_mutex_unlock(&g.mu);
-  return ok ? TV_SUCCESS : fail(TV_ERROR_INVALID_HANDLE, "%s: invalid stream", __func__);
+  return ok ? TV_SUCCESS : tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid stream", __func__);
 }
 
 static tv_status stream_wait(tv_stream stream, int block) {
@@ -435,7 +417,7 @@ static tv_status stream_wait(tv_stream stream, int block) {
   tv_status st = get_stream(stream, &s);
   for (uint64_t target = st ? 0 : s->submitted; block && !st && s->done < target;)
     pthread_cond_wait(&g.progress, &g.mu);
-  if (!st && s->err) st = fail(s->err, "%s", s->msg);
+  if (!st && s->err) st = tv_fail(s->err, "%s", s->msg);
   else if (!st && s->done < s->submitted && !block) st = TV_ERROR_NOT_READY;
   pthread_mutex_unlock(&g.mu);
   return st;
@@ -444,7 +426,7 @@ static tv_status sim_stream_query(tv_stream s) { return stream_wait(s, 0); }
 static tv_status sim_stream_synchronize(tv_stream s) { return stream_wait(s, 1); }
 
 static tv_status sim_stream_priority_range(int32_t* least, int32_t* greatest) {
-  CHECK_ARGS(least && greatest);
+  TV_CHECK_ARGS(least && greatest);
   *least = 0, *greatest = -1;
   return TV_SUCCESS;
 }
@@ -458,7 +440,7 @@ static tv_status drain(int32_t dev) {
   for (tv_stream s = g.streams; s; s = s->next) {
     for (uint64_t target = s->submitted; s->dev == dev && s->done < target;)
       pthread_cond_wait(&g.progress, &g.mu);
-    if (s->dev == dev && s->err && !st) st = fail(s->err, "%s", s->msg);
+    if (s->dev == dev && s->err && !st) st = tv_fail(s->err, "%s", s->msg);
   }
   if (!--g.draining) pthread_cond_broadcast(&g.progress);
   pthread_mutex_unlock(&g.mu);
@@ -476,8 +458,7 @@ static tv_status sim_device_synchronize(int32_t dev) {
 static tv_status transfer(int op, void* dst, const void* src, int value, size_t n,
                           tv_memcpy_kind kind, int async, tv_stream stream) {
   const char* what = op == C_SET ? "memset" : "memcpy";
-  if (op == C_COPY && (kind < TV_MEMCPY_HOST_TO_DEVICE || kind > TV_MEMCPY_HOST_TO_HOST))
-    return fail(TV_ERROR_INVALID_VALUE, "memcpy: unknown kind %d", (int)kind);
+  if (op == C_COPY) TV_TRY(tv_check_memcpy_kind(kind));
   int dd = op == C_SET || kind == TV_MEMCPY_HOST_TO_DEVICE || kind == TV_MEMCPY_DEVICE_TO_DEVICE;
   int sd = op == C_COPY && (kind == TV_MEMCPY_DEVICE_TO_HOST || kind == TV_MEMCPY_DEVICE_TO_DEVICE);
   int devs[2] = {-1, -1};
@@ -485,11 +466,11 @@ static tv_status transfer(int op, void* dst, const void* src, int value, size_t 
            .src = sd ? alias_of(src, n, &devs[1]) : src};
   int bad_dst = !c.dst, bad_src = op == C_COPY && !c.src;
   if (n && (bad_dst || bad_src))
-    return fail(TV_ERROR_INVALID_VALUE, "%s: %s %p (+%zu bytes) is %s", what,
+    return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %s %p (+%zu bytes) is %s", what,
                 bad_dst ? "destination" : "source", bad_dst ? dst : src, n,
                 (bad_dst ? dd : sd) ? "not inside a device allocation" : "NULL");
   if (n && ((!dd && dev_of(dst) >= 0) || (op == C_COPY && !sd && dev_of(src) >= 0)))
-    return fail(TV_ERROR_INVALID_VALUE, "memcpy: kind %d, but a host side is device memory", kind);
+    return tv_fail(TV_ERROR_INVALID_VALUE, "memcpy: kind %d, but a host side is device memory", kind);
   if (async) {
     cmd* h = new_cmd(op);
     return h ? (*h = c, enqueue(stream, h)) : OOM_CMD;
@@ -517,25 +498,25 @@ static tv_status sim_memset_async(void* dst, int value, size_t n, tv_stream stre
 /* ---------------------------------------------------------------- events */
 static tv_status sim_event_create(int32_t dev, uint32_t flags, tv_event* event) {
   CHECK_DEV(dev);
-  CHECK_ARGS(event && !(flags & ~(uint32_t)TV_EVENT_ENABLE_TIMING));
+  TV_TRY(tv_check_event_create(__func__, event, flags));
   tv_event e = calloc(1, sizeof *e);
-  if (!e) return fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+  if (!e) return tv_fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
   *e = (struct tv_event_st){.magic = LIVE, .flags = flags, .dev = dev, .refs = 1};
   *event = e;
   return TV_SUCCESS;
 }
 
 static tv_status sim_event_destroy(tv_event e) {
-  CHECK_ARGS(e);
+  TV_CHECK_ARGS(e);
   pthread_mutex_lock(&g.mu);
   int ok = e->magic == LIVE;
   if (ok && (e->magic = 0, --e->refs == 0)) free(e); /* else pending commands still hold it */
   pthread_mutex_unlock(&g.mu);
-  return ok ? TV_SUCCESS : fail(TV_ERROR_INVALID_HANDLE, "%s: invalid event", __func__);
+  return ok ? TV_SUCCESS : tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid event", __func__);
 }
 
 static tv_status event_cmd(int kind, tv_event e, tv_stream stream) {
-  CHECK_ARGS(e);
+  TV_CHECK_ARGS(e);
   cmd* c = new_cmd(kind);
   if (!c) return OOM_CMD;
   c->ev = e; /* enqueue validates and references it under the lock */
@@ -545,9 +526,9 @@ static tv_status sim_event_record(tv_event e, tv_stream s) { return event_cmd(C_
 static tv_status sim_stream_wait_event(tv_stream s, tv_event e) { return event_cmd(C_WAIT, e, s); }
 
 static tv_status event_wait(tv_event e, int block) {
-  CHECK_ARGS(e);
+  TV_CHECK_ARGS(e);
   pthread_mutex_lock(&g.mu);
-  tv_status st = e->magic == LIVE ? TV_SUCCESS : fail(TV_ERROR_INVALID_HANDLE, "invalid event");
+  tv_status st = e->magic == LIVE ? TV_SUCCESS : tv_fail(TV_ERROR_INVALID_HANDLE, "invalid event");
   for (uint64_t gen = e->gen; !st && block && e->done_gen < gen;)
     pthread_cond_wait(&g.progress, &g.mu);
   if (!st && e->done_gen < e->gen) st = TV_ERROR_NOT_READY;
@@ -558,18 +539,16 @@ static tv_status sim_event_query(tv_event e) { return event_wait(e, 0); }
 static tv_status sim_event_synchronize(tv_event e) { return event_wait(e, 1); }
 
 static tv_status sim_event_elapsed_time(tv_event a, tv_event b, float* ms) {
-  CHECK_ARGS(a && b && ms);
+  TV_CHECK_ARGS(a && b && ms);
   tv_status st = TV_SUCCESS;
   pthread_mutex_lock(&g.mu);
   if (a->magic != LIVE || b->magic != LIVE)
-    st = fail(TV_ERROR_INVALID_HANDLE, "%s: invalid event", __func__);
-  else if (!(a->flags & b->flags & TV_EVENT_ENABLE_TIMING))
-    st = fail(TV_ERROR_INVALID_VALUE, "%s: both events need TV_EVENT_ENABLE_TIMING", __func__);
-  else if (!a->gen || !b->gen)
-    st = fail(TV_ERROR_INVALID_HANDLE, "%s: an event was never recorded", __func__);
-  else if (a->done_gen < a->gen || b->done_gen < b->gen)
-    st = fail(TV_ERROR_NOT_READY, "%s: an event has not completed yet", __func__);
+    st = tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid event", __func__);
   else
+    st = tv_check_elapsed(__func__, a->flags, b->flags, a->gen != 0, b->gen != 0);
+  if (!st && (a->done_gen < a->gen || b->done_gen < b->gen))
+    st = tv_fail(TV_ERROR_NOT_READY, "%s: an event has not completed yet", __func__);
+  else if (!st)
     *ms = (float)((double)(int64_t)(b->t_ns - a->t_ns) / 1e6);
   pthread_mutex_unlock(&g.mu);
   return st;
@@ -578,8 +557,8 @@ static tv_status sim_event_elapsed_time(tv_event a, tv_event b, float* ms) {
 /* ---------------------------------------------------------------- modules */
 static tv_status module_new(int32_t dev, void* dl, tv_module* module) {
   tv_module m = dl ? calloc(1, sizeof *m) : NULL;
-  if (!m && !dl) return fail(TV_ERROR_INVALID_IMAGE, "module_load: %s", dlerror());
-  if (!m) return dlclose(dl), fail(TV_ERROR_OUT_OF_MEMORY, "module_load: out of host memory");
+  if (!m && !dl) return tv_fail(TV_ERROR_INVALID_IMAGE, "module_load: %s", dlerror());
+  if (!m) return dlclose(dl), tv_fail(TV_ERROR_OUT_OF_MEMORY, "module_load: out of host memory");
   *m = (struct tv_module_st){.magic = LIVE, .dev = dev, .refs = 1, .dl = dl};
   *module = m;
   return TV_SUCCESS;
@@ -587,8 +566,8 @@ static tv_status module_new(int32_t dev, void* dl, tv_module* module) {
 
 static tv_status sim_module_load_file(int32_t dev, const char* path, tv_module* module) {
   CHECK_DEV(dev);
-  CHECK_ARGS(path && module);
-  if (access(path, R_OK)) return fail(TV_ERROR_NOT_FOUND, "%s: cannot read '%s'", __func__, path);
+  TV_CHECK_ARGS(path && module);
+  if (access(path, R_OK)) return tv_fail(TV_ERROR_NOT_FOUND, "%s: cannot read '%s'", __func__, path);
   return module_new(dev, dlopen(path, RTLD_NOW | RTLD_LOCAL), module);
 }
 
@@ -596,40 +575,40 @@ static tv_status sim_module_load_file(int32_t dev, const char* path, tv_module* 
 static tv_status sim_module_load_data(int32_t dev, const void* image, size_t size,
                                       tv_module* module) {
   CHECK_DEV(dev);
-  CHECK_ARGS(image && module);
+  TV_CHECK_ARGS(image && module);
   const char* tmp = getenv("TMPDIR");
   char path[4096];
   snprintf(path, sizeof path, "%s/torchvendor-sim-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   int fd = mkstemp(path);
-  if (fd < 0) return fail(TV_ERROR_UNKNOWN, "%s: cannot create %s", __func__, path);
+  if (fd < 0) return tv_fail(TV_ERROR_UNKNOWN, "%s: cannot create %s", __func__, path);
   size_t done = 0;
   for (ssize_t w; done < size && (w = write(fd, (const char*)image + done, size - done)) > 0;)
     done += (size_t)w;
   close(fd);
   void* dl = done == size ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
   unlink(path); /* the mapping keeps the code alive */
-  if (done != size) return fail(TV_ERROR_UNKNOWN, "%s: cannot write %s", __func__, path);
+  if (done != size) return tv_fail(TV_ERROR_UNKNOWN, "%s: cannot write %s", __func__, path);
   return module_new(dev, dl, module);
 }
 
 static tv_status sim_module_unload(tv_module m) {
-  CHECK_ARGS(m);
+  TV_CHECK_ARGS(m);
   pthread_mutex_lock(&g.mu);
   int ok = m->magic == LIVE;
   if (ok) m->magic = 0, module_unref(m); /* pending launches keep the library loaded */
   pthread_mutex_unlock(&g.mu);
-  return ok ? TV_SUCCESS : fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
+  return ok ? TV_SUCCESS : tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
 }
 
 static tv_status sim_module_get_function(tv_module m, const char* name, tv_function* function) {
-  CHECK_ARGS(m && name && function);
+  TV_CHECK_ARGS(m && name && function);
   tv_status st = TV_SUCCESS;
   pthread_mutex_lock(&g.mu);
   tv_function f = m->magic == LIVE ? m->fns : NULL;
   while (f && strcmp(f->name, name)) f = f->next; /* one handle per name */
   void* sym = f || m->magic != LIVE ? NULL : dlsym(m->dl, name);
-  if (m->magic != LIVE) st = fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
-  else if (!f && !sym) st = fail(TV_ERROR_NOT_FOUND, "%s: no function '%s'", __func__, name);
+  if (m->magic != LIVE) st = tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
+  else if (!f && !sym) st = tv_fail(TV_ERROR_NOT_FOUND, "%s: no function '%s'", __func__, name);
   else if (!f && !(f = malloc(sizeof *f + strlen(name) + 1))) st = OOM_CMD;
   else if (sym) {
     char marker[300]; /* TV_SIM_KERNEL_WAITS exports <name>__tv_sim_waits */
@@ -646,9 +625,7 @@ static tv_status sim_module_get_function(tv_module m, const char* name, tv_funct
 
 static tv_status sim_launch(tv_function f, const tv_launch_config* cfg, const void* args,
                             size_t args_size, tv_stream stream) {
-  CHECK_ARGS(f && cfg && (args || !args_size));
-  CHECK_ARGS(cfg->pointer_offsets || !cfg->num_pointer_offsets);
-  for (int i = 0; i < 3; i++) CHECK_ARGS(cfg->grid[i] >= 1 && cfg->block[i] >= 1);
+  TV_TRY(tv_check_launch(__func__, f, cfg, args, args_size));
   cmd* c = new_cmd(C_LAUNCH);
   if (!c || !(c->args = malloc(args_size ? args_size : 1))) return free(c), OOM_CMD;
   if (args_size) memcpy(c->args, args, args_size);
@@ -660,11 +637,11 @@ static tv_status sim_launch(tv_function f, const tv_launch_config* cfg, const vo
     int dev;
     if (off <= args_size && args_size - off >= sizeof p) memcpy(&p, (char*)c->args + off, sizeof p);
     else return pthread_mutex_unlock(&g.mu), release(c),
-                fail(TV_ERROR_INVALID_VALUE, "%s: pointer offset %u is outside the %zu-byte "
+                tv_fail(TV_ERROR_INVALID_VALUE, "%s: pointer offset %u is outside the %zu-byte "
                      "argument buffer", __func__, off, args_size);
     if (p && !(alias = alias_of_locked(p, 0, &dev)))
       return pthread_mutex_unlock(&g.mu), release(c),
-             fail(TV_ERROR_INVALID_VALUE, "%s: the pointer at offset %u (%p) is not device "
+             tv_fail(TV_ERROR_INVALID_VALUE, "%s: the pointer at offset %u (%p) is not device "
                   "memory", __func__, off, p);
     memcpy((char*)c->args + off, &alias, sizeof alias);
   }
@@ -680,24 +657,24 @@ static tv_status sim_launch(tv_function f, const tv_launch_config* cfg, const vo
 static tv_status sim_comm_create(const char* id, int32_t nranks, int32_t rank, int32_t dev,
                                  tv_comm* comm) {
   CHECK_DEV(dev);
-  CHECK_ARGS(id && comm);
+  TV_CHECK_ARGS(id && comm);
   char err[256];
   tv_comm c = calloc(1, sizeof *c);
-  if (!c) return fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+  if (!c) return tv_fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
   tv_status st = coll_comm_open(id, nranks, rank, c, err, sizeof err);
-  if (st) return free(c), fail(st, "%s: %s", __func__, err);
+  if (st) return free(c), tv_fail(st, "%s: %s", __func__, err);
   c->magic = LIVE, c->refs = 1, c->dev = dev;
   *comm = c;
   return TV_SUCCESS;
 }
 
 static tv_status sim_comm_destroy(tv_comm c) {
-  CHECK_ARGS(c);
+  TV_CHECK_ARGS(c);
   pthread_mutex_lock(&g.mu);
   int ok = c->magic == LIVE;
   if (ok) c->magic = 0, comm_unref(c); /* enqueued collectives hold references */
   pthread_mutex_unlock(&g.mu);
-  return ok ? TV_SUCCESS : fail(TV_ERROR_INVALID_HANDLE, "%s: invalid communicator", __func__);
+  return ok ? TV_SUCCESS : tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid communicator", __func__);
 }
 
 /* Validate co, translate its buffers to aliases (each inside one live allocation of the
@@ -707,13 +684,17 @@ static tv_status coll_enqueue(const char* what, coll co, const void* send, void*
   char err[256];
   size_t sb, rb;
   int sdev = -1, rdev = -1;
-  CHECK_ARGS(comm && comm->magic == LIVE);
+  TV_CHECK_ARGS(comm && comm->magic == LIVE);
+  int reduces = co.kind == COLL_ALL_REDUCE || co.kind == COLL_REDUCE_SCATTER;
+  TV_TRY(tv_check_collective_types(what, co.dtype, reduces ? (int)co.op : -1));
+  if (co.kind == COLL_BROADCAST || co.kind == COLL_SEND || co.kind == COLL_RECV)
+    TV_TRY(tv_check_rank(what, co.peer, comm->nranks));
   tv_status st = coll_validate(&co, comm, &sb, &rb, err, sizeof err);
-  if (st) return fail(st, "%s: %s", what, err);
+  if (st) return tv_fail(st, "%s: %s", what, err);
   co.send = sb ? alias_of(send, sb, &sdev) : NULL;
   co.recv = rb ? alias_of(recv, rb, &rdev) : NULL;
   if ((sb && (!co.send || sdev != comm->dev)) || (rb && (!co.recv || rdev != comm->dev)))
-    return fail(TV_ERROR_INVALID_VALUE, "%s: the %s buffer %p (+%zu bytes) is not inside a device "
+    return tv_fail(TV_ERROR_INVALID_VALUE, "%s: the %s buffer %p (+%zu bytes) is not inside a device "
                 "%d allocation", what, sb && (!co.send || sdev != comm->dev) ? "send" : "receive",
                 sb && (!co.send || sdev != comm->dev) ? send : recv,
                 sb && (!co.send || sdev != comm->dev) ? sb : rb, (int)comm->dev);
@@ -756,16 +737,7 @@ static tv_status sim_recv(void* buf, size_t count, tv_dtype dtype, int32_t peer,
 }
 
 /* ---------------------------------------------------------------- errors and entry point */
-static const char* sim_get_error_string(tv_status status) {
-  static const char* names[] = {
-      "TV_SUCCESS", "TV_ERROR_INVALID_VALUE", "TV_ERROR_INVALID_DEVICE", "TV_ERROR_OUT_OF_MEMORY",
-      "TV_ERROR_NOT_READY", "TV_ERROR_NOT_FOUND", "TV_ERROR_INVALID_IMAGE",
-      "TV_ERROR_LAUNCH_FAILED", "TV_ERROR_NOT_SUPPORTED", "TV_ERROR_INVALID_HANDLE"};
-  if (status >= 0 && status < (tv_status)(sizeof names / sizeof *names)) return names[status];
-  return status == TV_ERROR_UNKNOWN ? "TV_ERROR_UNKNOWN" : "unrecognized tv_status";
-}
-static const char* sim_last_error_message(void) { return t_msg; }
-
+/* get_error_string and last_error_message are tv_status_name and tv_last_error_message. */
 static const tv_runtime table; /* defined below */
 static tv_runtime minor0;      /* TORCHVENDOR_SIM_ABI_MINOR=0: the table as a minor-0 library */
 static tv_status init_status;
@@ -826,8 +798,8 @@ static const tv_runtime table = {
     .stream_wait_event = sim_stream_wait_event, .event_elapsed_time = sim_event_elapsed_time,
     .module_load_file = sim_module_load_file, .module_load_data = sim_module_load_data,
     .module_unload = sim_module_unload, .module_get_function = sim_module_get_function,
-    .launch = sim_launch, .get_error_string = sim_get_error_string,
-    .last_error_message = sim_last_error_message, .comm_create = sim_comm_create,
+    .launch = sim_launch, .get_error_string = tv_status_name,
+    .last_error_message = tv_last_error_message, .comm_create = sim_comm_create,
     .comm_destroy = sim_comm_destroy, .all_reduce = sim_all_reduce, .broadcast = sim_broadcast,
     .all_gather = sim_all_gather, .reduce_scatter = sim_reduce_scatter, .send = sim_send,
     .recv = sim_recv,
@@ -835,13 +807,10 @@ static const tv_runtime table = {
 
 TV_EXPORT tv_status torchvendor_get_runtime(uint32_t requested_major, const tv_runtime** runtime) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
-  CHECK_ARGS(runtime);
-  if (requested_major != TV_RUNTIME_ABI_MAJOR)
-    return fail(TV_ERROR_NOT_SUPPORTED, "torchvendor-sim implements runtime ABI major %d, not %u",
-                TV_RUNTIME_ABI_MAJOR, requested_major);
+  TV_CHECK_ARGS(runtime);
+  TV_TRY(tv_check_abi_major("torchvendor-sim", requested_major));
   pthread_once(&once, init);
-  if (init_status) /* the caller gets no table, hence no last_error_message: log it as well */
-    return fprintf(stderr, "torchvendor-sim: %s\n", init_msg), fail(init_status, "%s", init_msg);
+  if (init_status) return tv_init_failed("torchvendor-sim", init_status, init_msg);
   *runtime = minor0.struct_size ? &minor0 : &table;
   return TV_SUCCESS;
 }

@@ -3,7 +3,8 @@
 The C library is what a GPU vendor ships: ``torchvendor/runtime.h`` implemented with the CUDA
 driver. It needs only ``cuda.h`` to build (the driver is opened with ``dlopen`` at load time),
 so it is compiled here with the system C compiler the first time it is asked for and cached
-on disk by the hash of its source, the ABI header, ``cuda.h`` and the compiler::
+on disk by the hash of its source, the ABI headers (``runtime.h``, ``runtime_checks.h``),
+``cuda.h`` and the compiler::
 
     >>> from torchvendor.reference_backends.cuda.runtime import build_runtime, cuda_include_dir
     >>> path = build_runtime() if cuda_include_dir() else None   # needs cuda.h, not a GPU
@@ -110,8 +111,8 @@ def build_runtime(cache: ArtifactCache | None = None, cc: str | None = None) -> 
     if shutil.which(cc) is None:
         raise RuntimeBuildError(f"cannot build the CUDA runtime library: no C compiler {cc!r} (set CC)")
     tv_inc = runtime_include_dir()
-    header = Path(tv_inc, "torchvendor", "runtime.h").read_bytes()
-    key = b"\0".join([SOURCE.read_bytes(), header, Path(cuda_inc, "cuda.h").read_bytes(), cc.encode()])
+    headers = [Path(tv_inc, "torchvendor", h).read_bytes() for h in ("runtime.h", "runtime_checks.h")]
+    key = b"\0".join([SOURCE.read_bytes(), *headers, Path(cuda_inc, "cuda.h").read_bytes(), cc.encode()])
     cache = cache or ArtifactCache(namespace="torchvendor_cuda_runtime/1")
 
     def build(out: str) -> None:

@@ -34,13 +34,13 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "torchvendor/runtime.h"
+#include "torchvendor/runtime_checks.h"
 
 #define MAX_DEVICES 64
 #define LIVE 0x74766375U /* magic of a live handle, cleared when it is destroyed */
@@ -60,16 +60,7 @@
 #define DECLARE(f) __typeof__(f)* f;
 static struct { DRIVER(DECLARE) } drv; /* drv.cuMemAlloc(...) calls cuMemAlloc_v2 */
 
-static _Thread_local char t_msg[512];
 static _Thread_local int32_t t_dev;
-
-static tv_status fail(tv_status status, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(t_msg, sizeof t_msg, fmt, ap);
-  va_end(ap);
-  return status;
-}
 
 static tv_status status_of(CUresult r) {
   switch (r) {
@@ -99,10 +90,9 @@ static tv_status check(CUresult r, const char* where) {
   if (r == CUDA_SUCCESS) return TV_SUCCESS;
   drv.cuGetErrorName(r, &name);
   drv.cuGetErrorString(r, &text);
-  return fail(status_of(r), "%s: %s (%s)", where, name, text);
+  return tv_fail(status_of(r), "%s: %s (%s)", where, name, text);
 }
 #define CU(call) check(drv.call, __func__)
-#define TRY(expr) do { tv_status st_ = (expr); if (st_) return st_; } while (0)
 
 static struct {
   pthread_mutex_t mu; /* guards ctx[] and every module's function list */
@@ -110,12 +100,7 @@ static struct {
   CUcontext ctx[MAX_DEVICES];
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-#define CHECK_DEV(d)                                                                            \
-  if ((d) < 0 || (d) >= g.ndev)                                                                 \
-  return fail(TV_ERROR_INVALID_DEVICE, "%s: device %d out of range [0, %d)", __func__, (int)(d), \
-              (int)g.ndev)
-#define CHECK_ARGS(ok) \
-  if (!(ok)) return fail(TV_ERROR_INVALID_VALUE, "%s: invalid argument (%s)", __func__, #ok)
+#define CHECK_DEV(d) TV_CHECK_DEVICE(d, g.ndev) /* the checks: torchvendor/runtime_checks.h */
 
 /* Make device dev's primary context current on this thread (retaining it on first use). */
 static tv_status use(int32_t dev) {
@@ -127,30 +112,30 @@ static tv_status use(int32_t dev) {
   if (!g.ctx[dev] && !(r = drv.cuDeviceGet(&d, dev))) r = drv.cuDevicePrimaryCtxRetain(&g.ctx[dev], d);
   c = g.ctx[dev];
   pthread_mutex_unlock(&g.mu);
-  TRY(check(r, "retaining the primary context"));
+  TV_TRY(check(r, "retaining the primary context"));
   return check(drv.cuCtxSetCurrent(c), "cuCtxSetCurrent");
 }
 
 /* ---------------------------------------------------------------- devices */
 static tv_status cu_device_count(int32_t* count) {
-  CHECK_ARGS(count);
+  TV_CHECK_ARGS(count);
   *count = g.ndev;
   return TV_SUCCESS;
 }
 
 static tv_status cu_get_device_properties(int32_t dev, tv_device_properties* props) {
   CHECK_DEV(dev);
-  CHECK_ARGS(props && props->struct_size >= sizeof *props);
+  TV_TRY(tv_check_properties(__func__, props));
   CUdevice d;
   size_t total = 0;
   int major = 0, minor = 0, sms = 0;
-  TRY(CU(cuDeviceGet(&d, dev)));
+  TV_TRY(CU(cuDeviceGet(&d, dev)));
   *props = (tv_device_properties){.struct_size = props->struct_size};
-  TRY(CU(cuDeviceGetName(props->name, sizeof props->name, d)));
-  TRY(CU(cuDeviceTotalMem(&total, d)));
-  TRY(CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d)));
-  TRY(CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d)));
-  TRY(CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d)));
+  TV_TRY(CU(cuDeviceGetName(props->name, sizeof props->name, d)));
+  TV_TRY(CU(cuDeviceTotalMem(&total, d)));
+  TV_TRY(CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d)));
+  TV_TRY(CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d)));
+  TV_TRY(CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d)));
   props->total_memory = total, props->capability_major = major, props->capability_minor = minor;
   props->multiprocessor_count = sms;
   return TV_SUCCESS;
@@ -163,28 +148,28 @@ static tv_status cu_set_device(int32_t dev) {
 }
 
 static tv_status cu_get_device(int32_t* dev) {
-  CHECK_ARGS(dev);
+  TV_CHECK_ARGS(dev);
   CHECK_DEV(t_dev); /* only with 0 devices */
   *dev = t_dev;
   return TV_SUCCESS;
 }
 
 static tv_status cu_device_synchronize(int32_t dev) {
-  TRY(use(dev));
+  TV_TRY(use(dev));
   return CU(cuCtxSynchronize());
 }
 
 /* ---------------------------------------------------------------- memory */
 static tv_status cu_malloc(int32_t dev, size_t size, void** ptr) {
-  CHECK_ARGS(ptr);
-  TRY(use(dev));
+  TV_CHECK_ARGS(ptr);
+  TV_TRY(use(dev));
   if (!size) return *ptr = NULL, TV_SUCCESS;
   CUdeviceptr p = 0;
   CUresult r = drv.cuMemAlloc(&p, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
-    return fail(TV_ERROR_OUT_OF_MEMORY, "out of memory on device %d: requested %zu bytes",
+    return tv_fail(TV_ERROR_OUT_OF_MEMORY, "out of memory on device %d: requested %zu bytes",
                 (int)dev, size);
-  TRY(check(r, __func__));
+  TV_TRY(check(r, __func__));
   *ptr = (void*)(uintptr_t)p;
   return TV_SUCCESS;
 }
@@ -201,26 +186,26 @@ static int device_of(const void* ptr) {
 }
 
 static tv_status cu_free(int32_t dev, void* ptr) {
-  TRY(use(dev));
+  TV_TRY(use(dev));
   if (!ptr) return TV_SUCCESS;
   if (device_of(ptr) != dev)
-    return fail(TV_ERROR_INVALID_VALUE, "%s: %p is not an allocation of device %d", __func__, ptr,
+    return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %p is not an allocation of device %d", __func__, ptr,
                 (int)dev);
   return CU(cuMemFree((CUdeviceptr)(uintptr_t)ptr));
 }
 
 static tv_status cu_host_malloc(size_t size, void** ptr) {
-  CHECK_ARGS(ptr);
-  TRY(use(t_dev));
+  TV_CHECK_ARGS(ptr);
+  TV_TRY(use(t_dev));
   if (!size) return *ptr = NULL, TV_SUCCESS;
   CUresult r = drv.cuMemHostAlloc(ptr, size, CU_MEMHOSTALLOC_PORTABLE);
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
-    return fail(TV_ERROR_OUT_OF_MEMORY, "%s: cannot pin %zu bytes", __func__, size);
+    return tv_fail(TV_ERROR_OUT_OF_MEMORY, "%s: cannot pin %zu bytes", __func__, size);
   return check(r, __func__);
 }
 
 static tv_status cu_host_free(void* ptr) {
-  TRY(use(t_dev));
+  TV_TRY(use(t_dev));
   return ptr ? CU(cuMemFreeHost(ptr)) : TV_SUCCESS;
 }
 
@@ -232,19 +217,19 @@ struct tv_event_st { uint32_t magic, flags; int32_t dev; int recorded; CUevent e
  * that device's context made current. */
 static tv_status resolve(tv_stream in, CUstream* out, int32_t* dev) {
   *out = NULL, *dev = t_dev;
-  if (in && in->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "invalid stream %p", (void*)in);
+  if (in && in->magic != LIVE) return tv_fail(TV_ERROR_INVALID_HANDLE, "invalid stream %p", (void*)in);
   if (in) *out = in->s, *dev = in->dev;
   return use(*dev);
 }
 
 static tv_status cu_stream_create(int32_t dev, int32_t priority, tv_stream* stream) {
-  CHECK_ARGS(stream);
-  TRY(use(dev));
+  TV_CHECK_ARGS(stream);
+  TV_TRY(use(dev));
   int least = 0, greatest = 0;
-  TRY(CU(cuCtxGetStreamPriorityRange(&least, &greatest)));
+  TV_TRY(CU(cuCtxGetStreamPriorityRange(&least, &greatest)));
   priority = priority > least ? least : priority < greatest ? greatest : priority;
   tv_stream s = calloc(1, sizeof *s);
-  if (!s) return fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+  if (!s) return tv_fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
   tv_status st = CU(cuStreamCreateWithPriority(&s->s, CU_STREAM_DEFAULT, priority));
   if (st) return free(s), st;
   s->magic = LIVE, s->dev = dev;
@@ -253,9 +238,9 @@ static tv_status cu_stream_create(int32_t dev, int32_t priority, tv_stream* stre
 }
 
 static tv_status cu_stream_destroy(tv_stream s) {
-  CHECK_ARGS(s);
-  if (s->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid stream", __func__);
-  TRY(use(s->dev));
+  TV_CHECK_ARGS(s);
+  if (s->magic != LIVE) return tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid stream", __func__);
+  TV_TRY(use(s->dev));
   s->magic = 0; /* the driver lets pending work finish */
   tv_status st = CU(cuStreamDestroy(s->s));
   free(s);
@@ -265,7 +250,7 @@ static tv_status cu_stream_destroy(tv_stream s) {
 static tv_status cu_stream_query(tv_stream stream) {
   CUstream s;
   int32_t dev;
-  TRY(resolve(stream, &s, &dev));
+  TV_TRY(resolve(stream, &s, &dev));
   CUresult r = drv.cuStreamQuery(s);
   return r == CUDA_ERROR_NOT_READY ? TV_ERROR_NOT_READY : check(r, __func__);
 }
@@ -273,15 +258,15 @@ static tv_status cu_stream_query(tv_stream stream) {
 static tv_status cu_stream_synchronize(tv_stream stream) {
   CUstream s;
   int32_t dev;
-  TRY(resolve(stream, &s, &dev));
+  TV_TRY(resolve(stream, &s, &dev));
   return CU(cuStreamSynchronize(s));
 }
 
 static tv_status cu_stream_priority_range(int32_t* least, int32_t* greatest) {
-  CHECK_ARGS(least && greatest);
+  TV_CHECK_ARGS(least && greatest);
   int lo = 0, hi = 0;
-  TRY(use(t_dev));
-  TRY(CU(cuCtxGetStreamPriorityRange(&lo, &hi)));
+  TV_TRY(use(t_dev));
+  TV_TRY(CU(cuCtxGetStreamPriorityRange(&lo, &hi)));
   *least = lo, *greatest = hi;
   return TV_SUCCESS;
 }
@@ -311,14 +296,14 @@ static side classify(const void* ptr) {
 static tv_status check_side(const char* what, const char* name, const void* p, size_t n,
                             int device, side info) {
   if (!device && info.dev >= 0)
-    return fail(TV_ERROR_INVALID_VALUE, "%s: the %s %p is device memory of device %d, but the "
+    return tv_fail(TV_ERROR_INVALID_VALUE, "%s: the %s %p is device memory of device %d, but the "
                 "kind says host memory", what, name, p, info.dev);
   if (device && info.dev < 0)
-    return fail(TV_ERROR_INVALID_VALUE, "%s: %s %p (+%zu bytes) is not device memory", what, name,
+    return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %s %p (+%zu bytes) is not device memory", what, name,
                 p, n);
   CUdeviceptr a = (CUdeviceptr)(uintptr_t)p;
   if (device && (a - info.base > info.size || n > info.size - (a - info.base)))
-    return fail(TV_ERROR_INVALID_VALUE, "%s: the %s range %p + %zu bytes ends %zu bytes past its "
+    return tv_fail(TV_ERROR_INVALID_VALUE, "%s: the %s range %p + %zu bytes ends %zu bytes past its "
                 "allocation (%zu bytes at %p)", what, name, p, n,
                 (size_t)(a - info.base) + n - info.size, info.size, (void*)(uintptr_t)info.base);
   return TV_SUCCESS;
@@ -328,32 +313,31 @@ static tv_status transfer(void* dst, const void* src, int value, size_t n, int k
                           int async, tv_stream stream) {
   int set = kind == 0; /* memset */
   const char* what = set ? "memset" : "memcpy";
-  if (!set && (kind < TV_MEMCPY_HOST_TO_DEVICE || kind > TV_MEMCPY_HOST_TO_HOST))
-    return fail(TV_ERROR_INVALID_VALUE, "memcpy: unknown kind %d", kind);
+  if (!set) TV_TRY(tv_check_memcpy_kind(kind));
   if (!n) return TV_SUCCESS;
   if (!dst || (!set && !src))
-    return fail(TV_ERROR_INVALID_VALUE, "%s: %s is NULL", what, dst ? "source" : "destination");
+    return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %s is NULL", what, dst ? "source" : "destination");
   int dd = set || kind == TV_MEMCPY_HOST_TO_DEVICE || kind == TV_MEMCPY_DEVICE_TO_DEVICE;
   int sd = !set && (kind == TV_MEMCPY_DEVICE_TO_HOST || kind == TV_MEMCPY_DEVICE_TO_DEVICE);
   side di = classify(dst), si = set ? (side){-1, 0, 0} : classify(src);
-  TRY(check_side(what, "destination", dst, n, dd, di));
-  if (!set) TRY(check_side(what, "source", src, n, sd, si));
+  TV_TRY(check_side(what, "destination", dst, n, dd, di));
+  if (!set) TV_TRY(check_side(what, "source", src, n, sd, si));
   int ddev = di.dev, sdev = si.dev;
   if (kind == TV_MEMCPY_HOST_TO_HOST && !async) return memcpy(dst, src, n), TV_SUCCESS;
   CUstream s = NULL;
   int32_t dev = ddev >= 0 ? ddev : sdev >= 0 ? sdev : t_dev;
-  if (async) TRY(resolve(stream, &s, &dev));
-  else TRY(use(dev));
+  if (async) TV_TRY(resolve(stream, &s, &dev));
+  else TV_TRY(use(dev));
   CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
   if (set) {
-    TRY(CU(cuMemsetD8Async(d, (unsigned char)value, n, s)));
+    TV_TRY(CU(cuMemsetD8Async(d, (unsigned char)value, n, s)));
     return async ? TV_SUCCESS : CU(cuStreamSynchronize(NULL));
   }
   if (async) return CU(cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)src, n, s));
   if (sdev >= 0 && sdev != dev) { /* order after the source device's default stream too */
-    TRY(use(sdev));
-    TRY(CU(cuCtxSynchronize()));
-    TRY(use(dev));
+    TV_TRY(use(sdev));
+    TV_TRY(CU(cuCtxSynchronize()));
+    TV_TRY(use(dev));
   }
   return CU(cuMemcpy(d, (CUdeviceptr)(uintptr_t)src, n));
 }
@@ -374,13 +358,13 @@ static tv_status cu_memset_async(void* dst, int value, size_t n, tv_stream strea
 
 /* ---------------------------------------------------------------- events */
 #define CHECK_EVENT(e) \
-  if (!(e) || (e)->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid event", __func__)
+  if (!(e) || (e)->magic != LIVE) return tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid event", __func__)
 
 static tv_status cu_event_create(int32_t dev, uint32_t flags, tv_event* event) {
-  CHECK_ARGS(event && !(flags & ~(uint32_t)TV_EVENT_ENABLE_TIMING));
-  TRY(use(dev));
+  TV_TRY(tv_check_event_create(__func__, event, flags));
+  TV_TRY(use(dev));
   tv_event e = calloc(1, sizeof *e);
-  if (!e) return fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+  if (!e) return tv_fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
   unsigned cu_flags = flags & TV_EVENT_ENABLE_TIMING ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
   tv_status st = CU(cuEventCreate(&e->e, cu_flags));
   if (st) return free(e), st;
@@ -391,7 +375,7 @@ static tv_status cu_event_create(int32_t dev, uint32_t flags, tv_event* event) {
 
 static tv_status cu_event_destroy(tv_event e) {
   CHECK_EVENT(e);
-  TRY(use(e->dev));
+  TV_TRY(use(e->dev));
   e->magic = 0; /* the driver releases it once its pending record completes */
   tv_status st = CU(cuEventDestroy(e->e));
   free(e);
@@ -402,25 +386,23 @@ static tv_status cu_event_record(tv_event e, tv_stream stream) {
   CHECK_EVENT(e);
   CUstream s;
   int32_t dev;
-  TRY(resolve(stream, &s, &dev));
-  if (dev != e->dev)
-    return fail(TV_ERROR_INVALID_VALUE, "event_record: event of device %d, stream of device %d",
-                (int)e->dev, (int)dev);
-  TRY(CU(cuEventRecord(e->e, s)));
+  TV_TRY(resolve(stream, &s, &dev));
+  TV_TRY(tv_check_same_device("event_record", "event", e->dev, "stream", dev));
+  TV_TRY(CU(cuEventRecord(e->e, s)));
   e->recorded = 1;
   return TV_SUCCESS;
 }
 
 static tv_status cu_event_query(tv_event e) {
   CHECK_EVENT(e);
-  TRY(use(e->dev));
+  TV_TRY(use(e->dev));
   CUresult r = drv.cuEventQuery(e->e);
   return r == CUDA_ERROR_NOT_READY ? TV_ERROR_NOT_READY : check(r, __func__);
 }
 
 static tv_status cu_event_synchronize(tv_event e) {
   CHECK_EVENT(e);
-  TRY(use(e->dev));
+  TV_TRY(use(e->dev));
   return CU(cuEventSynchronize(e->e));
 }
 
@@ -428,22 +410,19 @@ static tv_status cu_stream_wait_event(tv_stream stream, tv_event e) {
   CHECK_EVENT(e);
   CUstream s;
   int32_t dev;
-  TRY(resolve(stream, &s, &dev));
+  TV_TRY(resolve(stream, &s, &dev));
   return CU(cuStreamWaitEvent(s, e->e, 0));
 }
 
 static tv_status cu_event_elapsed_time(tv_event a, tv_event b, float* ms) {
   CHECK_EVENT(a);
   CHECK_EVENT(b);
-  CHECK_ARGS(ms);
-  if (!(a->flags & b->flags & TV_EVENT_ENABLE_TIMING))
-    return fail(TV_ERROR_INVALID_VALUE, "%s: both events need TV_EVENT_ENABLE_TIMING", __func__);
-  if (!a->recorded || !b->recorded)
-    return fail(TV_ERROR_INVALID_HANDLE, "%s: an event was never recorded", __func__);
-  TRY(use(a->dev));
+  TV_CHECK_ARGS(ms);
+  TV_TRY(tv_check_elapsed(__func__, a->flags, b->flags, a->recorded, b->recorded));
+  TV_TRY(use(a->dev));
   CUresult r = drv.cuEventElapsedTime(ms, a->e, b->e);
   if (r == CUDA_ERROR_NOT_READY)
-    return fail(TV_ERROR_NOT_READY, "%s: an event has not completed yet", __func__);
+    return tv_fail(TV_ERROR_NOT_READY, "%s: an event has not completed yet", __func__);
   return check(r, __func__);
 }
 
@@ -454,12 +433,12 @@ struct tv_module_st { uint32_t magic; int32_t dev; CUmodule m; tv_function fns; 
 
 static tv_status cu_module_load_data(int32_t dev, const void* image, size_t size,
                                      tv_module* module) {
-  CHECK_ARGS(image && size && module);
-  TRY(use(dev));
+  TV_CHECK_ARGS(image && size && module);
+  TV_TRY(use(dev));
   /* PTX is text and must end with a NUL; cubin and fatbin images are ELF or fatbin blobs. */
   char* copy = malloc(size + 1);
   tv_module m = calloc(1, sizeof *m);
-  if (!copy || !m) return free(copy), free(m), fail(TV_ERROR_OUT_OF_MEMORY, "module_load: out of host memory");
+  if (!copy || !m) return free(copy), free(m), tv_fail(TV_ERROR_OUT_OF_MEMORY, "module_load: out of host memory");
   memcpy(copy, image, size);
   copy[size] = 0;
   char log[2048] = "";
@@ -471,7 +450,7 @@ static tv_status cu_module_load_data(int32_t dev, const void* image, size_t size
     free(m);
     const char* name = "?";
     drv.cuGetErrorName(r, &name);
-    return fail(status_of(r), "module_load: %s%s%.400s", name, *log ? "; JIT log: " : "", log);
+    return tv_fail(status_of(r), "module_load: %s%s%.400s", name, *log ? "; JIT log: " : "", log);
   }
   m->magic = LIVE, m->dev = dev;
   *module = m;
@@ -480,9 +459,9 @@ static tv_status cu_module_load_data(int32_t dev, const void* image, size_t size
 
 static tv_status cu_module_load_file(int32_t dev, const char* path, tv_module* module) {
   CHECK_DEV(dev);
-  CHECK_ARGS(path && module);
+  TV_CHECK_ARGS(path && module);
   FILE* f = fopen(path, "rb");
-  if (!f) return fail(TV_ERROR_NOT_FOUND, "%s: cannot read '%s'", __func__, path);
+  if (!f) return tv_fail(TV_ERROR_NOT_FOUND, "%s: cannot read '%s'", __func__, path);
   fseek(f, 0, SEEK_END);
   long size = ftell(f);
   fseek(f, 0, SEEK_SET);
@@ -490,16 +469,16 @@ static tv_status cu_module_load_file(int32_t dev, const char* path, tv_module* m
   size_t got = image ? fread(image, 1, (size_t)size, f) : 0;
   fclose(f);
   tv_status st = size <= 0 || got != (size_t)size
-                     ? fail(TV_ERROR_INVALID_IMAGE, "%s: '%s' is empty or unreadable", __func__, path)
+                     ? tv_fail(TV_ERROR_INVALID_IMAGE, "%s: '%s' is empty or unreadable", __func__, path)
                      : cu_module_load_data(dev, image, (size_t)size, module);
   free(image);
   return st;
 }
 
 static tv_status cu_module_unload(tv_module m) {
-  CHECK_ARGS(m);
-  if (m->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
-  TRY(use(m->dev));
+  TV_CHECK_ARGS(m);
+  if (m->magic != LIVE) return tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
+  TV_TRY(use(m->dev));
   pthread_mutex_lock(&g.mu);
   m->magic = 0;
   for (tv_function f = m->fns, next; f; f = next) next = f->next, f->magic = 0, free(f);
@@ -510,9 +489,9 @@ static tv_status cu_module_unload(tv_module m) {
 }
 
 static tv_status cu_module_get_function(tv_module m, const char* name, tv_function* function) {
-  CHECK_ARGS(m && name && function);
-  if (m->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
-  TRY(use(m->dev));
+  TV_CHECK_ARGS(m && name && function);
+  if (m->magic != LIVE) return tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid module", __func__);
+  TV_TRY(use(m->dev));
   tv_status st = TV_SUCCESS;
   pthread_mutex_lock(&g.mu);
   tv_function f = m->fns;
@@ -520,10 +499,10 @@ static tv_status cu_module_get_function(tv_module m, const char* name, tv_functi
   CUfunction cf;
   if (!f) {
     CUresult r = drv.cuModuleGetFunction(&cf, m->m, name);
-    if (r == CUDA_ERROR_NOT_FOUND) st = fail(TV_ERROR_NOT_FOUND, "%s: no function '%s'", __func__, name);
+    if (r == CUDA_ERROR_NOT_FOUND) st = tv_fail(TV_ERROR_NOT_FOUND, "%s: no function '%s'", __func__, name);
     else if (r) st = check(r, __func__);
     else if (!(f = calloc(1, sizeof *f + strlen(name) + 1)))
-      st = fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+      st = tv_fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
     else {
       *f = (struct tv_function_st){.magic = LIVE, .mod = m, .f = cf, .next = m->fns};
       strcpy(f->name, name);
@@ -537,18 +516,15 @@ static tv_status cu_module_get_function(tv_module m, const char* name, tv_functi
 
 static tv_status cu_launch(tv_function f, const tv_launch_config* cfg, const void* args,
                            size_t args_size, tv_stream stream) {
-  CHECK_ARGS(f && cfg && (args || !args_size));
-  for (int i = 0; i < 3; i++) CHECK_ARGS(cfg->grid[i] >= 1 && cfg->block[i] >= 1);
+  TV_TRY(tv_check_launch(__func__, f, cfg, args, args_size));
   if (f->magic != LIVE || f->mod->magic != LIVE)
-    return fail(TV_ERROR_INVALID_HANDLE, "launch: invalid function or unloaded module");
+    return tv_fail(TV_ERROR_INVALID_HANDLE, "launch: invalid function or unloaded module");
   CUstream s;
   int32_t dev;
-  TRY(resolve(stream, &s, &dev));
-  if (dev != f->mod->dev)
-    return fail(TV_ERROR_INVALID_VALUE, "launch: '%s' is from a device %d module, the stream on %d",
-                f->name, (int)f->mod->dev, (int)dev);
+  TV_TRY(resolve(stream, &s, &dev));
+  TV_TRY(tv_check_launch_device(f->name, f->mod->dev, dev));
   if (cfg->shared_memory_bytes > 48 * 1024 && f->shared_set < (int)cfg->shared_memory_bytes) {
-    TRY(CU(cuFuncSetAttribute(f->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    TV_TRY(CU(cuFuncSetAttribute(f->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                               (int)cfg->shared_memory_bytes)));
     f->shared_set = (int)cfg->shared_memory_bytes;
   }
@@ -616,7 +592,7 @@ static void load_nccl(void) {
 static tv_status need_nccl(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, load_nccl);
-  return nccl_status ? fail(nccl_status, "%s", nccl_msg) : TV_SUCCESS;
+  return nccl_status ? tv_fail(nccl_status, "%s", nccl_msg) : TV_SUCCESS;
 }
 
 struct tv_comm_st { uint32_t magic; int32_t dev, nranks, rank; nccl_comm_t c; };
@@ -625,16 +601,16 @@ static tv_status nccl_check(nccl_result r, nccl_comm_t c, const char* where) {
   if (!r) return TV_SUCCESS;
   const char* last = c && nccl.GetLastError ? nccl.GetLastError(c) : "";
   /* ncclInvalidArgument (4) and ncclInvalidUsage (5) are the caller's; the rest the system's */
-  return fail(r == 4 || r == 5 ? TV_ERROR_INVALID_VALUE : TV_ERROR_UNKNOWN, "%s: %s%s%s", where,
+  return tv_fail(r == 4 || r == 5 ? TV_ERROR_INVALID_VALUE : TV_ERROR_UNKNOWN, "%s: %s%s%s", where,
               nccl.GetErrorString(r), last && *last ? ": " : "", last ? last : "");
 }
 
 static tv_status cu_comm_token(int32_t dev, void* token, size_t* size) {
-  CHECK_ARGS(token && size);
-  TRY(need_nccl());
-  TRY(use(dev));
+  TV_CHECK_ARGS(token && size);
+  TV_TRY(need_nccl());
+  TV_TRY(use(dev));
   nccl_uid id;
-  TRY(nccl_check(nccl.GetUniqueId(&id), NULL, "ncclGetUniqueId"));
+  TV_TRY(nccl_check(nccl.GetUniqueId(&id), NULL, "ncclGetUniqueId"));
   memcpy(token, &id, sizeof id);
   *size = sizeof id;
   return TV_SUCCESS;
@@ -642,16 +618,16 @@ static tv_status cu_comm_token(int32_t dev, void* token, size_t* size) {
 
 static tv_status cu_comm_create_from_token(const void* token, size_t size, int32_t nranks,
                                            int32_t rank, int32_t dev, tv_comm* comm) {
-  CHECK_ARGS(token && comm && nranks > 0 && rank >= 0 && rank < nranks);
+  TV_CHECK_ARGS(token && comm && nranks > 0 && rank >= 0 && rank < nranks);
   if (size != sizeof(nccl_uid))
-    return fail(TV_ERROR_INVALID_VALUE, "%s: a token of %zu bytes; NCCL's (from comm_token) has "
+    return tv_fail(TV_ERROR_INVALID_VALUE, "%s: a token of %zu bytes; NCCL's (from comm_token) has "
                 "%zu", __func__, size, sizeof(nccl_uid));
-  TRY(need_nccl());
-  TRY(use(dev)); /* NCCL takes the device from the current context */
+  TV_TRY(need_nccl());
+  TV_TRY(use(dev)); /* NCCL takes the device from the current context */
   nccl_uid id;
   memcpy(&id, token, sizeof id);
   tv_comm c = calloc(1, sizeof *c);
-  if (!c) return fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
+  if (!c) return tv_fail(TV_ERROR_OUT_OF_MEMORY, "%s: out of host memory", __func__);
   tv_status st = nccl_check(nccl.CommInitRank(&c->c, nranks, id, rank), NULL, "ncclCommInitRank");
   if (st) return free(c), st;
   c->magic = LIVE, c->dev = dev, c->nranks = nranks, c->rank = rank;
@@ -660,48 +636,42 @@ static tv_status cu_comm_create_from_token(const void* token, size_t size, int32
 }
 
 static tv_status cu_comm_destroy(tv_comm c) {
-  CHECK_ARGS(c);
-  if (c->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid communicator", __func__);
-  TRY(use(c->dev));
+  TV_CHECK_ARGS(c);
+  if (c->magic != LIVE) return tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid communicator", __func__);
+  TV_TRY(use(c->dev));
   c->magic = 0; /* ncclCommDestroy waits for the collectives already enqueued */
   tv_status st = nccl_check(nccl.CommDestroy(c->c), NULL, "ncclCommDestroy");
   free(c);
   return st;
 }
 
-/* NCCL's type and reduction for a tv_dtype and tv_reduce_op (op < 0: no reduction); bool
- * travels as uint8, where SUM and MAX are "or", PROD and MIN "and", as torch's NCCL group does. */
-static tv_status nccl_args(tv_dtype dtype, int op, int* type, int* red) {
+/* NCCL's type and reduction for a tv_dtype and tv_reduce_op (op < 0: no reduction), checked by
+ * tv_check_collective_types; bool travels as uint8, where SUM and MAX are "or", PROD and MIN
+ * "and", as torch's NCCL group does. */
+static tv_status nccl_args(const char* where, tv_dtype dtype, int op, int* type, int* red) {
   static const int types[] = {NCCL_FLOAT32, NCCL_FLOAT64, NCCL_FLOAT16, NCCL_BFLOAT16,
                               NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_INT64, NCCL_UINT8};
-  if ((unsigned)dtype > TV_BOOL) return fail(TV_ERROR_INVALID_VALUE, "unknown tv_dtype %d", dtype);
+  TV_TRY(tv_check_collective_types(where, dtype, op));
   *type = types[dtype], *red = op;
-  if (op < 0) return TV_SUCCESS;
-  if (op > TV_REDUCE_AVG) return fail(TV_ERROR_INVALID_VALUE, "unknown tv_reduce_op %d", op);
-  if (op == TV_REDUCE_AVG && dtype >= TV_INT8)
-    return fail(TV_ERROR_NOT_SUPPORTED, "TV_REDUCE_AVG of an integer or bool tv_dtype (%d): "
-                "floating-point types only", dtype);
-  if (dtype == TV_BOOL) *red = op == TV_REDUCE_SUM || op == TV_REDUCE_MAX ? NCCL_MAX : NCCL_MIN;
+  if (dtype == TV_BOOL && op >= 0)
+    *red = op == TV_REDUCE_SUM || op == TV_REDUCE_MAX ? NCCL_MAX : NCCL_MIN;
   return TV_SUCCESS;
 }
 
 /* The communicator's CUstream for `stream`, which must be of the communicator's device. */
 static tv_status comm_stream(tv_comm c, tv_stream stream, CUstream* s, const char* where) {
   int32_t dev;
-  if (!c || c->magic != LIVE) return fail(TV_ERROR_INVALID_HANDLE, "%s: invalid communicator", where);
-  TRY(resolve(stream, s, &dev));
-  if (dev != c->dev)
-    return fail(TV_ERROR_INVALID_VALUE, "%s: communicator of device %d, stream of device %d", where,
-                (int)c->dev, (int)dev);
-  return TV_SUCCESS;
+  if (!c || c->magic != LIVE) return tv_fail(TV_ERROR_INVALID_HANDLE, "%s: invalid communicator", where);
+  TV_TRY(resolve(stream, s, &dev));
+  return tv_check_same_device(where, "communicator", c->dev, "stream", dev);
 }
 
 static tv_status cu_all_reduce(const void* send, void* recv, size_t count, tv_dtype dtype,
                                tv_reduce_op op, tv_comm c, tv_stream stream) {
   CUstream s;
   int type = 0, red = 0;
-  TRY(comm_stream(c, stream, &s, __func__));
-  TRY(nccl_args(dtype, op, &type, &red));
+  TV_TRY(comm_stream(c, stream, &s, __func__));
+  TV_TRY(nccl_args(__func__, dtype, op, &type, &red));
   return nccl_check(nccl.AllReduce(send, recv, count, type, red, c->c, s), c->c, "ncclAllReduce");
 }
 
@@ -709,9 +679,9 @@ static tv_status cu_broadcast(const void* send, void* recv, size_t count, tv_dty
                               int32_t root, tv_comm c, tv_stream stream) {
   CUstream s;
   int type = 0, red = 0;
-  TRY(comm_stream(c, stream, &s, __func__));
-  TRY(nccl_args(dtype, -1, &type, &red));
-  CHECK_ARGS(root >= 0 && root < c->nranks);
+  TV_TRY(comm_stream(c, stream, &s, __func__));
+  TV_TRY(nccl_args(__func__, dtype, -1, &type, &red));
+  TV_TRY(tv_check_rank(__func__, root, c->nranks));
   return nccl_check(nccl.Broadcast(send, recv, count, type, root, c->c, s), c->c, "ncclBroadcast");
 }
 
@@ -719,8 +689,8 @@ static tv_status cu_all_gather(const void* send, void* recv, size_t count, tv_dt
                                tv_comm c, tv_stream stream) {
   CUstream s;
   int type = 0, red = 0;
-  TRY(comm_stream(c, stream, &s, __func__));
-  TRY(nccl_args(dtype, -1, &type, &red));
+  TV_TRY(comm_stream(c, stream, &s, __func__));
+  TV_TRY(nccl_args(__func__, dtype, -1, &type, &red));
   return nccl_check(nccl.AllGather(send, recv, count, type, c->c, s), c->c, "ncclAllGather");
 }
 
@@ -728,8 +698,8 @@ static tv_status cu_reduce_scatter(const void* send, void* recv, size_t count, t
                                    tv_reduce_op op, tv_comm c, tv_stream stream) {
   CUstream s;
   int type = 0, red = 0;
-  TRY(comm_stream(c, stream, &s, __func__));
-  TRY(nccl_args(dtype, op, &type, &red));
+  TV_TRY(comm_stream(c, stream, &s, __func__));
+  TV_TRY(nccl_args(__func__, dtype, op, &type, &red));
   return nccl_check(nccl.ReduceScatter(send, recv, count, type, red, c->c, s), c->c,
                     "ncclReduceScatter");
 }
@@ -738,9 +708,10 @@ static tv_status cu_send(const void* buf, size_t count, tv_dtype dtype, int32_t 
                          tv_stream stream) {
   CUstream s;
   int type = 0, red = 0;
-  TRY(comm_stream(c, stream, &s, __func__));
-  TRY(nccl_args(dtype, -1, &type, &red));
-  CHECK_ARGS(peer >= 0 && peer < c->nranks && peer != c->rank);
+  TV_TRY(comm_stream(c, stream, &s, __func__));
+  TV_TRY(nccl_args(__func__, dtype, -1, &type, &red));
+  TV_TRY(tv_check_rank(__func__, peer, c->nranks));
+  TV_CHECK_ARGS(peer != c->rank);
   return nccl_check(nccl.Send(buf, count, type, peer, c->c, s), c->c, "ncclSend");
 }
 
@@ -748,23 +719,15 @@ static tv_status cu_recv(void* buf, size_t count, tv_dtype dtype, int32_t peer, 
                          tv_stream stream) {
   CUstream s;
   int type = 0, red = 0;
-  TRY(comm_stream(c, stream, &s, __func__));
-  TRY(nccl_args(dtype, -1, &type, &red));
-  CHECK_ARGS(peer >= 0 && peer < c->nranks && peer != c->rank);
+  TV_TRY(comm_stream(c, stream, &s, __func__));
+  TV_TRY(nccl_args(__func__, dtype, -1, &type, &red));
+  TV_TRY(tv_check_rank(__func__, peer, c->nranks));
+  TV_CHECK_ARGS(peer != c->rank);
   return nccl_check(nccl.Recv(buf, count, type, peer, c->c, s), c->c, "ncclRecv");
 }
 
 /* ---------------------------------------------------------------- errors and entry point */
-static const char* cu_get_error_string(tv_status status) {
-  static const char* names[] = {
-      "TV_SUCCESS", "TV_ERROR_INVALID_VALUE", "TV_ERROR_INVALID_DEVICE", "TV_ERROR_OUT_OF_MEMORY",
-      "TV_ERROR_NOT_READY", "TV_ERROR_NOT_FOUND", "TV_ERROR_INVALID_IMAGE",
-      "TV_ERROR_LAUNCH_FAILED", "TV_ERROR_NOT_SUPPORTED", "TV_ERROR_INVALID_HANDLE"};
-  if (status >= 0 && status < (tv_status)(sizeof names / sizeof *names)) return names[status];
-  return status == TV_ERROR_UNKNOWN ? "TV_ERROR_UNKNOWN" : "unrecognized tv_status";
-}
-static const char* cu_last_error_message(void) { return t_msg; }
-
+/* get_error_string and last_error_message are tv_status_name and tv_last_error_message. */
 static tv_status init_status;
 static char init_msg[512];
 
@@ -819,8 +782,8 @@ static const tv_runtime table = {
     .stream_wait_event = cu_stream_wait_event, .event_elapsed_time = cu_event_elapsed_time,
     .module_load_file = cu_module_load_file, .module_load_data = cu_module_load_data,
     .module_unload = cu_module_unload, .module_get_function = cu_module_get_function,
-    .launch = cu_launch, .get_error_string = cu_get_error_string,
-    .last_error_message = cu_last_error_message,
+    .launch = cu_launch, .get_error_string = tv_status_name,
+    .last_error_message = tv_last_error_message,
     /* collectives over NCCL; comm_create stays NULL: NCCL joins from rank 0's unique id */
     .comm_destroy = cu_comm_destroy, .all_reduce = cu_all_reduce, .broadcast = cu_broadcast,
     .all_gather = cu_all_gather, .reduce_scatter = cu_reduce_scatter, .send = cu_send,
@@ -830,13 +793,10 @@ static const tv_runtime table = {
 
 TV_EXPORT tv_status torchvendor_get_runtime(uint32_t requested_major, const tv_runtime** runtime) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
-  CHECK_ARGS(runtime);
-  if (requested_major != TV_RUNTIME_ABI_MAJOR)
-    return fail(TV_ERROR_NOT_SUPPORTED, "torchvendor-cuda implements runtime ABI major %d, not %u",
-                TV_RUNTIME_ABI_MAJOR, requested_major);
+  TV_CHECK_ARGS(runtime);
+  TV_TRY(tv_check_abi_major("torchvendor-cuda", requested_major));
   pthread_once(&once, init);
-  if (init_status) /* the caller gets no table, hence no last_error_message: log it as well */
-    return fprintf(stderr, "torchvendor-cuda: %s\n", init_msg), fail(init_status, "%s", init_msg);
+  if (init_status) return tv_init_failed("torchvendor-cuda", init_status, init_msg);
   *runtime = &table;
   return TV_SUCCESS;
 }
