@@ -36,8 +36,6 @@ from collections import Counter
 from itertools import compress
 from typing import Any, Callable, Mapping, Sequence
 
-from . import _native
-
 __all__ = ["value_bytes", "size_reader", "refine_waves", "wave_books", "boundary_cost", "boundary_total", "eject_cheap"]
 
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
@@ -110,8 +108,6 @@ def boundary_total(uwave: Sequence[int], unit_of: Sequence[int] | None, succ: Se
     >>> boundary_total([0, 0, 1], None, [[1, 2], [], []], lambda i: 4)  # value 0 leaves wave 0 for wave 1
     8
     """
-    if _native.lib is not None:  # the same sum in C
-        return _native.lib.boundary_total(uwave, unit_of, succ, size_of, sizes)
     if sizes is not None:
         size_of = _cached(size_of, sizes)
     node_wave = uwave if unit_of is None else list(map(uwave.__getitem__, unit_of))
@@ -211,7 +207,7 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
     order of the units to sweep in (default: the ids when every node is a unit, else Kahn's).
     ``sizes``: a cache of ``size_of`` per node shared between calls (see :func:`boundary_total`).
     ``books``: instead of ``movable``, the arguments of :func:`wave_books` after the waves
-    (``(min_size, compute, exempt)``), which the C sweeps then keep themselves.
+    (``(min_size, compute, exempt)``), kept from ``uwave``.
 
     >>> # x -> a -> s(unsupported) -> c ; x -> b -> c : b joins c's wave (b's value stays inside)
     >>> succ = [[1, 3], [2], [4], [4], []]; preds = [[], [0], [1], [0], [2, 3]]
@@ -223,9 +219,6 @@ def refine_waves(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]],
         order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
     if books is not None and movable is not None:
         raise ValueError("refine_waves takes movable or books, not both")
-    if _native.lib is not None:  # the same sweeps in C
-        return _native.lib.refine_waves(uwave, n_waves, usucc, upreds, unit_of, members, preds, succ, size_of,
-                                        movable, sweeps, order, sizes, books)
     if books is not None:
         movable = wave_books(uwave, n_waves, unit_of, members, *books)
     st = _Placement(uwave, unit_of, preds, succ, size_of, sizes)
@@ -296,8 +289,7 @@ def eject_cheap(uwave: list[int], unit_of: Sequence[int] | None, members: Mappin
     Safe for convexity iff every supported producer's wave is below every supported
     consumer's wave (then each path through the node still climbs strictly). ``sizes``: as in
     :func:`boundary_total`; ``books``: ``(min_size, compute, exempt)`` of :func:`wave_books`,
-    kept from ``uwave`` instead of asking ``movable``. Runs in C when the package is built
-    (``_partition_native.eject_cheap``, the same loop).
+    kept from ``uwave`` instead of asking ``movable``.
 
     >>> # w (input) -> t (view, also a graph output) -> mm: t's value need not leave the device
     >>> succ = [[1], [2, 3], [3], []]; preds = [[], [0], [1], [1, 2]]
@@ -305,9 +297,6 @@ def eject_cheap(uwave: list[int], unit_of: Sequence[int] | None, members: Mappin
     [1]
     """
     n_waves = max(uwave, default=-1) + 1
-    if _native.lib is not None:  # the same loop in C
-        return _native.lib.eject_cheap(uwave, n_waves, unit_of, members if isinstance(members, dict) else dict(members),
-                                       cheap, preds, succ, size_of, movable, sizes, books)
     if books is not None:
         movable = wave_books(uwave, n_waves, unit_of, members, *books)
     st = _Placement(uwave, unit_of, preds, succ, size_of, sizes)

@@ -25,10 +25,6 @@ checks both against brute force). With three waves or more no polynomial placeme
 unless P = NP: a 3-terminal multiway cut is such a placement (docs/partitioner.md, *How close to
 the optimum*; the test checks the reduction by brute force).
 
-Both functions run in C when the package is built (``_partition_native.pair_cuts`` and
-``min_cut``: the same network pass by pass, and a minimum cut's smallest source side is unique,
-so the waves are the same); these Python ones are the reference (:mod:`._native`).
-
 A value's cost is what it really moves: ``bytes * (reads by other partitions + one write if it
 leaves its partition)``, so a value that the graph returns (a training forward's saved
 activations) pays its write whatever the placement, and only its reads are placed.
@@ -44,7 +40,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Mapping, Sequence
 
-from . import _native
 from .boundary import _topo_order, boundary_cost
 
 __all__ = ["pair_cuts", "min_cut"]
@@ -58,20 +53,23 @@ def min_cut(n: int, arcs: Sequence[tuple[int, int, float]], source: int = 0, sin
     ``arcs`` ``(tail, head, capacity)`` (Dinic's algorithm); the smallest such side, or ``None``
     if Dinic would take more than ``max_phases`` phases (breadth-first levelings).
 
-    Capacities are non-negative integers or ``float("inf")``. The C version
-    (:mod:`~torchvendor.partitioner._native`) gives the same side (the smallest source side is
-    unique, whatever the flow); both stop at an infinite source-sink path (no finite cut: the sink
-    is then on the source side).
+    Capacities are non-negative integers or ``float("inf")``. The side is the same whatever the
+    flow (the smallest source side is unique); an infinite source-sink path stops it (no finite
+    cut: the sink is then on the source side).
 
     >>> min_cut(4, [(0, 2, 3), (2, 1, 1), (0, 3, 1), (3, 1, 5)])
     [True, False, True, False]
     """
-    if _native.lib is not None:
-        return _native.lib.min_cut(n, arcs, source, sink, -1 if max_phases is None else max_phases)
+    if source == sink:
+        raise ValueError("min_cut needs distinct source and sink")
     head: list[int] = []
     cap: list[float] = []
     adj: list[list[int]] = [[] for _ in range(n)]
-    for a, b, c in arcs:
+    for k, (a, b, c) in enumerate(arcs):
+        if not (0 <= a < n and 0 <= b < n):
+            raise IndexError(f"arc {k} ({a}, {b}) names a node outside 0..{n - 1}")
+        if c < 0:
+            raise ValueError(f"arc {k} ({a}, {b}): a capacity is negative")
         adj[a].append(len(head))
         head.append(b)
         cap.append(c)
@@ -272,9 +270,6 @@ def pair_cuts(uwave: list[int], n_waves: int, usucc: Sequence[Sequence[int]], up
     unit holding an exempt node stays where it is)."""
     if n_waves < 2:
         return 0
-    if _native.lib is not None:  # the same passes in C
-        return _native.lib.pair_cuts(uwave, n_waves, usucc, upreds, unit_of, members if isinstance(members, dict) else dict(members), preds, succ, size_of,
-                                     sizes, books, max_passes)
     if order is None:
         order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
     if sizes is None:

@@ -27,9 +27,6 @@ constant parts). Unsupported units take part through one variable each, the late
 wave that reaches them (``z(q) >= wave(u)``, ``wave(v) >= z(q) + 1``), so the ``+ 1`` of paths
 through unsupported units costs no transitive closure.
 
-:func:`span_cut` runs in C when the package is built (``_partition_native.span_cut``: the same
-network and the same smallest minimum cut); this Python one is the reference (:mod:`._native`).
-
 >>> # x -> a -> s(unsupported) -> c ; x -> b -> c : b joins c's wave (b's value stays inside)
 >>> succ = [[1, 3], [2], [4], [4], []]; preds = [[], [0], [1], [0], [2, 3]]
 >>> w, span, const, rho = span_cut([-1, 0, -1, 0, 1], 2, succ, preds, None, succ, lambda i: 1)
@@ -40,7 +37,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from . import _native
 from .boundary import _topo_order
 from .cuts import INF, min_cut
 
@@ -240,9 +236,6 @@ def span_cut(uwave: Sequence[int], n_waves: int, usucc: Sequence[Sequence[int]],
     minimum cut more than ``max_phases`` phases of Dinic's algorithm (:func:`~.cuts.min_cut`)."""
     if order is None:
         order = range(len(uwave)) if unit_of is None else _topo_order(usucc, upreds)
-    if _native.lib is not None:  # the same network and cut in C
-        return _native.lib.span_cut(uwave, n_waves, usucc, upreds, unit_of, succ, size_of, order, sizes, pinned,
-                                    -1 if max_layers is None else max_layers, -1 if max_phases is None else max_phases)
     if sizes is None:
         sizes = [-1] * len(succ)
     lo, hi = span_windows(uwave, n_waves, usucc, upreds, order, pinned)

@@ -6,7 +6,6 @@ count lower bound is a DP over paths.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -248,64 +247,23 @@ def test_random_dag_boundary_aware_never_worse_than_plain_waves(case, min_size, 
     assert [p.nodes for p in again.partitions] == [p.nodes for p in smart.partitions]
 
 
-@contextlib.contextmanager
-def python_loops():
-    """Run the partitioner's Python reference loops instead of the C ones (partitioner/_native.py)."""
-    from torchvendor.partitioner import _native
-
-    lib, _native.lib = _native.lib, None
-    try:
-        yield
-    finally:
-        _native.lib = lib
-
-
-def test_the_c_loops_are_built_and_in_use():
-    from torchvendor.partitioner import _native
-
-    assert _native.lib is not None, "torchvendor.partitioner._partition_native is missing: rebuild the package"
-    assert {"waves", "refine_waves", "boundary_total", "pair_cuts", "min_cut", "eject_cheap", "span_cut"} <= set(dir(_native.lib))
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(random_dags(max_nodes=80), st.integers(1, 3), st.booleans(), st.data())
-def test_random_dag_c_loops_give_the_python_results(case, min_size, with_groups, data):
-    g, support, groups, _ = case
-    for n in g.nodes():  # sizes known, unknown and views, as in the boundary test above
-        if g.kind(n) != "output" and data.draw(st.integers(0, 5)):
-            n.meta.update(dtype="float32", shape=(data.draw(st.sampled_from([1, 4, 64, 1024])),))
-        if g.kind(n) == "op" and len(g.inputs(n)) == 1 and data.draw(st.integers(0, 3)) == 0:
-            n.op = "aten.view.default"
-    kw = dict(atomic_groups=groups if with_groups else (), min_size=min_size,  # books: counted and exempt ops
-              non_compute_ops=data.draw(st.sampled_from([(), ("relu",), ("aten.view.default", "mul")])),
-              min_size_exempt_ops=data.draw(st.sampled_from([(), ("exp",)])))
-    fast = partition(g, oracle_of(support), **kw)
-    with python_loops():
-        ref = partition(g, oracle_of(support), **kw)
-    assert [p.nodes for p in fast.partitions] == [p.nodes for p in ref.partitions]
-    assert fast.fallback == ref.fallback and fast.reasons == ref.reasons
-    assert {k: fast.stats.get(k) for k in ("waves", "boundary_moves", "boundary_start", "ejected", "cut_moves")} == \
-        {k: ref.stats.get(k) for k in ("waves", "boundary_moves", "boundary_start", "ejected", "cut_moves")}
-
-
 def test_size_caches_are_shared_between_calls():
     from torchvendor.partitioner import boundary as bd
 
     succ, preds = [[1, 3], [2], [4], [4], []], [[], [0], [1], [0], [2, 3]]
-    for runs in (contextlib.nullcontext, python_loops):
-        asked, sizes = [], [-1] * 5
-        size_of = lambda i: asked.append(i) or 4  # noqa: E731
-        with runs():
-            w = [-1, 0, -1, 0, 1]
-            bd.refine_waves(w, 2, succ, preds, None, {}, preds, succ, size_of, sizes=sizes)
-            first = list(asked)
-            total = bd.boundary_total(w, None, succ, size_of, sizes)
-        assert first and all(sizes[i] == 4 for i in first) and sorted(set(asked)) == sorted(asked)
-        assert total == bd.boundary_total(w, None, succ, lambda i: 4)
+    asked, sizes = [], [-1] * 5
+    size_of = lambda i: asked.append(i) or 4  # noqa: E731
+    w = [-1, 0, -1, 0, 1]
+    bd.refine_waves(w, 2, succ, preds, None, {}, preds, succ, size_of, sizes=sizes)
+    first = list(asked)
+    total = bd.boundary_total(w, None, succ, size_of, sizes)
+    assert first and all(sizes[i] == 4 for i in first) and sorted(set(asked)) == sorted(asked)
+    assert total == bd.boundary_total(w, None, succ, lambda i: 4)
 
 
-def test_the_c_loops_pass_on_errors_and_check_their_input():
+def test_placement_passes_callback_errors_on_and_min_cut_checks_its_network():
     from torchvendor.partitioner import boundary as bd
+    from torchvendor.partitioner import cuts
 
     # x -> a -> s(unsupported) -> c ; x -> b -> c: pricing b's move asks for sizes
     succ, preds = [[1, 3], [2], [4], [4], []], [[], [0], [1], [0], [2, 3]]
@@ -313,42 +271,28 @@ def test_the_c_loops_pass_on_errors_and_check_their_input():
     def broken(i):
         raise RuntimeError(f"no size for {i}")
 
-    for runs in (contextlib.nullcontext, python_loops):
-        with runs(), pytest.raises(RuntimeError, match="no size for"):
-            bd.refine_waves([-1, 0, -1, 0, 1], 2, succ, preds, None, {}, preds, succ, broken)
-        with runs(), pytest.raises(RuntimeError, match="no size for"):
-            bd.boundary_total([-1, 0, -1, 0, 1], None, succ, broken)
-    with pytest.raises(ValueError, match="uwave and succ differ in length"):
-        bd.refine_waves([0, 1], 2, succ, preds, None, {}, preds, succ, lambda i: 1)
+    with pytest.raises(RuntimeError, match="no size for"):
+        bd.refine_waves([-1, 0, -1, 0, 1], 2, succ, preds, None, {}, preds, succ, broken)
+    with pytest.raises(RuntimeError, match="no size for"):
+        bd.boundary_total([-1, 0, -1, 0, 1], None, succ, broken)
+    with pytest.raises(RuntimeError, match="no size for"):
+        cuts.pair_cuts([-1, 0, -1, 0, 1], 2, succ, preds, None, {}, preds, succ, broken)
     # w (input) -> t (view, also read outside) -> mm: ejecting t prices t's and w's values
     esucc, epreds = [[1], [2, 3], [3], []], [[], [0], [1], [1, 2]]
-    for runs in (contextlib.nullcontext, python_loops):
-        with runs(), pytest.raises(RuntimeError, match="no size for"):
-            bd.eject_cheap([-1, 0, 0, -1], None, {}, [1], epreds, esucc, broken)
-        with runs():
-            w = [-1, 0, 0, -1]
-            assert bd.eject_cheap(w, None, {}, [1], epreds, esucc, lambda i: 4, books=(1, None, None)) == [1]
-            assert w == [-1, -1, 0, -1]
-            w = [-1, 0, -1, -1]  # the view alone in its wave: the books keep it
-            assert bd.eject_cheap(w, None, {}, [1], epreds, [[1], [2, 3], [], []], lambda i: 4,
-                                  books=(1, None, None)) == [] and w == [-1, 0, -1, -1]
-    with pytest.raises(ValueError, match="cheap"):
-        bd.eject_cheap([-1, 0, 0, -1], None, {}, [7], epreds, esucc, lambda i: 4)
-    from torchvendor.partitioner import _native, cuts
-
-    for runs in (contextlib.nullcontext, python_loops):
-        with runs(), pytest.raises(RuntimeError, match="no size for"):
-            cuts.pair_cuts([-1, 0, -1, 0, 1], 2, succ, preds, None, {}, preds, succ, broken)
-    with pytest.raises(ValueError, match="uwave and succ differ in length"):
-        cuts.pair_cuts([0, 1], 2, succ, preds, None, {}, preds, succ, lambda i: 1)
+    with pytest.raises(RuntimeError, match="no size for"):
+        bd.eject_cheap([-1, 0, 0, -1], None, {}, [1], epreds, esucc, broken)
+    w = [-1, 0, 0, -1]
+    assert bd.eject_cheap(w, None, {}, [1], epreds, esucc, lambda i: 4, books=(1, None, None)) == [1]
+    assert w == [-1, -1, 0, -1]
+    w = [-1, 0, -1, -1]  # the view alone in its wave: the books keep it
+    assert bd.eject_cheap(w, None, {}, [1], epreds, [[1], [2, 3], [], []], lambda i: 4,
+                          books=(1, None, None)) == [] and w == [-1, 0, -1, -1]
     with pytest.raises(IndexError, match=r"arc 0 \(0, 5\) names a node outside 0..2"):
-        _native.lib.min_cut(3, [(0, 5, 1)])
+        cuts.min_cut(3, [(0, 5, 1)])
     with pytest.raises(ValueError, match="a capacity is negative"):
-        _native.lib.min_cut(3, [(0, 2, -1)])
-    with pytest.raises(TypeError, match=r"each arc must be a \(tail, head, capacity\) tuple"):
-        _native.lib.min_cut(3, [[0, 2, 1]])
+        cuts.min_cut(3, [(0, 2, -1)])
     with pytest.raises(ValueError, match="distinct source and sink"):
-        _native.lib.min_cut(3, [], 1, 1)
+        cuts.min_cut(3, [], 1, 1)
 
 
 def test_boundary_aware_pulls_a_weight_transpose_to_its_matmul():

@@ -21,8 +21,6 @@ from torchvendor.partitioner.boundary import boundary_total, refine_waves
 from torchvendor.partitioner.cuts import min_cut, pair_cuts
 from torchvendor.partitioner.span import span_cost, span_cut
 
-from test_partitioner import python_loops
-
 SIZES = [1, 2, 4, 8, 16, 64]
 
 
@@ -127,10 +125,7 @@ def test_min_cut_against_brute_force():
         arcs = [(a, b, rng.choice([1, 2, 5, float("inf")])) for a in range(n) for b in range(n)
                 if a != b and rng.random() < 0.35]
         side = min_cut(n, arcs)
-        with python_loops():
-            assert min_cut(n, arcs) == side  # the Python reference: the same (smallest) source side
-            capped = min_cut(n, arcs, max_phases=1)
-        assert min_cut(n, arcs, max_phases=1) == capped in (None, side)  # the same phases in C
+        assert min_cut(n, arcs, max_phases=1) in (None, side)  # a phase cap gives up or finds the same side
         cost = lambda s: sum(c for a, b, c in arcs if s[a] and not s[b])  # noqa: E731
         best = min(cost((True, False) + rest) for rest in itertools.product((True, False), repeat=n - 2))
         assert side[0] and side[1] == (best == float("inf"))  # no finite cut: the sink stays reachable
@@ -247,9 +242,9 @@ def test_span_cut_is_the_span_optimum():
     assert checked > 10
 
 
-def test_span_cut_c_gives_the_python_result():
-    """``_partition_native.span_cut`` against the Python reference: the same waves, bound and
-    size lookups, with and without pinned units, a layer cap and a phase cap."""
+def test_span_cut_caps_give_up_or_give_the_uncapped_result():
+    """A layer or phase cap only makes ``span_cut`` give up: otherwise the same waves, bound and
+    size lookups as without caps; pinned units stay where they are."""
     rng = random.Random(13)
     gave_up = 0
     for _ in range(300):
@@ -260,14 +255,15 @@ def test_span_cut_c_gives_the_python_result():
             continue
         pinned = [s and rng.random() < 0.15 for s in sup] if rng.random() < 0.3 else None
         caps = dict(max_layers=rng.choice((None, None, n // 2)), max_phases=rng.choice((None, 2, 4)))
-        fast, ref = [-1] * n, [-1] * n
-        got = span_cut(waves, k, succ, preds, None, succ, sizes.__getitem__, sizes=fast, pinned=pinned, **caps)
-        with python_loops():
-            want = span_cut(waves, k, succ, preds, None, succ, sizes.__getitem__, sizes=ref, pinned=pinned, **caps)
+        capped_sizes, free_sizes = [-1] * n, [-1] * n
+        got = span_cut(waves, k, succ, preds, None, succ, sizes.__getitem__, sizes=capped_sizes, pinned=pinned,
+                       **caps)
+        free = span_cut(waves, k, succ, preds, None, succ, sizes.__getitem__, sizes=free_sizes, pinned=pinned)
         gave_up += got[0] is None
-        assert (got, fast) == (want, ref)
-        if pinned is not None and got[0] is not None:
-            assert all(got[0][u] == waves[u] for u in range(n) if pinned[u])
+        assert got == (None, 0, 0, 1) or got == free
+        assert all(s == sizes[i] for i, s in enumerate(free_sizes) if s >= 0)
+        if pinned is not None and free[0] is not None:
+            assert all(free[0][u] == waves[u] for u in range(n) if pinned[u])
     assert 10 < gave_up < 200
 
 
@@ -312,9 +308,10 @@ def test_partition_with_cuts_keeps_count_convexity_and_books(min_size):
     assert bounded > 40
 
 
-def test_pair_cuts_c_gives_the_python_result():
-    """The C pair cuts (``_partition_native.pair_cuts``) against the Python reference, move for
-    move, on random DAGs with and without wave books (``min_size``, counted and exempt units)."""
+def test_pair_cuts_lower_the_bytes_and_keep_the_wave_books():
+    """``pair_cuts`` on random DAGs, with and without wave books (``min_size``, counted and
+    exempt units): moves only when the bytes go down, every wave keeps a node and the compute
+    nodes ``min_size`` asks for (unless it holds an exempt unit, which stays where it is)."""
     rng = random.Random(11)
     moved = 0
     for _ in range(300):
@@ -324,17 +321,26 @@ def test_pair_cuts_c_gives_the_python_result():
         if k < 2:
             continue
         size = sizes.__getitem__
+        min_size, compute, exempt = 1, [True] * n, None
         books = None
         if rng.random() < 0.5:
-            books = (rng.choice((1, 2, 3)), [rng.random() < 0.8 for _ in range(n)],
-                     [rng.random() < 0.1 for _ in range(n)] if rng.random() < 0.5 else None)
+            min_size, compute = rng.choice((1, 2, 3)), [rng.random() < 0.8 for _ in range(n)]
+            exempt = [rng.random() < 0.1 for _ in range(n)] if rng.random() < 0.5 else None
+            books = (min_size, compute, exempt)
         w = list(waves)
         refine_waves(w, k, succ, preds, None, {}, preds, succ, size)
-        fast, ref = list(w), list(w)
-        got = pair_cuts(fast, k, succ, preds, None, {}, preds, succ, size, books=books)
-        with python_loops():
-            want = pair_cuts(ref, k, succ, preds, None, {}, preds, succ, size, books=books)
-        assert (got, fast) == (want, ref)
+        before, start = boundary_total(w, None, succ, size), list(w)
+        got = pair_cuts(w, k, succ, preds, None, {}, preds, succ, size, books=books)
+        after = boundary_total(w, None, succ, size)
+        assert after < before if got else (after == before and w == start)
+        for wave in range(k):
+            was = [u for u in range(n) if start[u] == wave]
+            now = [u for u in range(n) if w[u] == wave]
+            assert now or not was
+            if books is not None and min_size > 1 and not (exempt and any(exempt[u] for u in now)):
+                assert sum(compute[u] for u in now) >= min(min_size, sum(compute[u] for u in was))
+        if books is not None and min_size > 1 and exempt is not None:
+            assert all(w[u] == start[u] for u in range(n) if exempt[u])
         moved += got
     assert moved > 50
 
