@@ -254,7 +254,7 @@ def joint_graph(model: torch.nn.Module, inputs: list[torch.Tensor]) -> torch.fx.
     receives), through the same Dynamo trace as :func:`torchvendor.ir.capture`."""
     from torchvendor.ir import compat
     from torchvendor.ir.decompositions import resolve
-    from torchvendor.ir.torch_ir.capture import trace
+    from torchvendor.ir.torch_ir.capture import compile_and_record
 
     joints: list[torch.fx.GraphModule] = []
     default = compat.partitioner("default")
@@ -268,7 +268,7 @@ def joint_graph(model: torch.nn.Module, inputs: list[torch.Tensor]) -> torch.fx.
 
     backend = compat.aot_autograd_backend(fw_compiler=boxed, bw_compiler=boxed, partition_fn=recording,
                                           decompositions=resolve(None).as_dict())
-    trace(model, inputs, backend, training=True)
+    compile_and_record(model, inputs, backend, training=True)
     if len(joints) != 1:
         raise RuntimeError(f"expected one joint graph, AOTAutograd partitioned {len(joints)}")
     return joints[0]

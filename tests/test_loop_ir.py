@@ -20,7 +20,8 @@ from torchvendor.ir.graph_view import GraphView, MutableGraphView
 from torchvendor.ir.loop_ir import (Kernel, LoopCapture, LoopProgram, capture_loop, loop_backend, run_program)
 from torchvendor.ir.loop_ir.extract import EXTRACTOR_VERSION, _capture_scope
 from torchvendor.ir.loop_ir.interpreter import LoopIRRuntimeError, eval_index
-from torchvendor.ir.loop_ir.schema import SCHEMA_VERSION, Buffer, LoopNest, Stmt, parse_expr
+from torchvendor.ir.loop_ir.index_expr import format_expr, parse_expr
+from torchvendor.ir.loop_ir.schema import SCHEMA_VERSION, Buffer, LoopNest, Stmt
 from torchvendor.ir.loop_ir.view import KernelBodyView, ProgramView
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "loop_ir.md"
@@ -269,7 +270,7 @@ def test_interpreter_tables_cover_the_schema() -> None:
     """The interpreter is the schema's meaning: every statement kind the extractor records has a
     handler, every index function the schema names an evaluator, every reduction kind a rule."""
     from torchvendor.ir.loop_ir import interpreter
-    from torchvendor.ir.loop_ir.schema import INDEX_FUNCTIONS
+    from torchvendor.ir.loop_ir.index_expr import INDEX_FUNCTIONS
 
     assert set(interpreter.STATEMENTS) == {
         "load", "store", "store_reduction", "load_seed", "constant", "index_expr", "to_dtype", "to_dtype_bitcast",
@@ -382,9 +383,6 @@ def test_identity_prints_as_a_function_not_the_imaginary_unit():
     as the imaginary unit); Inductor's Identity must print as a call."""
     import sympy
     from torch.utils._sympy.functions import Identity
-
-    from torchvendor.ir.loop_ir.extract import format_expr
-    from torchvendor.ir.loop_ir.schema import parse_expr
 
     i1 = sympy.Symbol("i1", integer=True)
     text = format_expr(5 * i1 + Identity(i1 - 5))

@@ -1,7 +1,7 @@
 """Capture at ATen/prim level: :func:`aten_ir_hook`, the Dynamo backend a capture uses (an SDK
 backend uses it the same way: ``torchvendor.sdk.Backend`` at ``ATEN`` level does), and
 :func:`capture_aten`, which runs the torch level's capture driver
-(:func:`~torchvendor.ir.torch_ir.capture.trace`) with that hook and records each graph.
+(:func:`~torchvendor.ir.torch_ir.capture.compile_and_record`) with that hook and records each graph.
 
 Example::
 
@@ -19,7 +19,7 @@ import torch.fx as fx
 
 from .. import compat
 from ..decompositions import DecompositionTable, resolve, to_prims
-from ..torch_ir.capture import trace
+from ..torch_ir.capture import compile_and_record
 from .program import AtenProgram
 
 __all__ = ["aten_ir_hook", "capture_aten"]
@@ -92,5 +92,5 @@ def capture_aten(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Seque
         return callback
 
     backend = aten_ir_hook(recorder("forward"), recorder("backward"), recorder("inference"), decompositions=table)
-    tr = trace(fn, example_inputs, backend, dynamic=dynamic, training=training)
+    tr = compile_and_record(fn, example_inputs, backend, dynamic=dynamic, training=training)
     return AtenProgram(tr, graphs, table)

@@ -29,7 +29,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
@@ -38,10 +38,7 @@ from .. import compat
 from ..decompositions import DecompositionTable
 from ..fx_graph import Binder, Slot, graph_from_json, graph_to_json, placeholder_specs, placeholders, run_graph
 from ..program import Program, default_grad_outputs, flatten_inputs
-from ..torch_ir.program import OutputSlot, TorchProgram, assemble, describe_inputs
-
-if TYPE_CHECKING:
-    from ..torch_ir.capture import Trace
+from ..torch_ir.program import OutputSlot, TorchProgram, Trace, assemble, describe_inputs
 
 __all__ = ["AtenProgram"]
 

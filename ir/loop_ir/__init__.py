@@ -31,11 +31,11 @@ from torchvendor.ir.lazy import lazy_getattr
 _LAZY = {
     "LoopProgram": "schema", "Kernel": "schema", "ExternKernel": "schema", "LoopNest": "schema",
     "Stmt": "schema", "Buffer": "schema", "BufferRef": "schema", "SizeExpr": "schema",
-    "TorchValue": "schema", "SCHEMA_VERSION": "schema", "parse_expr": "schema", "INDEX_FUNCTIONS": "schema",
+    "TorchValue": "schema", "SCHEMA_VERSION": "schema", "parse_expr": "index_expr", "INDEX_FUNCTIONS": "index_expr",
     "STATEMENT_OPS": "schema", "COMPUTE_OPS": "schema", "REDUCTION_KINDS": "schema",
     "loop_backend": "capture", "LoopIRUnsupported": "extract",
     "run_program": "interpreter", "run_kernel": "interpreter", "LoopIRRuntimeError": "interpreter",
-    "format_program": "printer", "validate": "invariants", "LoopIRValidationError": "invariants",
+    "format_program": "schema", "validate": "invariants", "LoopIRValidationError": "invariants",
     "KernelBodyView": "view", "ProgramView": "view",
     "capture_loop": "capture", "loop_ir_hook": "capture", "lower_graph": "capture",
     "inductor_decompositions": "capture", "LoopCapture": "program",

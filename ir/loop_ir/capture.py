@@ -29,7 +29,7 @@ import torch
 import torch.fx as fx
 
 from .. import compat
-from ..torch_ir.capture import trace
+from ..torch_ir.capture import compile_and_record
 from .extract import _CONFIG, _capture_scope, passthrough_program
 from .program import LoopCapture
 from .schema import LoopProgram
@@ -132,7 +132,7 @@ def capture_loop(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Seque
         graphs[kind] = (gm, ex)
         programs[kind] = program
 
-    tr = trace(fn, example_inputs, loop_ir_hook(record, device=device), dynamic=dynamic, training=training)
+    tr = compile_and_record(fn, example_inputs, loop_ir_hook(record, device=device), dynamic=dynamic, training=training)
     return LoopCapture(tr, graphs, programs, device)
 
 

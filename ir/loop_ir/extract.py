@@ -39,11 +39,12 @@ import sympy
 import torch
 
 from .. import compat
+from .index_expr import format_expr
 from .invariants import validate
 from .schema import (SCHEMA_VERSION, Buffer, BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, SizeExpr,
                      Stmt, TorchValue)
 
-__all__ = ["LoopIRUnsupported", "format_expr", "EXTRACTOR_VERSION", "build_program", "convert_nodes"]
+__all__ = ["LoopIRUnsupported", "EXTRACTOR_VERSION", "build_program", "convert_nodes"]
 
 #: Part of the FX-graph cache key of everything compiled under our Scheduling.
 EXTRACTOR_VERSION = f"torchvendor.loop_ir/{SCHEMA_VERSION}.1"
@@ -51,47 +52,6 @@ EXTRACTOR_VERSION = f"torchvendor.loop_ir/{SCHEMA_VERSION}.1"
 
 class LoopIRUnsupported(NotImplementedError):
     """Inductor produced something the loop IR cannot express (the message says what)."""
-
-
-# ---- expressions ---------------------------------------------------------------------------------
-class _IndexPrinter(sympy.printing.str.StrPrinter):
-    # A printmethod nobody defines: Inductor's functions would otherwise print as ``a//b``.
-    printmethod = "_torchvendor_loop_ir_str"
-
-    def _print_Function(self, expr: Any) -> str:
-        return f"{type(expr).__name__}({', '.join(self._print(a) for a in expr.args)})"
-
-    def _print_Symbol(self, expr: Any) -> str:
-        return expr.name
-
-    # sympy's StrPrinter prints a class named Identity as the matrix "I"; Inductor's is a function.
-    _print_Identity = _print_Function
-
-    def parenthesize(self, item: Any, level: int, strict: bool = False) -> str:
-        if isinstance(item, sympy.Function):  # a call never needs parentheses
-            return self._print(item)
-        return super().parenthesize(item, level, strict)
-
-
-_PRINTER = _IndexPrinter()
-
-
-def format_expr(expr: Any, rename: dict[Any, Any] | None = None) -> str:
-    """The schema's string for an integer expression (size symbols renamed by ``rename``).
-
-    >>> i0 = sympy.Symbol("i0", integer=True)
-    >>> format_expr(8 * i0 + 1)
-    '8*i0 + 1'
-    >>> from torch.utils._sympy.functions import FloorDiv
-    >>> format_expr(4 * FloorDiv(i0, 3))
-    '4*FloorDiv(i0, 3)'
-    """
-    if isinstance(expr, (int, bool)):
-        return str(int(expr))
-    expr = sympy.sympify(expr)
-    if rename:
-        expr = expr.xreplace(rename)
-    return _PRINTER.doprint(expr)
 
 
 def _dtype(d: torch.dtype | None) -> str | None:
@@ -402,9 +362,9 @@ def _symbols_in_stmt(st: Stmt) -> set[str]:
 def kernel_json(kernel: Kernel) -> str:
     import json
 
-    from .schema import _op_to_dict
+    from .schema import operation_to_dict
 
-    return json.dumps(_op_to_dict(kernel), separators=(",", ":"))
+    return json.dumps(operation_to_dict(kernel), separators=(",", ":"))
 
 
 @functools.cache

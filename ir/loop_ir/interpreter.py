@@ -45,8 +45,9 @@ from typing import Any, Callable, Mapping, Sequence
 import sympy
 import torch
 
-from .schema import (BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, SizeExpr, Stmt,
-                     TorchValue, _op_from_dict, parse_expr)
+from .index_expr import parse_expr
+from .schema import (BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, SizeExpr, Stmt, TorchValue,
+                     operation_from_dict)
 
 __all__ = ["run_program", "run_kernel", "run_extern", "eval_index", "load_kernel", "write_value", "LoopIRRuntimeError",
            "COMPUTE_OPS", "STATEMENTS", "INDEX_EVALUATORS", "REDUCTIONS", "Context"]
@@ -700,7 +701,7 @@ def run_kernel(kernel: Kernel, buffers: Mapping[str, torch.Tensor], sizes: Mappi
 def load_kernel(text: str) -> Callable[[Mapping[str, torch.Tensor], Mapping[str, int]], None]:
     """Parse a kernel's JSON (as embedded in Inductor's wrapper) into a callable
     ``k(buffers, sizes)``."""
-    kernel = _op_from_dict(json.loads(text))
+    kernel = operation_from_dict(json.loads(text))
     if not isinstance(kernel, Kernel):
         raise LoopIRRuntimeError("load_kernel expects a kernel")
 

@@ -34,7 +34,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from .schema import REDUCTION_KINDS, BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, Stmt, parse_expr
+from .index_expr import parse_expr
+from .schema import REDUCTION_KINDS, BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, Stmt
 
 __all__ = ["validate", "LoopIRValidationError", "DTYPES"]
 

@@ -28,8 +28,7 @@ from ..aten_ir.program import AtenProgram
 from ..decompositions import resolve
 from ..torch_ir.program import describe_inputs
 from .interpreter import run_program
-from .printer import format_program
-from .schema import SCHEMA_VERSION, LoopProgram
+from .schema import SCHEMA_VERSION, LoopProgram, format_program
 
 __all__ = ["LoopCapture"]
 

@@ -32,19 +32,12 @@ from functools import cached_property
 from typing import Any, Iterator, Literal, Union
 
 __all__ = ["SCHEMA_VERSION", "Buffer", "Stmt", "LoopNest", "Kernel", "ExternKernel", "BufferRef",
-           "SizeExpr", "TorchValue", "LoopProgram", "Operation", "BufferKind", "INDEX_FUNCTIONS", "parse_expr",
-           "encode_value", "decode_value", "STATEMENT_OPS", "COMPUTE_OPS", "REDUCTION_KINDS"]
+           "SizeExpr", "TorchValue", "LoopProgram", "Operation", "BufferKind", "encode_value", "decode_value", "STATEMENT_OPS",
+           "COMPUTE_OPS", "REDUCTION_KINDS", "operation_to_dict", "operation_from_dict", "format_program",
+           "format_kernel", "format_stmt"]
 
 #: Bumped on any incompatible change of the JSON form; readers reject other versions.
 SCHEMA_VERSION = 1
-
-#: Names of the integer functions that may appear in index expressions (besides + - * and
-#: integer powers): floor division, ``(x // div) % mod``, exact division, min/max, Python-style
-#: modulo, and a few conversions. Their semantics are those of ``torch.utils._sympy.functions``.
-INDEX_FUNCTIONS = ("FloorDiv", "ModularIndexing", "CleanDiv", "CeilDiv", "Min", "Max", "PythonMod",
-                   "Mod", "Identity", "Where", "TruncToInt", "FloorToInt", "CeilToInt", "RoundToInt",
-                   "IntTrueDiv", "BitwiseFn_bitwise_and", "BitwiseFn_bitwise_or", "LShift", "RShift",
-                   "PowByNatural")
 
 BufferKind = Literal["input", "output", "intermediate", "constant"]
 
@@ -324,7 +317,7 @@ class LoopProgram:
             "output_names": list(self.output_names),
             "buffers": [_buffer_to_dict(b) for b in self.buffers],
             "constants": {k: encode_value(v) for k, v in self.constants},
-            "ops": [_op_to_dict(o) for o in self.ops],
+            "ops": [operation_to_dict(o) for o in self.ops],
         }
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -342,7 +335,7 @@ class LoopProgram:
             buffers=tuple(_buffer_from_dict(b) for b in d["buffers"]),
             inputs=tuple(d["inputs"]),
             outputs=tuple(decode_value(o) for o in d["outputs"]),
-            ops=tuple(_op_from_dict(o) for o in d["ops"]),
+            ops=tuple(operation_from_dict(o) for o in d["ops"]),
             scalar_inputs=tuple((k, v) for k, v in d.get("scalar_inputs", {}).items()),
             size_vars=tuple(d.get("size_vars", ())),
             output_names=tuple(d.get("output_names", ())),
@@ -356,8 +349,6 @@ class LoopProgram:
         return cls.from_dict(json.loads(text))
 
     def __str__(self) -> str:
-        from .printer import format_program
-
         return format_program(self)
 
 
@@ -428,7 +419,8 @@ def _stmt_from_dict(d: dict[str, Any]) -> Stmt:
                 tuple(_stmt_from_dict(x) for x in d.get("body", ())))
 
 
-def _op_to_dict(o: Operation) -> dict[str, Any]:
+def operation_to_dict(o: Operation) -> dict[str, Any]:
+    """The JSON-ready form of one kernel or extern kernel (an entry of ``to_dict()["ops"]``)."""
     if isinstance(o, Kernel):
         return {"type": "kernel", "name": o.name, "kind": o.kind,
                 "group": [list(g) for g in o.group],
@@ -442,7 +434,8 @@ def _op_to_dict(o: Operation) -> dict[str, Any]:
             "outputs": list(o.outputs), "mutated": list(o.mutated)}
 
 
-def _op_from_dict(d: dict[str, Any]) -> Operation:
+def operation_from_dict(d: dict[str, Any]) -> Operation:
+    """The kernel or extern kernel of an :func:`operation_to_dict` form."""
     if d["type"] == "kernel":
         return Kernel(d["name"], tuple(
             LoopNest(n["name"], tuple(n["ranges"]), tuple(n["reduction_ranges"]),
@@ -470,30 +463,110 @@ def _iter_refs(v: Any) -> Iterator[BufferRef]:
             yield from _iter_refs(x)
 
 
-# ---- index expressions ---------------------------------------------------------------------------
-_PARSE_CACHE: dict[str, Any] = {}
+# ---- text form (``str(program)``) ---------------------------------------------------------------
+def _val(v: Any) -> str:
+    if isinstance(v, BufferRef):
+        return v.name
+    if isinstance(v, SizeExpr):
+        return v.expr
+    if isinstance(v, TorchValue):
+        return v.value
+    if isinstance(v, tuple):
+        return "[" + ", ".join(_val(x) for x in v) + "]"
+    return repr(v)
 
 
-def parse_expr(text: str) -> Any:
-    """Parse an index or size expression of the schema into sympy (integer symbols).
+def format_stmt(s: Stmt) -> str:
+    """One statement, e.g. ``t2 = add(t0, t1)  # float32``."""
+    a = {k: v for k, v in s.attrs}
+    if s.op == "load":
+        text = f"{s.name} = load {a['buffer']}[{a['index']}]"
+    elif s.op == "store":
+        mode = f"  (mode={a['mode']})" if a.get("mode") else ""
+        return f"store {a['buffer']}[{a['index']}] = {s.args[0]}{mode}"
+    elif s.op == "store_reduction":
+        return f"store_reduction {a['buffer']}[{a['index']}] = {s.args[0]}"
+    elif s.op == "constant":
+        text = f"{s.name} = constant({a['value']!r})"
+    elif s.op == "index_expr":
+        text = f"{s.name} = index_expr({a['expr']})"
+    elif s.op == "reduction":
+        text = f"{s.name} = reduction[{a['kind']}]({', '.join(s.args)})"
+    elif s.op == "yield":
+        return f"yield {s.args[0]}"
+    elif s.op == "check_bounds":
+        return f"check_bounds({a['expr']} < {a['size']})"
+    else:
+        parts = list(s.args)
+        parts += [f"{k}={_val(v)}" for k, v in s.attrs if k not in ("nargs",)]
+        text = f"{s.name} = {s.op}({', '.join(parts)})"
+    return f"{text}  # {s.dtype}" if s.dtype else text
 
-    >>> e = parse_expr("FloorDiv(i0, 4) + 8*s0")
-    >>> sorted(map(str, e.free_symbols)), type(e.args[-1]).__name__
-    (['i0', 's0'], 'FloorDiv')
-    """
-    hit = _PARSE_CACHE.get(text)
-    if hit is not None:
-        return hit
-    import re
 
-    import sympy
+def _body(stmts: tuple[Stmt, ...], indent: str, out: list[str]) -> None:
+    for s in stmts:
+        out.append(indent + format_stmt(s))
+        if s.body:
+            _body(s.body, indent + "    ", out)
 
-    from .. import compat
 
-    local: dict[str, Any] = dict(compat.sympy_index_functions())
-    for name in set(re.findall(r"\b[a-zA-Z_]\w*\b", text)):
-        if name not in local and re.fullmatch(r"(i|r|ind|s|u|q|tmp)\d+|[a-z]\w*", name):
-            local[name] = sympy.Symbol(name, integer=True, nonnegative=not name.startswith("q"))
-    expr = sympy.sympify(text, locals=local)
-    _PARSE_CACHE[text] = expr
-    return expr
+def _nest(n: LoopNest, indent: str, out: list[str]) -> None:
+    out.append(f"{indent}{n.name}:")
+    ind = indent + "  "
+    for v, r in zip(n.iter_vars, n.ranges):
+        out.append(f"{ind}for {v} in range({r}):")
+        ind += "  "
+    if not n.reduction_ranges:
+        _body(n.body, ind, out)
+        return
+    # Statements before the first one depending on a reduction run inside the r loops.
+    after: set[str] = set()
+    inner, post = [], []
+    for s in n.body:
+        if s.op == "reduction" or s.op == "store_reduction" or any(a in after for a in s.args):
+            if s.name:
+                after.add(s.name)
+            post.append(s) if s.op != "reduction" else inner.append(s)
+        else:
+            inner.append(s)
+    rind = ind
+    for v, r in zip(n.reduce_vars, n.reduction_ranges):
+        out.append(f"{rind}for {v} in range({r}):  # reduction")
+        rind += "  "
+    _body(tuple(inner), rind, out)
+    _body(tuple(post), ind, out)
+
+
+def format_kernel(k: Kernel | ExternKernel, indent: str = "  ") -> str:
+    """A kernel as loop nests, or an extern kernel as a call."""
+    out: list[str] = []
+    if isinstance(k, ExternKernel):
+        args = [_val(a) for a in k.args] + [f"{n}={_val(v)}" for n, v in k.kwargs]
+        lhs = ", ".join(k.outputs) or k.name
+        mut = f"  # mutates {', '.join(k.mutated)}" if k.mutated else ""
+        return f"{indent}extern {k.name}: {lhs} = {k.op}({', '.join(args)}){mut}"
+    out.append(f"{indent}kernel {k.name} ({k.kind})")
+    for n in k.nests:
+        _nest(n, indent + "  ", out)
+    return "\n".join(out)
+
+
+def format_program(p: LoopProgram) -> str:
+    """The whole program as text (this is ``str(program)``)."""
+    out = [f"loop_program {p.name} (device={p.device}, schema v{p.schema_version})"]
+    ins = []
+    scal = dict(p.scalar_inputs)
+    for i in p.inputs:
+        ins.append(f"{i}={scal[i]}" if i in scal else i)
+    out.append(f"  inputs: {', '.join(ins)}")
+    out.append(f"  outputs: {', '.join(_val(o) for o in p.outputs)}")
+    if p.size_vars:
+        out.append(f"  size_vars: {', '.join(p.size_vars)}")
+    out.append("  buffers:")
+    for b in p.buffers:
+        extra = f" view_of={b.view_of}+{b.offset}" if b.view_of else (f" offset={b.offset}" if b.offset != "0" else "")
+        out.append(f"    {b.name}: {b.dtype}[{', '.join(b.size)}] stride=[{', '.join(b.stride)}] {b.kind}{extra}"
+                   + (f" @{b.device}" if b.device != p.device else ""))
+    for op in p.ops:
+        out.append(format_kernel(op))
+    return "\n".join(out)

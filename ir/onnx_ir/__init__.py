@@ -17,7 +17,8 @@ Example::
 """
 from __future__ import annotations
 
-from .export import IR_VERSION, OPSET, ExportError, onnx_dtype, to_onnx
+from .builder import ExportError, onnx_dtype
+from .export import IR_VERSION, OPSET, to_onnx
 from .ops import CONVERTERS, unsupported_reason
 from . import reductions  # noqa: E402,F401,I001 - registers its converters into CONVERTERS
 

@@ -1,8 +1,8 @@
 """The ATen -> ONNX operator table: one converter per core ATen op that has an exact ONNX form.
 
 A converter is ``fn(b, node, *args, **kwargs) -> value name`` (a list for a multi-output op):
-``b`` is the :class:`~.export.Builder`, ``node`` the FX node (its metadata gives the output dtype
-and shape), and the arguments are the node's, with FX nodes replaced by their :class:`~.export.Val`.
+``b`` is the :class:`~.builder.Builder`, ``node`` the FX node (its metadata gives the output dtype
+and shape), and the arguments are the node's, with FX nodes replaced by their :class:`~.builder.Val`.
 A converter may also register a ``check(node) -> reason | None``: the ONNX level then leaves
 the node to eager PyTorch when the op's arguments fall outside what the ONNX form computes
 exactly (an unused second output of max pooling, a static size, ...).
@@ -21,12 +21,12 @@ import torch
 import torch.fx as fx
 
 from ..fx_view import op_key
-from .export import INT64_MAX, INT64_MIN, Builder, ExportError, Val, _DTYPES
+from .builder import INT64_MAX, INT64_MIN, ONNX_DTYPES, Builder, ExportError, Val
 
-__all__ = ["CONVERTERS", "CHECKS", "op_name", "unsupported_reason"]
+__all__ = ["CONVERTERS", "CONVERTER_CHECKS", "op_name", "unsupported_reason", "register", "result_meta", "all_static"]
 
 CONVERTERS: dict[str, Callable[..., Any]] = {}
-CHECKS: dict[str, Callable[[fx.Node], str | None]] = {}
+CONVERTER_CHECKS: dict[str, Callable[[fx.Node], str | None]] = {}
 
 
 def op_name(target: Any) -> str:
@@ -39,7 +39,7 @@ def register(*keys: str, check: Callable[[fx.Node], str | None] | None = None) -
         for key in keys:
             CONVERTERS[key] = fn
             if check is not None:
-                CHECKS[key] = check
+                CONVERTER_CHECKS[key] = check
         return fn
     return wrap
 
@@ -54,19 +54,20 @@ def unsupported_reason(node: fx.Node) -> str | None:
     for n in (node, *[a for a in node.all_input_nodes]):
         v = n.meta.get("val", n.meta.get("example_value"))
         for t in v if isinstance(v, (tuple, list)) else (v,):
-            if isinstance(t, torch.Tensor) and t.dtype not in _DTYPES:
+            if isinstance(t, torch.Tensor) and t.dtype not in ONNX_DTYPES:
                 return f"dtype {t.dtype} has no ONNX tensor type"
             if not isinstance(t, (torch.Tensor, torch.SymInt, int, type(None))):
                 return f"a {type(t).__name__} value has no ONNX form"
     if not isinstance(node.meta.get("val"), (torch.Tensor, tuple, list)):
         return "the result is not a tensor"
-    check = CHECKS.get(key)
+    check = CONVERTER_CHECKS.get(key)
     return check(node) if check is not None else None
 
 
 # ---- helpers -----------------------------------------------------------------------------------
 
-def _out(node: fx.Node, i: int | None = None) -> torch.Tensor:
+def result_meta(node: fx.Node, i: int | None = None) -> torch.Tensor:
+    """The node's result as its metadata knows it (a fake tensor): element ``i`` of a tuple result."""
     v = node.meta["val"]
     return v if i is None else v[i]
 
@@ -99,7 +100,8 @@ def _axis(dim: int, rank: int) -> int:
     return dim + rank if dim < 0 else dim
 
 
-def _static(*dims: Any) -> bool:
+def all_static(*dims: Any) -> bool:
+    """Whether every size is a known int (none symbolic)."""
     return all(isinstance(d, int) for d in dims)
 
 
@@ -107,7 +109,7 @@ def _static(*dims: Any) -> bool:
 
 def _unary(onnx_op: str) -> Callable[..., str]:
     def convert(b: Builder, node: fx.Node, x: Val, *_: Any, **__: Any) -> str:
-        return b.op(onnx_op, [b.cast(x, _out(node).dtype)])
+        return b.op(onnx_op, [b.cast(x, result_meta(node).dtype)])
     return convert
 
 
@@ -130,18 +132,18 @@ register("aten.ceil.default", check=_float_input)(_unary("Ceil"))
 
 @register("aten.rsqrt.default")
 def _rsqrt(b: Builder, node: fx.Node, x: Val) -> str:
-    return b.op("Reciprocal", [b.op("Sqrt", [b.cast(x, _out(node).dtype)])])
+    return b.op("Reciprocal", [b.op("Sqrt", [b.cast(x, result_meta(node).dtype)])])
 
 
 @register("aten.expm1.default")
 def _expm1(b: Builder, node: fx.Node, x: Val) -> str:
-    dt = _out(node).dtype
+    dt = result_meta(node).dtype
     return b.op("Sub", [b.op("Exp", [b.cast(x, dt)]), b.const(1, dt)])
 
 
 @register("aten.log1p.default")
 def _log1p(b: Builder, node: fx.Node, x: Val) -> str:
-    dt = _out(node).dtype
+    dt = result_meta(node).dtype
     return b.op("Log", [b.op("Add", [b.cast(x, dt), b.const(1, dt)])])
 
 
@@ -152,7 +154,7 @@ def _isnan(b: Builder, node: fx.Node, x: Val) -> str:
 
 @register("aten.logical_not.default")
 def _logical_not(b: Builder, node: fx.Node, x: Val) -> str:
-    return b.cast(b.op("Not", [b.cast(x, torch.bool)]), _out(node).dtype, torch.bool)
+    return b.cast(b.op("Not", [b.cast(x, torch.bool)]), result_meta(node).dtype, torch.bool)
 
 
 @register("aten.bitwise_not.default")
@@ -165,7 +167,7 @@ _ON_BOOL = {"Add": "Or", "Mul": "And", "Max": "Or", "Min": "And"}  # torch's ari
 
 def _binary(onnx_op: str, *, alpha: bool = False) -> Callable[..., str]:
     def convert(b: Builder, node: fx.Node, x: Any, y: Any, *, alpha: Any = 1) -> str:
-        dt = _out(node).dtype
+        dt = result_meta(node).dtype
         other = _as(b, y, dt)
         if dt is torch.bool:
             return b.op(_ON_BOOL[onnx_op], [_as(b, x, dt), other]) if onnx_op in _ON_BOOL else \
@@ -184,25 +186,25 @@ register("aten.maximum.default")(_binary("Max"))
 register("aten.minimum.default")(_binary("Min"))
 register("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar", "aten.pow.Scalar")(_binary("Pow"))
 register("aten.fmod.Tensor", "aten.fmod.Scalar")(
-    lambda b, node, x, y: b.op("Mod", [_as(b, x, _out(node).dtype), _as(b, y, _out(node).dtype)], fmod=1))
+    lambda b, node, x, y: b.op("Mod", [_as(b, x, result_meta(node).dtype), _as(b, y, result_meta(node).dtype)], fmod=1))
 
 
 def _float_mode(node: fx.Node) -> str | None:
     mode = node.kwargs.get("rounding_mode")
-    if mode == "floor" and _out(node).dtype.is_floating_point:
+    if mode == "floor" and result_meta(node).dtype.is_floating_point:
         return None
-    return f"div with rounding_mode={mode!r} on {_out(node).dtype} has no exact ONNX form"
+    return f"div with rounding_mode={mode!r} on {result_meta(node).dtype} has no exact ONNX form"
 
 
 @register("aten.div.Tensor_mode", "aten.div.Scalar_mode", check=_float_mode)
 def _div_floor(b: Builder, node: fx.Node, x: Any, y: Any, *, rounding_mode: str) -> str:
-    dt = _out(node).dtype
+    dt = result_meta(node).dtype
     return b.op("Floor", [b.op("Div", [_as(b, x, dt), _as(b, y, dt)])])
 
 
 @register("aten.remainder.Tensor", "aten.remainder.Scalar")
 def _remainder(b: Builder, node: fx.Node, x: Any, y: Any) -> str:
-    dt = _out(node).dtype
+    dt = result_meta(node).dtype
     a, m = _as(b, x, dt), _as(b, y, dt)
     if not dt.is_floating_point:
         return b.op("Mod", [a, m], fmod=0)  # the sign of the divisor, as torch
@@ -226,13 +228,13 @@ for _key, (_onnx, _neg) in {"eq": ("Equal", False), "ne": ("Equal", True), "lt":
 def _logical(onnx_op: str) -> Callable[..., str]:
     def convert(b: Builder, node: fx.Node, x: Any, y: Any) -> str:
         out = b.op(onnx_op, [_as(b, x, torch.bool), _as(b, y, torch.bool)])
-        return b.cast(out, _out(node).dtype, torch.bool)
+        return b.cast(out, result_meta(node).dtype, torch.bool)
     return convert
 
 
 def _bitwise(onnx_op: str) -> Callable[..., str]:
     def convert(b: Builder, node: fx.Node, x: Any, y: Any) -> str:
-        dt = _out(node).dtype
+        dt = result_meta(node).dtype
         op = {"BitwiseAnd": "And", "BitwiseOr": "Or", "BitwiseXor": "Xor"}[onnx_op] if dt is torch.bool else onnx_op
         return b.op(op, [_as(b, x, dt), _as(b, y, dt)])
     return convert
@@ -245,13 +247,13 @@ for _key, _onnx in {"and": "And", "or": "Or", "xor": "Xor"}.items():
 
 @register("aten.where.self")
 def _where(b: Builder, node: fx.Node, cond: Val, x: Any, y: Any) -> str:
-    dt = _out(node).dtype
+    dt = result_meta(node).dtype
     return b.op("Where", [b.cast(cond, torch.bool), _as(b, x, dt), _as(b, y, dt)])
 
 
 @register("aten.clamp.default", "aten.clamp.Tensor", "aten.hardtanh.default")
 def _clamp(b: Builder, node: fx.Node, x: Val, lo: Any = None, hi: Any = None) -> str:
-    dt = _out(node).dtype
+    dt = result_meta(node).dtype
     out = b.cast(x, dt)
     if isinstance(lo, Val) or isinstance(hi, Val):  # tensor bounds broadcast: Max then Min
         out = out if lo is None else b.op("Max", [out, _as(b, lo, dt)])
@@ -281,7 +283,7 @@ def _gelu(b: Builder, node: fx.Node, x: Val, *, approximate: str = "none") -> st
 
 @register("aten.threshold_backward.default")
 def _threshold_backward(b: Builder, node: fx.Node, grad: Val, x: Val, threshold: float) -> str:
-    dt = _out(node).dtype
+    dt = result_meta(node).dtype
     mask = b.op("LessOrEqual", [x.name, b.const(threshold, x.dtype)])
     return b.op("Where", [mask, b.const(0, dt), b.cast(grad, dt)])
 
@@ -325,7 +327,7 @@ def _log_softmax_backward(b: Builder, node: fx.Node, grad: Val, out: Val, dim: i
 
 def _reduce(onnx_op: str, *, cast_first: bool = True) -> Callable[..., str]:
     def convert(b: Builder, node: fx.Node, x: Val, dim: Any = None, keepdim: bool = False, **_: Any) -> str:
-        dt = _out(node).dtype
+        dt = result_meta(node).dtype
         xs = b.cast(x, dt) if cast_first else x.name
         if isinstance(dim, int):
             dim = [dim]
@@ -379,7 +381,7 @@ def _var_check(node: fx.Node) -> str | None:
     x = node.args[0].meta["val"]
     dims = node.args[1] if len(node.args) > 1 and node.args[1] is not None else list(range(x.dim()))
     sizes = [x.shape[d] for d in dims]
-    return None if _static(*sizes) and x.dtype.is_floating_point else "var needs static reduced sizes (float)"
+    return None if all_static(*sizes) and x.dtype.is_floating_point else "var needs static reduced sizes (float)"
 
 
 @register("aten.var.correction", check=_var_check)
@@ -394,7 +396,7 @@ def _var(b: Builder, node: fx.Node, x: Val, dim: Any = None, *, correction: Any 
 
 @register("aten.cumsum.default")
 def _cumsum(b: Builder, node: fx.Node, x: Val, dim: int, *, dtype: Any = None) -> str:
-    xs = b.cast(x, _out(node).dtype)
+    xs = b.cast(x, result_meta(node).dtype)
     return xs if x.rank == 0 else b.op("CumSum", [xs, b.const(dim, torch.int64)])
 
 
@@ -405,7 +407,7 @@ register("aten.mm.default", "aten.bmm.default")(lambda b, node, x, y: b.op("MatM
 
 @register("aten.addmm.default")
 def _addmm(b: Builder, node: fx.Node, bias: Val, x: Val, y: Val, *, beta: Any = 1, alpha: Any = 1) -> str:
-    if not _out(node).dtype.is_floating_point:
+    if not result_meta(node).dtype.is_floating_point:
         return b.op("Add", [b.op("MatMul", [x.name, y.name]), bias.name]) if beta == 1 and alpha == 1 else \
             _raise(f"integer addmm with beta={beta}, alpha={alpha}")
     # beta scales the bias before Gemm, whose own beta is left at 1: ONNX Runtime's CPU Gemm
@@ -480,7 +482,7 @@ def _avg_check(node: fx.Node) -> str | None:
     args = list(node.args) + [None] * 7
     if args[6] is not None or node.kwargs.get("divisor_override") is not None:
         return "divisor_override"
-    x, out = node.args[0].meta["val"], _out(node)
+    x, out = node.args[0].meta["val"], result_meta(node)
     if x.dim() != 4:
         return "an unbatched (3-d) input"
     if args[4] or node.kwargs.get("ceil_mode"):
@@ -489,7 +491,7 @@ def _avg_check(node: fx.Node) -> str | None:
         # past the input, which the static output size shows
         k, s, p = _pool_params(args[1], args[2], args[3] if args[3] is not None else 0)
         sizes = [*x.shape[2:], *out.shape[2:]]
-        if any(p) or not _static(*sizes) or \
+        if any(p) or not all_static(*sizes) or \
                 any(-(-(h - kk) // ss) + 1 != o for h, kk, ss, o in zip(x.shape[2:], k, s, out.shape[2:])):
             return "ceil_mode=True with padding, or with a window torch drops"
     return None
@@ -507,7 +509,7 @@ def _avg_pool(b: Builder, node: fx.Node, x: Val, kernel: list, stride: list = ()
 
 def _adaptive_check(node: fx.Node) -> str | None:
     x, size = node.args[0].meta["val"], list(node.args[1])
-    if x.dim() != 4 or not _static(*x.shape[2:]) or any(i % o for i, o in zip(x.shape[2:], size)):
+    if x.dim() != 4 or not all_static(*x.shape[2:]) or any(i % o for i, o in zip(x.shape[2:], size)):
         return "adaptive pooling to a size that does not divide the (static) input"
     return None
 
@@ -522,7 +524,7 @@ def _adaptive_avg_pool(b: Builder, node: fx.Node, x: Val, size: list) -> str:
 
 def _ln_check(node: fx.Node) -> str | None:
     shape = node.args[1]
-    return None if _static(*shape) else "a symbolic normalized shape"
+    return None if all_static(*shape) else "a symbolic normalized shape"
 
 
 @register("aten.native_layer_norm.default", check=_ln_check)
@@ -598,7 +600,7 @@ def _squeeze_dims(x: Val | torch.Tensor, dims: Any) -> list[int] | None:
     rank = len(shape)
     dims = range(rank) if dims is None else [dims] if isinstance(dims, int) else dims
     dims = [_axis(d, rank) for d in dims] if rank else []
-    if not _static(*(shape[d] for d in dims)):
+    if not all_static(*(shape[d] for d in dims)):
         return None
     return [d for d in dims if shape[d] == 1]
 
@@ -613,7 +615,7 @@ def _squeeze(b: Builder, node: fx.Node, x: Val, dims: Any = None) -> str:
 
 @register("aten.cat.default")
 def _cat(b: Builder, node: fx.Node, tensors: list, dim: int = 0) -> str:
-    out = _out(node)
+    out = result_meta(node)
     keep = [t for t in tensors if not (t.rank == 1 and t.shape[0] == 0 and out.dim() != 1)]  # legacy empty inputs
     if not keep:
         return b.op("Identity", [tensors[0].name])
@@ -700,7 +702,7 @@ def _index(b: Builder, node: fx.Node, x: Val, indices: list) -> str:
     if len(used) == 1:
         return b.op("Gather", [x.name, indices[used[0]].name], axis=used[0])
     axes, rest, xs, stacked, _ = _nd_indices(b, x, indices)
-    perm = _torch_order(axes, rest, _out(node).dim() - len(rest))
+    perm = _torch_order(axes, rest, result_meta(node).dim() - len(rest))
     out = b.op("GatherND", [xs, stacked])
     return out if perm is None else b.op("Transpose", [out], perm=perm)
 
@@ -724,7 +726,7 @@ def _index_put_check(node: fx.Node) -> str | None:
 
 def _masked_put(b: Builder, x: Val, mask: Val, values: Val, accumulate: bool) -> str:
     vals = _as(b, values, x.dtype)
-    if _static(*values.shape) and math.prod(values.shape) == 1:  # one value: a Where
+    if all_static(*values.shape) and math.prod(values.shape) == 1:  # one value: a Where
         cond = b.op("Unsqueeze", [mask.name, b.ints(list(range(mask.rank, x.rank)))]) if mask.rank < x.rank \
             else mask.name
         v = b.op("Reshape", [vals, b.ints([])])
@@ -835,7 +837,7 @@ def _repeat(b: Builder, node: fx.Node, x: Val, repeats: list) -> str:
     xs = x.name
     if len(repeats) > x.rank:
         xs = b.op("Reshape", [xs, b.ints([1] * (len(repeats) - x.rank) + list(x.shape))], allowzero=1) \
-            if _static(*x.shape) else _raise("repeat adding dimensions to a symbolic shape")
+            if all_static(*x.shape) else _raise("repeat adding dimensions to a symbolic shape")
     return b.op("Tile", [xs, b.ints(repeats)])
 
 
@@ -844,7 +846,7 @@ def _repeat(b: Builder, node: fx.Node, x: Val, repeats: list) -> str:
 for _key in ("clone.default", "alias.default", "lift_fresh_copy.default", "detach.default", "_to_copy.default",
              "prims.convert_element_type.default"):
     register(_key if _key.startswith("prims") else f"aten.{_key}")(
-        lambda b, node, x, *_, **__: b.cast(x, _out(node).dtype))
+        lambda b, node, x, *_, **__: b.cast(x, result_meta(node).dtype))
 
 
 @register("aten.copy.default")
@@ -855,8 +857,8 @@ def _copy(b: Builder, node: fx.Node, dst: Val, src: Val, non_blocking: bool = Fa
 def _filled(b: Builder, node: fx.Node, shape: str, value: Any) -> str:
     from onnx import helper
 
-    dt = _out(node).dtype
-    tensor = helper.make_tensor("value", _DTYPES[dt], [1], [bool(value) if dt is torch.bool else value])
+    dt = result_meta(node).dtype
+    tensor = helper.make_tensor("value", ONNX_DTYPES[dt], [1], [bool(value) if dt is torch.bool else value])
     return b.op("ConstantOfShape", [shape], value=tensor)
 
 
@@ -877,14 +879,14 @@ def _empty(b: Builder, node: fx.Node, size: list, *_: Any, **__: Any) -> str:
 
 @register("aten.scalar_tensor.default")
 def _scalar_tensor(b: Builder, node: fx.Node, value: Any, **_: Any) -> str:
-    return b.scalar(value, _out(node).dtype)
+    return b.scalar(value, result_meta(node).dtype)
 
 
-@register("aten.arange.start_step", check=lambda n: None if _out(n).dtype in (torch.int64, torch.int32, torch.float32,
+@register("aten.arange.start_step", check=lambda n: None if result_meta(n).dtype in (torch.int64, torch.int32, torch.float32,
                                                                            torch.float64)
           else "a half-precision arange")
 def _arange(b: Builder, node: fx.Node, start: Any, end: Any, step: Any = 1, **_: Any) -> str:
-    dt = _out(node).dtype
+    dt = result_meta(node).dtype
     if not dt.is_floating_point:
         return b.op("Range", [b.scalar(start, dt), b.scalar(end, dt), b.scalar(step, dt)])
     # torch's CPU kernel computes start + i * step in double for each i; ONNX's Range adds step
@@ -903,7 +905,7 @@ def _sdpa_check(node: fx.Node) -> str | None:
     q, dropout = node.args[0].meta["val"], node.args[3] if len(node.args) > 3 else 0.0
     if dropout:
         return "attention with dropout (random)"
-    if node.kwargs.get("scale") is None and not _static(q.shape[-1]):
+    if node.kwargs.get("scale") is None and not all_static(q.shape[-1]):
         return "attention with the default scale of a symbolic head size"
     return None
 
@@ -947,14 +949,14 @@ def _sdpa(b: Builder, node: fx.Node, q: Val, k: Val, v: Val, dropout_p: float = 
     out = b.op("MatMul", [p, b.cast(v, dt)])
     lse = b.op("Where", [dead, b.const(0.0, dt), b.op("Add", [top, b.op("Log", [total])])])
     lse = b.op("Squeeze", [lse, axes])
-    return [b.cast(out, _out(node, 0).dtype, dt), b.cast(lse, _out(node, 1).dtype, dt)]
+    return [b.cast(out, result_meta(node, 0).dtype, dt), b.cast(lse, result_meta(node, 1).dtype, dt)]
 
 
 def _sdpa_backward_check(node: fx.Node) -> str | None:
     q = node.args[1].meta["val"]
     if node.args[6]:
         return "attention with dropout (random)"
-    if node.kwargs.get("scale") is None and not _static(q.shape[-1]):
+    if node.kwargs.get("scale") is None and not all_static(q.shape[-1]):
         return "attention with the default scale of a symbolic head size"
     return None
 
@@ -975,7 +977,7 @@ def _sdpa_backward(b: Builder, node: fx.Node, grad: Val, q: Val, k: Val, v: Val,
     ds = b.op("Mul", [p, b.op("Sub", [b.op("MatMul", [go, t(vs, v.rank)]), rows])])
     dq = b.op("Mul", [b.op("MatMul", [ds, ks]), b.const(factor, dt)])
     dk = b.op("Mul", [b.op("MatMul", [t(ds, q.rank), qs]), b.const(factor, dt)])
-    return [b.cast(dq, _out(node, 0).dtype, dt), b.cast(dk, _out(node, 1).dtype, dt), b.cast(dv, _out(node, 2).dtype, dt)]
+    return [b.cast(dq, result_meta(node, 0).dtype, dt), b.cast(dk, result_meta(node, 1).dtype, dt), b.cast(dv, result_meta(node, 2).dtype, dt)]
 
 
 def _tensor_one() -> Any:

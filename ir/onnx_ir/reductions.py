@@ -9,8 +9,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from .export import Builder, Val
-from .ops import _out, _static, register
+from .builder import Builder, Val
+from .ops import all_static, register, result_meta
 
 __all__: list[str] = []
 
@@ -40,7 +40,7 @@ def _any_all(is_all: bool) -> Any:
         # any: some element is nonzero; all: no element is zero
         found = b.op("Greater", [_count_true(b, node, x, dim, keepdim, negate=is_all), b.const(0, torch.int64)])
         found = b.op("Not", [found]) if is_all else found
-        return b.cast(found, _out(node).dtype, torch.bool)
+        return b.cast(found, result_meta(node).dtype, torch.bool)
     return convert
 
 
@@ -76,7 +76,7 @@ def _norm_check(node: fx.Node) -> str | None:
 @register("aten.linalg_vector_norm.default", check=_norm_check)
 def _vector_norm(b: Builder, node: fx.Node, x: Val, order: Any = 2, dim: Any = None, keepdim: bool = False, *,
                  dtype: Any = None) -> str:
-    dt = _out(node).dtype
+    dt = result_meta(node).dtype
     xs = b.cast(x, dt)
     if x.rank == 0:
         return b.op("Abs", [xs])
@@ -114,7 +114,7 @@ def _group_norm_check(node: fx.Node) -> str | None:
     x = node.args[0].meta["val"]
     if x.dtype not in (torch.float32, torch.float64):  # torch's kernel accumulates half types in float
         return "group norm of a half-precision input"
-    return None if _static(node.args[6]) else "symbolic groups"
+    return None if all_static(node.args[6]) else "symbolic groups"
 
 
 @register("aten.native_group_norm.default", check=_group_norm_check)

@@ -3,7 +3,7 @@
 Each IR level is a package with the same module roles (``torch_ir/``, ``aten_ir/``, ``loop_ir/``):
 
 - :mod:`.capture`: the level's Dynamo backend hook (:func:`torch_ir_hook`) and its capture
-  (:func:`capture_torch`); here also the capture driver (``trace``, :func:`closure_modules`)
+  (:func:`capture_torch`); here also the capture driver (``compile_and_record``, :func:`closure_modules`)
   that the ATen and loop levels build on;
 - :mod:`.program`: the captured program, :class:`TorchProgram` (print, ``run``,
   ``run_backward``, ``to_json``/``from_json``; the contract of :mod:`torchvendor.ir.program`);

@@ -2,7 +2,7 @@
 backend uses it the same way), :func:`capture_torch`, and the capture driver the ATen and loop
 levels build on.
 
-:func:`trace` runs a function or module once under ``torch.compile(fullgraph=True)`` with a
+:func:`compile_and_record` runs a function or module once under ``torch.compile(fullgraph=True)`` with a
 backend that records Dynamo's graph, and finds what feeds each placeholder (a user input, a
 parameter or buffer of the module, or, for a function, of the modules it reads from its closure
 or globals: :func:`closure_modules`) and where each user output comes from. Each level passes
@@ -29,9 +29,9 @@ import torch.fx as fx
 from .. import compat
 from ..fx_graph import Slot, placeholders
 from ..program import flatten_inputs, flatten_outputs
-from .program import OutputSlot, TorchProgram, grad_leaves
+from .program import OutputSlot, TorchProgram, Trace, grad_leaves
 
-__all__ = ["torch_ir_hook", "capture_torch", "closure_modules", "trace", "Trace"]
+__all__ = ["torch_ir_hook", "capture_torch", "closure_modules", "compile_and_record"]
 
 #: A torch-level backend callback: sees Dynamo's graph and example inputs, returns the callable
 #: to run in its place, or None to run the graph as is.
@@ -67,24 +67,6 @@ class _Record:
     tracing_guards: list[str] = field(default_factory=list)
     graph_outputs: Any = None
     calls: int = 0
-
-
-@dataclass
-class Trace:
-    """The result of one capture through ``torch.compile`` (internal to the IR levels)."""
-
-    #: whose parameters and buffers feed the graph by qualified name: the captured module, or
-    #: for a function the root of :func:`closure_modules` (None if it reads none)
-    module: torch.nn.Module | None
-    user_inputs: list[Any]          # the (cloned) flat user inputs the capture ran on
-    result: Any                     # what the compiled function returned
-    gm: fx.GraphModule
-    example_inputs: list[Any]
-    slots: list[Slot]
-    outputs: list[OutputSlot]
-    guards: list[str]
-    dynamic: bool
-    training: bool
 
 
 def _clone_leaf(x: Any) -> Any:
@@ -227,7 +209,7 @@ def _output_slots(result_leaves: Sequence[Any], graph_outputs: Sequence[Any], us
     return out
 
 
-def trace(target: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any],
+def compile_and_record(target: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any],
           inner: Callable[[fx.GraphModule, list[Any]], Callable[..., Any]], *, dynamic: bool = False,
           training: bool = False) -> Trace:
     """Run ``target`` once under ``torch.compile(fullgraph=True)`` with a backend that records
@@ -292,4 +274,4 @@ def _backward_once(leaves: Sequence[Any], user: Sequence[Any], module: torch.nn.
 def capture_torch(fn: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any], *,
                   training: bool = False, dynamic: bool = False) -> TorchProgram:
     """Capture ``fn`` at torch level (``capture(..., level="torch")``)."""
-    return TorchProgram(trace(fn, example_inputs, lambda gm, ex: gm.forward, dynamic=dynamic, training=training))
+    return TorchProgram(compile_and_record(fn, example_inputs, lambda gm, ex: gm.forward, dynamic=dynamic, training=training))

@@ -28,7 +28,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import sympy
 import torch
@@ -38,10 +38,7 @@ from ..fx_graph import (Binder, Slot, TensorSpec, _decode, _encode, graph_from_j
                         placeholders, run_graph)
 from ..program import Program, default_grad_outputs, flatten_inputs
 
-if TYPE_CHECKING:
-    from .capture import Trace
-
-__all__ = ["TorchProgram", "OutputSlot", "assemble", "describe_inputs", "grad_leaves"]
+__all__ = ["TorchProgram", "OutputSlot", "Trace", "assemble", "describe_inputs", "grad_leaves"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +64,26 @@ class OutputSlot:
     def from_json(cls, data: dict[str, Any]) -> "OutputSlot":
         """The inverse of :meth:`to_json`."""
         return cls(data["kind"], data["index"], data["name"], _decode(data["value"], {}))
+
+
+@dataclass
+class Trace:
+    """The result of one capture through ``torch.compile`` (:func:`~.capture.compile_and_record`;
+    internal to the IR levels): what each level's program is built from."""
+
+    #: whose parameters and buffers feed the graph by qualified name: the captured module, or
+    #: for a function the root of :func:`~.capture.closure_modules` (None if it reads none)
+    module: torch.nn.Module | None
+    user_inputs: list[Any]          # the (cloned) flat user inputs the capture ran on
+    result: Any                     # what the compiled function returned
+    gm: fx.GraphModule
+    example_inputs: list[Any]
+    slots: list[Slot]
+    outputs: list[OutputSlot]
+    guards: list[str]
+    dynamic: bool
+    training: bool
+
 
 
 def grad_leaves(user: Sequence[Any], module: torch.nn.Module | None) -> list[tuple[str, torch.Tensor]]:
