@@ -32,14 +32,13 @@ _API: dict[str, str] = {
     **dict.fromkeys(("Level", "BackendError", "BackendDefinitionError", "BackendFallbackWarning"), "levels"),
     **dict.fromkeys(("TorchBackend",), "torch_level"),
     **dict.fromkeys(("AtenBackend",), "aten_level"),
-    **dict.fromkeys(("LoopBackend", "CompiledProgram"), "loop_level"),
+    **dict.fromkeys(("LoopBackend", "CompiledProgram", "LoopKernel", "loop_kernels"), "loop_level"),
     **dict.fromkeys(("OnnxBackend",), "onnx_level"),
     **dict.fromkeys(("register_backend", "get_backend", "registered_backends"), "registry"),
     **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
     **dict.fromkeys(("ArtifactCache",), "cache"),
     **dict.fromkeys(("FusedOp", "fused_op"), "vendor_ops"),
-    **dict.fromkeys(("LoopKernel", "loop_kernels", "ProgramRunner", "reference_kernel", "tensor_data_ptr_address"),
-                    "loop_runner"),
+    **dict.fromkeys(("ProgramRunner", "reference_kernel", "tensor_data_ptr_address"), "loop_runner"),
     **dict.fromkeys(("CStyleRenderer", "CodegenError"), "c_renderer"),
 }
 
