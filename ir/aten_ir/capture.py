@@ -1,5 +1,5 @@
 """Capture at ATen/prim level: :func:`aten_ir_hook`, the Dynamo backend a capture uses (an SDK
-backend uses it the same way: ``torchvendor.sdk.Backend`` at ``ATEN`` level does), and
+backend uses it the same way: ``torchvendor.sdk.AtenBackend`` does), and
 :func:`capture_aten`, which runs the torch level's capture driver
 (:func:`~torchvendor.ir.torch_ir.capture.compile_and_record`) with that hook and records each graph.
 
