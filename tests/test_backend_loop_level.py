@@ -114,11 +114,11 @@ def test_compile_program_must_return_a_compiled_program(tmp_path):
 def test_lowering_generates_no_interpreter_wrapper(tmp_path, monkeypatch):
     """A backend's lowering emits no wrapper lines (no kernel JSON, no interpreter call); the
     capture, whose compiled function runs, still does."""
-    from torchvendor.ir.loop_ir import extract
+    from torchvendor.ir.loop_ir.lowering import inductor_hooks
 
     calls = []
-    real = extract._emit_interpreter_call
-    monkeypatch.setattr(extract, "_emit_interpreter_call", lambda *a: calls.append(a) or real(*a))
+    real = inductor_hooks.emit_interpreter_call
+    monkeypatch.setattr(inductor_hooks, "emit_interpreter_call", lambda *a: calls.append(a) or real(*a))
     f = torch.compile(_fresh(lambda x: torch.tanh(x) * 3), backend="tv_test_loop_interpreted",
                       options={"strict": True, "cache_dir": str(tmp_path)})
     with torch.no_grad():

@@ -18,7 +18,9 @@ from test_ir_capture import check_case
 from torchvendor.ir import capture, compat
 from torchvendor.ir.graph_view import GraphView, MutableGraphView
 from torchvendor.ir.loop_ir import (Kernel, LoopCapture, LoopProgram, capture_loop, loop_backend, run_program)
-from torchvendor.ir.loop_ir.extract import EXTRACTOR_VERSION, _capture_scope
+from torchvendor.ir.loop_ir.lowering.driver import registered
+from torchvendor.ir.loop_ir.lowering.inductor_hooks import EXTRACTOR_VERSION
+from torchvendor.ir.loop_ir.lowering.state import Lowering
 from torchvendor.ir.loop_ir.interpreter import LoopIRRuntimeError, eval_index
 from torchvendor.ir.loop_ir.index_expr import format_expr, parse_expr
 from torchvendor.ir.loop_ir.schema import SCHEMA_VERSION, Buffer, LoopNest, Stmt
@@ -190,7 +192,7 @@ def _codegen_state() -> tuple[Any, Any, Any]:
 
 def test_capture_restores_inductor_registration() -> None:
     before = _codegen_state()
-    with _capture_scope("cpu", None):
+    with registered(Lowering("cpu")):
         during = _codegen_state()
         assert during[0] is not before[0]
         assert during[1].uuid() == EXTRACTOR_VERSION

@@ -14,7 +14,7 @@ from typing import Any as _Any, Iterator as _Iterator
 
 __all__ = ["inductor", "inductor_config_patch", "scoped_inductor_backend", "ensure_device_hooks",
            "sympy_index_functions", "loop_body_of", "is_fallback_kernel", "run_and_get_code",
-           "fx_cache_hashes_custom_backend_passes", "inductor_decompositions", "ordered_set",
+           "fx_cache_hashes_custom_backend_passes", "select_decomp_table", "ordered_set",
            "has_device_scheduling"]
 
 
@@ -68,10 +68,21 @@ def _conditional_node_class(ir: _Any) -> type:
 
 def inductor_config_patch(**changes: _Any) -> _Any:
     """``torch._inductor.config.patch(...)`` limited to keys this release knows (others are
-    dropped, so one call site serves 2.11-2.14). Use as a context manager."""
+    dropped, so one call site serves every supported release) whose value differs from the one in
+    force (a nested patch of the same settings patches nothing). Use as a context manager."""
     config = inductor().config
     known = {k: v for k, v in changes.items() if hasattr(config, k.split(".")[0])}
-    return config.patch(known)
+    return config.patch({k: v for k, v in known.items() if _config_value(config, k) != v})
+
+
+def _config_value(config: _Any, key: str) -> _Any:
+    obj = config
+    for part in key.split("."):
+        obj = getattr(obj, part, _MISSING)
+    return obj
+
+
+_MISSING = object()
 
 
 @_contextlib.contextmanager
@@ -240,9 +251,9 @@ def fx_cache_hashes_custom_backend_passes() -> bool:
     return "custom_backend_passes" in inspect.getsource(codecache.FxGraphHashDetails)
 
 
-def inductor_decompositions() -> dict[_Any, _Any]:
-    """Inductor's decomposition table (``select_decomp_table()``): the ATen graphs Inductor
-    lowers must be decomposed with it."""
+def select_decomp_table() -> dict[_Any, _Any]:
+    """Inductor's own decomposition table (a copy of ``select_decomp_table()``); the loop level's
+    is ``torchvendor.ir.loop_ir.inductor_decompositions`` (this one with two fixes)."""
     from torch._inductor.decomposition import select_decomp_table
 
     return dict(select_decomp_table())
