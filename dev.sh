@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: sets up .venv (torch 2.13.0 CPU, the C++ build) and
 # runs a job.   ./dev.sh demo [conformance args] | test [pytest args] | slow | bench | profiles | shell
-#               | release-check VERSION
+#               | new NAME --level LEVEL [--dir DIR] | release-check VERSION
 # demo: the conformance suite's minimal profile, torchvendor_cpu on the simulated device "acme";
 # the report lands in conformance-report/ (report.html, report.md, report.json).
+# shell: a shell with .venv/bin first on PATH (the `torchvendor` command, python, pytest); the same
+# as `source .venv/bin/activate`. new: `torchvendor new`, a vendor package (README: bring-up).
 # release-check VERSION: proves a torch release (docs/releases.md). torch==VERSION in a venv of its
 # own (.release/torch-VERSION/venv, or $RELEASE_VENV), torchvendor built against it in its own
 # build folder, then tests/release_check.py: the default tier, the minimal and inference
 # profiles, and the vendor binaries (runtime and kernel templates) built once, under .venv's
 # torch with TORCH_TARGET 2.11, loaded unchanged; its row goes into docs/releases.md.
 set -euo pipefail
+CALLER_DIR=$PWD  # `new` writes the package relative to where it was called from
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 DEPS=("scikit-build-core>=0.10" pytest pytest-xdist hypothesis expecttest onnx onnxruntime onnxscript numpy sympy transformers rich)
@@ -64,6 +67,7 @@ release_check() {
 }
 
 job=${1:-demo}; shift || true
+export PATH="$PWD/.venv/bin:$PATH"  # the `torchvendor` command for every job (and for `shell`)
 case "$job" in
   demo)  exec .venv/bin/python -m torchvendor.sdk.cli conformance --backend torchvendor_cpu --device acme \
            --profile minimal --jobs 2 --manifest reference_backends/cpu/manifest.toml \
@@ -76,6 +80,7 @@ case "$job" in
   # available), one after another; a table of counts and times; non-zero on any failure
   profiles) exec .venv/bin/python tests/profiles.py "$@" ;;
   shell) exec bash ;;
+  new)   tv=$PWD/.venv/bin/torchvendor; cd "$CALLER_DIR"; exec "$tv" new "$@" ;;
   release-check) release_check "$@" ;;
-  *) echo "usage: ./dev.sh demo|test|slow|bench|profiles|shell|release-check VERSION" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh demo|test|slow|bench|profiles|shell|new NAME --level LEVEL|release-check VERSION" >&2; exit 2 ;;
 esac
