@@ -216,12 +216,12 @@ def test_finish_is_the_build_barrier(tmp_path):
 
 def test_loop_kernels_of_one_program_are_computed_once(monkeypatch):
     from torchvendor.ir import capture
-    from torchvendor.sdk.compile import loop_level
+    from torchvendor.sdk.compile import loop_kernel
 
     prog = capture(lambda x: (x - x.mean()).sin(), [torch.randn(4, 8)], level="loop").inference
     counted = []
-    real = loop_level.kernel_symbols
-    monkeypatch.setattr(loop_level, "kernel_symbols", lambda *a: counted.append(1) or real(*a))
+    real = loop_kernel.kernel_symbols
+    monkeypatch.setattr(loop_kernel, "kernel_symbols", lambda *a: counted.append(1) or real(*a))
     first, second = loop_kernels(prog), loop_kernels(prog)
     assert first == second and len(counted) == len(prog.kernels)
 

@@ -11,7 +11,8 @@
   at run time; ``inductor_fallback``: the ``fallback="inductor"`` option
 - ``patterns`` / ``fx_pattern`` / ``vendor_ops``: fusion patterns and the vendor ops they become
 - ``fx_outline``: FX partitions outlined into submodules
-- ``loop_runner``: the LOOP level's runtime (:class:`ProgramRunner`)
+- ``loop_kernel``: one kernel as ``LoopBackend.compile`` receives it; ``loop_runner``: the LOOP
+  level's runtime (:class:`ProgramRunner`)
 - ``c_renderer``: :class:`CStyleRenderer`, loop IR to C-family source by tables (both reference
   code generators subclass it)
 - ``cache`` / ``warm``: compiled artifacts on disk, warm starts
@@ -32,7 +33,8 @@ _API: dict[str, str] = {
     **dict.fromkeys(("Level", "BackendError", "BackendDefinitionError", "BackendFallbackWarning"), "levels"),
     **dict.fromkeys(("TorchBackend",), "torch_level"),
     **dict.fromkeys(("AtenBackend",), "aten_level"),
-    **dict.fromkeys(("LoopBackend", "CompiledProgram", "LoopKernel", "loop_kernels"), "loop_level"),
+    **dict.fromkeys(("LoopBackend", "CompiledProgram"), "loop_level"),
+    **dict.fromkeys(("LoopKernel", "loop_kernels"), "loop_kernel"),
     **dict.fromkeys(("OnnxBackend",), "onnx_level"),
     **dict.fromkeys(("register_backend", "get_backend", "registered_backends"), "registry"),
     **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),

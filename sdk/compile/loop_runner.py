@@ -37,7 +37,7 @@ from torchvendor.ir.loop_ir import Buffer, Kernel, LoopProgram, parse_expr
 from torchvendor.ir.loop_ir.interpreter import write_value
 from torchvendor.ir.loop_ir.schema import ExternKernel
 
-from .loop_level import LoopKernel, kernel_symbols, loop_kernels
+from .loop_kernel import LoopKernel, kernel_symbols, loop_kernels
 from .runner_source import Extern, Step, write_call
 
 __all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel", "tensor_data_ptr_address"]
