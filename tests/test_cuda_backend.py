@@ -541,7 +541,7 @@ def test_host_scalars_and_tables_only_kernels_use_are_declared_on_the_device(acm
     compile_program declares them on the program's device; the rewritten program (run by the
     loop IR interpreter on ``acme``, which schedules as a GPU does) computes what eager does."""
     from torchvendor.ir.loop_ir import capture_loop, run_program
-    from torchvendor.reference_backends.cuda.backend import _host_onto_device
+    from torchvendor.ir.loop_ir.transforms import host_onto_device
 
     def fn(x, pos):
         scale = torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float32) * 0.5)
@@ -552,7 +552,7 @@ def test_host_scalars_and_tables_only_kernels_use_are_declared_on_the_device(acm
     program = capture_loop(fn, [x.to("acme"), pos], device="acme").programs()["inference"]
     host = [b for b in program.buffers if b.device == "cpu" and b.kind != "input"]
     assert host and any(op.op == "prims.device_put.default" for op in program.ops if not isinstance(op, Kernel))
-    moved = _host_onto_device(program)
+    moved = host_onto_device(program)
     assert [b.name for b in moved.buffers if b.device == "cpu"] == [b.name for b in program.buffers
                                                                    if b.device == "cpu" and b.kind == "input"]
     assert not any(op.op == "prims.device_put.default" for op in moved.ops if not isinstance(op, Kernel))

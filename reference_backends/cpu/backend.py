@@ -20,21 +20,20 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.fx as fx
 
-from torchvendor.ir.loop_ir import Kernel
+from torchvendor.ir.loop_ir.transforms import merge_neighbours
 from torchvendor.sdk import CompiledProgram, LoopBackend, LoopKernel
 
 from . import codegen
 from .codegen import generate
 from .toolchain import DeviceKernel, ToolchainError, build, host_kernel, toolchain_id
 
-__all__ = ["CpuBackend", "merge_neighbours"]
+__all__ = ["CpuBackend"]
 
 #: a digest of the code generator's source: a change to it makes new cache keys
 _GENERATOR = hashlib.sha256(b"".join(p.read_bytes() for p in codegen.generator_sources())).hexdigest()
@@ -49,6 +48,11 @@ class CpuBackend(LoopBackend):
     name = "torchvendor_cpu"
     device = None  # the inputs' device: cpu, or a torchvendor device whose kernels are host code
     version = "2"
+    #: every run of consecutive kernels (no extern kernel between them) merged into one kernel
+    #: before compiling, as Inductor's own C++ backend groups them (one ``cpp_fused_*`` function
+    #: per run): a call from Python costs microseconds, which on small models is most of a
+    #: kernel, and the shared library of a run is built by one compiler process instead of several
+    transforms = (merge_neighbours,)
 
     def lowering_config(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Mapping[str, Any]:
         # Inductor's layout optimization runs convolutions channels-last, converting every
@@ -64,14 +68,6 @@ class CpuBackend(LoopBackend):
                     return {"layout_optimization": False}  # symbolic sizes: keep the model's layout
                 activations, weights = activations + x.numel(), weights + w.numel()
         return {"layout_optimization": activations > weights}
-
-    def compile_program(self, program: Any) -> CompiledProgram:
-        """The partition's program with every run of consecutive kernels (no extern kernel
-        between them) merged into one kernel, then each kernel compiled (:meth:`compile`).
-        Inductor's own C++ backend groups them the same way (one ``cpp_fused_*`` function per
-        run): a call from Python costs microseconds, which on small models is most of a kernel,
-        and the shared library of a run is built by one compiler process instead of several."""
-        return super().compile_program(merge_neighbours(program))
 
     def compile(self, kernel: LoopKernel) -> Callable[..., Any]:
         # Keyed by the kernel itself and the code generator's own source, not by the generated
@@ -113,17 +109,3 @@ class _Building:
         except Exception as e:
             raise ToolchainError(f"kernel {self.kernel.name}: {type(e).__name__}: {e}") from e
         return self.kernel
-
-
-def merge_neighbours(program: Any) -> Any:
-    """``program`` with each run of consecutive :class:`Kernel` ops made one kernel, its nests in
-    program order (named after the run's first kernel). Running the nests one after another is
-    what running the kernels did; each nest's SSA names stay its own (``codegen`` gives every
-    nest a block of its own)."""
-    ops: list[Any] = []
-    for op in program.ops:
-        if isinstance(op, Kernel) and ops and isinstance(ops[-1], Kernel):
-            ops[-1] = replace(ops[-1], nests=ops[-1].nests + op.nests, group=())
-        else:
-            ops.append(op)
-    return replace(program, ops=tuple(ops)) if len(ops) < len(program.ops) else program

@@ -7,13 +7,13 @@ disk by content hash, launched on torch's ``cuda`` device or on a PrivateUse1 GP
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from torchvendor.ir.loop_ir import Kernel, TorchValue
+from torchvendor.ir.loop_ir import Kernel
+from torchvendor.ir.loop_ir.transforms import host_onto_device, merge_epilogues
 from torchvendor.sdk import BackendError, CompiledProgram, LoopBackend, loop_kernels
 
 from .codegen import CodegenError, CudaKernel, generate
@@ -51,19 +51,22 @@ class CudaBackend(LoopBackend):
     #: run (see :mod:`.graphs`; ``$TORCHVENDOR_CUDA_GRAPHS=0`` also turns it off)
     default_options: dict[str, Any] = {"cuda_graphs": True}
     version = "2"
+    #: host buffers that only kernels use declared on the GPU: no synchronising copy per call,
+    #: and the partition can be captured in a CUDA graph
+    transforms = (host_onto_device,)
 
     def compile_program(self, program: Any) -> CompiledProgram:
-        """A partition's loop program, with its host-only intermediates moved onto the GPU
-        (:func:`_host_onto_device`) and each row-reduction kernel followed directly by a
-        pointwise kernel over the same rows (a softmax's or layer norm's epilogue, or var's
-        division, which the loop IR puts in a kernel of its own) merged into one kernel where
-        that takes fewer launches; then every kernel compiled (:meth:`compile`). The merge is a
+        """A partition's loop program (host-only intermediates already on the GPU: :attr:`transforms`)
+        with each row-reduction kernel followed directly by a pointwise kernel over the same rows (a
+        softmax's or layer norm's epilogue, or var's division, which the loop IR puts in a kernel
+        of its own) merged into one kernel where that takes fewer launches (the public transform
+        :func:`~torchvendor.ir.loop_ir.transforms.merge_epilogues` with this backend's launch
+        count as its ``accept``); then every kernel compiled (:meth:`compile`). The merge is a
         rewrite of the program (one :class:`Kernel` with both nests, named after the second),
         so the SDK runs the rewritten program and no kernel needs to know its neighbours."""
         if program.device == "cpu":
             raise BackendError("torchvendor_cuda runs on a GPU; this program's buffers are on cpu "
                                "(move the model and inputs to 'cuda')")
-        program = _host_onto_device(program)
         return super().compile_program(_merge_epilogues(program, device_arch(program.device)[1]))
 
     def compile(self, kernel: Any) -> Callable[..., None]:
@@ -94,56 +97,13 @@ class CudaBackend(LoopBackend):
         return GraphedProgram(runner, program)
 
 
-def _host_onto_device(program: Any) -> Any:
-    """``program`` with every buffer it declares on the host that only kernels use (and copies
-    onto the device) declared on the program's device instead. Inductor computes a model's host
-    scalars in C++ kernels (``torch.sqrt(torch.tensor(d))``, a log of a constant) that GPU kernels
-    then read; a GPU kernel of host operands runs on device copies whose results come back
-    (``launch.kernel_operands``): a synchronising copy per call that also makes the partition
-    impossible to capture in a CUDA graph. On the device from the start, nothing crosses. Buffers
-    the program returns or that an extern reads (ATen would run it on the host) stay where they
-    are; a copy onto the device of a moved buffer becomes a clone."""
-    root = program.root
-
-    def is_put(op: Any) -> bool:   # a copy onto the program's device
-        return (op.op == "prims.device_put.default" and len(op.args) > 1 and isinstance(op.args[1], TorchValue)
-                and op.args[1].resolve().type == program.device)
-    home = {b.name for b in program.buffers if b.view_of is None and b.kind != "input"
-            and torch.device(b.device).type == "cpu"}
-    home -= {root(n) for n in program.returned}
-    for op in program.ops:
-        if isinstance(op, Kernel):
-            continue
-        puts = {op.args[0].name} if is_put(op) else set()
-        home -= {root(n) for n in (*op.reads(), *op.writes()) if n not in puts}
-    if not home:
-        return program
-    buffers = tuple(replace(b, device=program.device) if root(b.name) in home else b for b in program.buffers)
-    ops = tuple(replace(op, op="aten.clone.default", args=op.args[:1], kernel="")
-                if not isinstance(op, Kernel) and is_put(op) and root(op.args[0].name) in home else op
-                for op in program.ops)
-    return replace(program, buffers=buffers, ops=ops)
-
-
-def _reduces(kernel: Kernel) -> bool:
-    return any(n.reduction_ranges for n in kernel.nests)
-
-
 def _merge_epilogues(program: Any, sms: int) -> Any:
-    """``program`` with every (reduction kernel, pointwise kernel) pair of neighbours merged into
-    one kernel where the merged code takes fewer launches than the two apart."""
-    ops = list(program.ops)
-    i = 0
-    while i + 1 < len(ops):
-        first, second = ops[i], ops[i + 1]
-        if isinstance(first, Kernel) and isinstance(second, Kernel) and _reduces(first) and not _reduces(second):
-            merged = replace(second, nests=first.nests + second.nests)
-            candidate = replace(program, ops=(*ops[:i], merged, *ops[i + 2:]))
-            if _launches(candidate, (merged.name,), sms) < _launches(program, (first.name, second.name), sms):
-                ops[i:i + 2] = [merged]
-                program = candidate
-        i += 1
-    return program
+    """The public :func:`~torchvendor.ir.loop_ir.transforms.merge_epilogues` with this backend's
+    cost model: a (reduction kernel, pointwise kernel) pair is merged where the merged code takes
+    fewer launches than the two apart (``sms``: the device's multiprocessor count)."""
+    def fewer_launches(before: Any, after: Any, first: Kernel, second: Kernel) -> bool:
+        return _launches(after, (second.name,), sms) < _launches(before, (first.name, second.name), sms)
+    return merge_epilogues(program, accept=fewer_launches)
 
 
 def _launches(program: Any, names: tuple[str, ...], sms: int) -> float:
