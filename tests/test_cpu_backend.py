@@ -66,7 +66,7 @@ def test_nests_share_the_outer_loop_only_where_rows_are_independent():
     # Hand-built: a column mean, then x - mean, in one kernel. Row i0 of the second nest reads
     # every column's mean, which the first nest finishes only at its last i0: no sharing.
     from torchvendor.ir.loop_ir import LoopNest, Stmt
-    from torchvendor.reference_backends.cpu import codegen
+    from torchvendor.sdk.compile import c_renderer  # the renderer's grouping of nests
 
     def load(name, buffer, index):
         return Stmt(name, "load", (), (("buffer", buffer), ("index", index)), "float32")
@@ -77,9 +77,9 @@ def test_nests_share_the_outer_loop_only_where_rows_are_independent():
     centre = LoopNest("op1", ("96", "96"), (), (
         load("t2", "x", "i1 + 96*i0"), load("t3", "mean", "i1"), Stmt("t4", "sub", ("t2", "t3"), (), "float32"),
         Stmt(None, "store", ("t4",), (("buffer", "out"), ("index", "i1 + 96*i0")))))
-    assert not codegen._fusable([column_sum, centre], set())
+    assert not c_renderer._fusable([column_sum, centre], set())
     same_row = LoopNest("op1", ("96", "96"), (), (centre.body[0], load("t3", "mean", "i0"), *centre.body[2:]))
-    assert codegen._fusable([column_sum, same_row], set())
+    assert c_renderer._fusable([column_sum, same_row], set())
 
 
 def test_an_outer_reduction_updates_a_block_of_outputs_per_row():

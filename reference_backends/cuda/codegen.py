@@ -220,6 +220,10 @@ class _Scope:
         return [self.arg(x) for x in st.args]
 
 
+def _fold(fn: str, args: list[str]) -> str:
+    return args[0] if len(args) == 1 else f"{fn}({_fold(fn, args[:-1])}, {args[-1]})"
+
+
 _TYPE_OF_INDEX = {"TruncToInt": "trunc", "FloorToInt": "floor", "CeilToInt": "ceil", "RoundToInt": "rint"}
 
 
@@ -235,9 +239,10 @@ class CudaRenderer(CStyleRenderer):
         **CStyleRenderer.index_code, "Mul": lambda a: "(" + " * ".join(a) + ")", "FloorDiv": "tv_ifloordiv({0}, {1})",
         "IntTrueDiv": "((double){0} / {1})", "CeilDiv": "(-tv_ifloordiv(-({0}), {1}))",
         "ModularIndexing": "(({0} / {1}) % {2})", "PythonMod": "tv_ipymod({0}, {1})", "Mod": "tv_ipymod({0}, {1})",
-        "Identity": "({0})", **{k: f"((long long){fn}({{0}}))" for k, fn in _TYPE_OF_INDEX.items()}}
+        "Identity": "({0})", "Abs": "tv_absi({0})", "Min": lambda a: _fold("tv_mini", a),
+        "Max": lambda a: _fold("tv_maxi", a), **{k: f"((long long){fn}({{0}}))" for k, fn in _TYPE_OF_INDEX.items()}}
     code_for_op = {**CStyleRenderer.code_for_op, **_UNARY, **_BINARY,
-                   "where": "({0} ? static_cast<{t}>({1}) : static_cast<{t}>({2}))",
+                   "where": "({0} ? static_cast<{t}>({1}) : static_cast<{t}>({2}))", "fma": "fma({0}, {1}, {2})",
                    "rand": "tv_rand({0}, {1})", "randn": "tv_randn({0}, {1})",
                    "randint64": "tv_randint64({0}, {1}, {2}, {3})"}
     unsupported_ops = {k: v for k, v in CStyleRenderer.unsupported_ops.items()
@@ -256,6 +261,9 @@ class CudaRenderer(CStyleRenderer):
 
     def value_type(self, dtype: str | None) -> str:
         return "auto" if dtype is None else super().value_type(dtype)
+
+    def literal_type(self, dtype: str | None) -> str:
+        return self.value_type(dtype)
 
     def inf_literal(self, ctype: str, negative: bool) -> str:
         return f"(-({ctype})INFINITY)" if negative else f"(({ctype})INFINITY)"
