@@ -7,7 +7,7 @@ function). Layout: one package per level, each with the same module roles,
 
 - ``torch_ir/``, ``aten_ir/``, ``loop_ir/``: ``capture.py`` (the level's Dynamo backend hook
   and ``capture_<level>``) and ``program.py`` (the level's :class:`Program` subclass); the loop
-  level adds ``interpreter.py``, ``schema.py``, ``extract.py``, ``printer.py`` and ``view.py``;
+  level adds ``interpreter.py``, ``schema.py``, ``index_expr.py``, ``view.py`` and ``lowering/``;
 
 and the pieces the levels share at the top: ``program.py`` (the contract and the JSON
 envelope), ``fx_graph.py`` (running, binding and serializing the FX graphs of the torch and
@@ -30,7 +30,7 @@ _LAZY: dict[str, str] = {
     "FxView": "fx_view",
     # torch and ATen IR: capture, programs, hooks, decomposition tables, ONNX adapter
     "capture": "levels",
-    "LEVELS": "levels",
+    "CAPTURE_LEVELS": "levels",
     "Program": "program",
     "TorchProgram": "torch_ir",
     "torch_ir_hook": "torch_ir",

@@ -33,18 +33,18 @@ import torch
 from .decompositions import DecompositionTable
 from .program import Program
 
-__all__ = ["capture", "LEVELS"]
+__all__ = ["capture", "CAPTURE_LEVELS"]
 
-LEVELS = ("torch", "aten", "loop")
+CAPTURE_LEVELS = ("torch", "aten", "loop")
 
 
-def _device_of(example_inputs: Sequence[Any]) -> str:
+def _capture_device(example_inputs: Sequence[Any]) -> str:
+    """The device type a loop-level capture lowers for: that of the first tensor input not on
+    ``cpu`` (a CPU tensor beside device tensors is a scalar or bookkeeping), else ``cpu``."""
     from .program import flatten_inputs
 
-    for x in flatten_inputs(example_inputs):
-        if isinstance(x, torch.Tensor):
-            return str(x.device)
-    return "cpu"
+    types = [x.device.type for x in flatten_inputs(example_inputs) if isinstance(x, torch.Tensor)]
+    return next((t for t in types if t != "cpu"), "cpu")
 
 
 def capture(fn_or_module: Callable[..., Any] | torch.nn.Module, example_inputs: Sequence[Any],
@@ -75,8 +75,8 @@ def capture(fn_or_module: Callable[..., Any] | torch.nn.Module, example_inputs: 
     >>> sorted(p.run_backward(torch.randn(4, 3)))
     ['bias', 'weight']
     """
-    if level not in LEVELS:
-        raise ValueError(f"unknown IR level {level!r}; choose one of {LEVELS}")
+    if level not in CAPTURE_LEVELS:
+        raise ValueError(f"unknown IR level {level!r}; choose one of {CAPTURE_LEVELS}")
     if decompositions is not None and level == "torch":
         raise ValueError("decompositions apply to the ATen level; torch IR is not decomposed")
     if level == "torch":
@@ -93,4 +93,4 @@ def capture(fn_or_module: Callable[..., Any] | torch.nn.Module, example_inputs: 
     from .loop_ir.capture import capture_loop
 
     return capture_loop(fn_or_module, example_inputs, training=training, dynamic=dynamic,
-                        device=_device_of(example_inputs))
+                        device=_capture_device(example_inputs))

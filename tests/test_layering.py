@@ -158,10 +158,10 @@ def test_ir_levels_share_one_layout():
     ``ir/fx_graph.py``); no module is named ``capture`` at the top, where it is the function."""
     import importlib
 
-    from torchvendor.ir import LEVELS
+    from torchvendor.ir import CAPTURE_LEVELS
     from torchvendor.ir.program import Program
 
-    for level in LEVELS:
+    for level in CAPTURE_LEVELS:
         package = ROOT / "ir" / f"{level}_ir"
         assert {"__init__.py", "capture.py", "program.py"} <= {p.name for p in package.glob("*.py")}, package
         capture = importlib.import_module(f"torchvendor.ir.{level}_ir.capture")

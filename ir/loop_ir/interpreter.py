@@ -11,7 +11,7 @@ The file reads top to bottom, one table per kind of thing, each entry a small fu
 
 - ``INDEX_EVALUATORS``: the functions of index expressions (``FloorDiv``, ``ModularIndexing``...),
   by sympy class name;
-- ``COMPUTE_OPS``: the ``ops.*`` compute ops, by name (anything else resolves to ``torch.<name>``);
+- ``COMPUTE_FUNCTIONS``: the torch function of each ``ops.*`` compute op of the schema's ``COMPUTE_OPS``, by name (anything else resolves to ``torch.<name>``);
 - ``REDUCTIONS``: the kinds of ``reduction``;
 - ``STATEMENTS``: one handler per statement kind, ``handler(st, ctx)`` over a :class:`Context`
   (what the nest sees: values, index symbols, buffers, shape, mask), returning the statement's
@@ -50,7 +50,7 @@ from .schema import (BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, Siz
                      operation_from_dict)
 
 __all__ = ["run_program", "run_kernel", "run_extern", "eval_index", "load_kernel", "write_value", "LoopIRRuntimeError",
-           "COMPUTE_OPS", "STATEMENTS", "INDEX_EVALUATORS", "REDUCTIONS", "Context"]
+           "COMPUTE_FUNCTIONS", "STATEMENTS", "INDEX_EVALUATORS", "REDUCTIONS", "Context"]
 
 
 class LoopIRRuntimeError(RuntimeError):
@@ -236,7 +236,7 @@ def _floordiv(a: Any, b: Any) -> Any:
 
 #: Inductor ``ops.*`` names whose torch function differs from ``torch.<name>`` /
 #: ``torch.special.<name>``. Anything else resolves there by name (``libdevice_`` stripped).
-COMPUTE_OPS: dict[str, Callable[..., Any]] = {
+COMPUTE_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.true_divide,
     "div": torch.true_divide, "int_truediv": lambda a, b: torch.true_divide(a.double() if not a.is_floating_point() else a, b),
     "floordiv": _floordiv, "truncdiv": _truncdiv, "mod": _c_mod, "remainder": torch.remainder,
@@ -263,14 +263,14 @@ COMPUTE_OPS: dict[str, Callable[..., Any]] = {
 
 
 def _compute_fn(op: str) -> Callable[..., Any]:
-    fn = COMPUTE_OPS.get(op)
+    fn = COMPUTE_FUNCTIONS.get(op)
     if fn is not None:
         return fn
     name = op.removeprefix("libdevice_")
     for ns in (torch, torch.special):
         fn = getattr(ns, name, None)
         if callable(fn):
-            COMPUTE_OPS[op] = fn
+            COMPUTE_FUNCTIONS[op] = fn
             return fn
     raise LoopIRRuntimeError(f"ops.{op} has no eager implementation in the loop IR interpreter")
 
@@ -318,7 +318,7 @@ def _randint64(seed: Any, offset: Any, low: Any, high: Any) -> torch.Tensor:
     return torch.as_tensor(low, dtype=torch.int64) + torch.remainder(_lsr(_hash64(seed, offset), 1), span)
 
 
-COMPUTE_OPS.update({"rand": _rand, "randn": _randn, "randint64": _randint64})
+COMPUTE_FUNCTIONS.update({"rand": _rand, "randn": _randn, "randint64": _randint64})
 
 
 # ---- reductions --------------------------------------------------------------------------------------
@@ -505,7 +505,7 @@ class Context:
 
 # ---- statements ---------------------------------------------------------------------------------------
 # One handler per statement kind: ``handler(st, ctx)`` returns the statement's value (stored under
-# ``st.name``) or None. A kind not listed here is a compute op (COMPUTE_OPS), and ``yield`` ends a
+# ``st.name``) or None. A kind not listed here is a compute op (COMPUTE_FUNCTIONS), and ``yield`` ends a
 # ``masked`` block with the value of its argument.
 
 #: statement op -> its handler
@@ -639,7 +639,7 @@ _ABSENT = object()
 
 
 def _compute(st: Stmt, ctx: Context) -> Any:
-    """A compute op: the eager torch function of COMPUTE_OPS on the arguments.
+    """A compute op: the eager torch function of COMPUTE_FUNCTIONS on the arguments.
 
     With ``nargs``, positional argument ``k`` is the attribute ``arg<k>`` if present (a
     constant), else the next statement argument; other attributes are keyword arguments.

@@ -37,10 +37,10 @@ from typing import Iterable
 from .index_expr import parse_expr
 from .schema import REDUCTION_KINDS, BufferRef, ExternKernel, Kernel, LoopNest, LoopProgram, Stmt
 
-__all__ = ["validate", "LoopIRValidationError", "DTYPES"]
+__all__ = ["validate", "LoopIRValidationError", "SCHEMA_DTYPES"]
 
 #: dtype names the loop IR may carry (torch's, spelled without ``torch.``)
-DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16",
+SCHEMA_DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16",
                     "uint32", "uint64", "bool", "complex32", "complex64", "complex128", "float8_e4m3fn",
                     "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"})
 
@@ -74,7 +74,7 @@ def _buffer_problems(program: LoopProgram) -> Iterable[str]:
         if b.name in seen:
             yield f"buffer {b.name!r} is declared twice"
         seen.add(b.name)
-        if b.dtype not in DTYPES:
+        if b.dtype not in SCHEMA_DTYPES:
             yield f"buffer {b.name!r}: unknown dtype {b.dtype!r}"
         if len(b.size) != len(b.stride):
             yield f"buffer {b.name!r}: {len(b.size)} sizes but {len(b.stride)} strides"
@@ -122,7 +122,7 @@ class _NestChecker:
         for key in ("index", "expr", "size"):
             if isinstance(st.attr(key), str):
                 self.expression(st, key, st.attr(key))
-        if st.dtype is not None and st.dtype not in DTYPES:
+        if st.dtype is not None and st.dtype not in SCHEMA_DTYPES:
             self.problem(st, f"unknown dtype {st.dtype!r}")
         if st.op == "reduction":
             if st.attr("kind") not in REDUCTION_KINDS:
