@@ -45,12 +45,12 @@ from typing import Any, Mapping, Sequence
 import sympy
 
 from torchvendor.ir.loop_ir import Buffer, Kernel, LoopNest, Stmt, parse_expr
-from torchvendor.sdk import CodegenError, CStyleRenderer
+from torchvendor.sdk import CodegenError, CStyleRenderer, LoopKernel
 
 from .segments import C, Part, X, accesses, canonical, classify, post_names, prod, row_col_steps
 
 #: how the message of a failed ``device_assert`` starts (checks.py reports it as it is)
-ASSERTION = "device assertion failed: "
+ASSERTION = CStyleRenderer.assertion
 
 __all__ = ["generate", "CudaKernel", "CudaRenderer", "Launch", "CodegenError", "CTYPES"]
 
@@ -276,16 +276,20 @@ class CudaRenderer(CStyleRenderer):
             return self.value_type(red.attr("src_dtype"))
         return self.value_type(red.attr("dtype") or red.dtype)
 
-    def __init__(self, kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str],
-                 local_elsewhere: frozenset[str], sm_count: int) -> None:
-        self.kernel, self.size_vars, self.sm_count = kernel, tuple(size_vars), sm_count
-        self.buffers = {b.name: b for b in buffers}
-        self.order = [b.name for b in buffers]
-        self.used_elsewhere = local_elsewhere   # buffers read/written outside this kernel (or outputs)
+    def __init__(self, used_elsewhere: frozenset[str] = frozenset(), sm_count: int = 132) -> None:
+        self.used_elsewhere = used_elsewhere   # buffers read/written outside this kernel (or outputs)
+        self.sm_count = sm_count
+        self.knobs = _knobs()
+
+    def _start(self, lk: Any) -> None:
+        """The state of one kernel's rendering."""
+        self.lk, self.kernel, self.size_vars = lk, lk.kernel, tuple(lk.size_vars)
+        self.buffers = {b.name: b for b in lk.buffers}
+        self.order = [b.name for b in lk.buffers]
         self.lines: list[str] = []
         self.launches: list[Launch] = []
         self.counter = 0
-        self.static = not size_vars
+        self.static = not self.size_vars
         self.idx = "long long"
         self.persist = 0                       # K: each thread holds K columns of the row (0: loop)
         self.persist_exact = False             # ... and every thread has exactly K (L % threads == 0)
@@ -293,7 +297,6 @@ class CudaRenderer(CStyleRenderer):
         self.cache_decl: list[str] = []
         self.row_vals: dict[tuple[str, str], str] | None = None  # in a row segment: stored per-row values
         self.red_seen: dict[tuple, str] = {}
-        self.knobs = _knobs()
         self.checks: list[str] = []     # the message of each bounds check, by number (tv_fail)
 
     # -- segments --
@@ -372,18 +375,23 @@ class CudaRenderer(CStyleRenderer):
             any(o.view_of == name for o in self.buffers.values())
 
     # -- emission --
-    def run(self) -> CudaKernel:
+    def prelude(self) -> str:
+        """The 16-bit float headers the kernel's buffers need, then ``prelude.cuh``."""
+        dtypes = {b.dtype for b in self.buffers.values()}
+        heads = [f"#include <{h}>" for d, h in (("float16", "cuda_fp16.h"), ("bfloat16", "cuda_bf16.h")) if d in dtypes]
+        return "\n".join([*heads, _PRELUDE])
+
+    def render(self, lk: Any) -> CudaKernel:
+        """The module of one kernel: its segments as ``__global__`` functions (each named
+        :meth:`symbol` of ``<kernel>_<k>``) and how to launch them."""
+        self._start(lk)
         segs = self.segments()
         big = any(not (s.is_Integer and int(s) < 2**31) for b in self.buffers.values() for s in
                   [prod(b.size), *(parse_expr(x) for x in b.stride)]) or not self.static
         self.idx = "long long" if big else "int"
-        if any(b.dtype == "float16" for b in self.buffers.values()):
-            self.lines.append("#include <cuda_fp16.h>")
-        if any(b.dtype == "bfloat16" for b in self.buffers.values()):
-            self.lines.append("#include <cuda_bf16.h>")
-        self.lines.append(_PRELUDE)
+        self.lines.append(self.prelude())
         for k, (shape, nests) in enumerate(segs):
-            name = f"{self.kernel.name}_{k}"
+            name = self.symbol(f"{self.kernel.name}_{k}")
             if shape is None:
                 self._pointwise(name, nests)
             else:
@@ -755,10 +763,8 @@ class CudaRenderer(CStyleRenderer):
         if st.attr("wrap_neg", True):
             self.lines.append(f"{ind}if ({nm} < 0) {nm} += {size};")
         if st.attr("check", True):   # recorded for the host, and no access outside the buffer
-            what = f"{_indexed(self.kernel, st.name)} at index {st.name} = {st.args[0]}: outside [0, {st.attr('size')})"
-            if what not in self.checks:
-                self.checks.append(what)
-            self.lines.append(f"{ind}if ({nm} < 0 || {nm} >= {size}) {{ tv_fail({self.checks.index(what)}, {nm}); {nm} = 0; }}")
+            check = self.message(f"{self.indexed(st.name)} at index {st.name} = {st.args[0]}: outside [0, {st.attr('size')})")
+            self.lines.append(f"{ind}if ({nm} < 0 || {nm} >= {size}) {{ tv_fail({check}, {nm}); {nm} = 0; }}")
         scope.names[st.name] = scope.values[st.name] = nm
 
     def stmt_reduction(self, st: Stmt, scope: _Scope) -> None:
@@ -769,10 +775,8 @@ class CudaRenderer(CStyleRenderer):
 
     def stmt_device_assert(self, st: Stmt, scope: _Scope) -> None:
         """``torch._assert_async``: a false condition records the message for the host (checks.py)."""
-        what = f"{ASSERTION}{st.attr('msg')}"
-        if what not in self.checks:
-            self.checks.append(what)
-        self.lines.append(f"{scope.indent}if (!({scope.arg(st.args[0])})) tv_fail({self.checks.index(what)}, 0);")
+        check = self.message(f"{self.assertion}{st.attr('msg')}")
+        self.lines.append(f"{scope.indent}if (!({scope.arg(st.args[0])})) tv_fail({check}, 0);")
 
     def stmt_constant(self, st: Stmt, scope: _Scope) -> None:
         self._declare(scope, st, self.literal(st.attr("value"), st.attr("dtype") or st.dtype))
@@ -987,13 +991,6 @@ def _closure(body: Sequence[Stmt], names: Sequence[str], roots: Sequence[Stmt], 
     return seen
 
 
-def _indexed(kernel: Kernel, symbol: str) -> str:
-    """The buffers whose loads or stores use the indirect index ``symbol``."""
-    used = [s.attr("buffer") for n in kernel.nests for s in n.stmts() if s.op in ("load", "store", "store_reduction")
-            and symbol in {x.name for x in parse_expr(s.attr("index")).free_symbols}]
-    return "buffer " + ", ".join(dict.fromkeys(used)) if used else "an index expression"
-
-
 def _in_masked(body: Sequence[Stmt], buf: str) -> bool:
     return any(st.op == "masked" and any(s.attr("buffer") == buf for s in st.walk()) for st in body)
 
@@ -1007,4 +1004,4 @@ def generate(kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str]
     program read or write (only buffers outside it may stay in registers); ``sm_count`` steers
     the tiling. See the module docstring for an example.
     """
-    return CudaRenderer(kernel, buffers, size_vars, used_elsewhere, sm_count).run()
+    return CudaRenderer(used_elsewhere, sm_count).render(LoopKernel(kernel, tuple(buffers), tuple(size_vars), None, "cuda"))
