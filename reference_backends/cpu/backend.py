@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
