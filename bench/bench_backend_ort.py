@@ -26,7 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import torchvendor.reference_backends.onnx  # noqa: E402,F401  (registers torchvendor_ort)
+import torchvendor.reference_backends.ort  # noqa: E402,F401  (registers torchvendor_ort)
 from bench_backend_cpu import min_ms, rel_err  # noqa: E402
 from torchvendor.ir import compat  # noqa: E402
 from torchvendor.sdk import last_report  # noqa: E402

@@ -13,7 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 from torchvendor.ir import capture  # noqa: E402
 from torchvendor.ir.onnx_ir import OPSET, ExportError, to_onnx, unsupported_reason  # noqa: E402
 from torchvendor.pattern_matcher import Fused, P, Rule, W  # noqa: E402
-from torchvendor.reference_backends.onnx import OrtBackend, OrtEngine  # noqa: E402
+from torchvendor.reference_backends.ort import OrtBackend, OrtEngine  # noqa: E402
 from torchvendor.sdk import BackendDefinitionError, LoopBackend, OnnxBackend, last_report, register_backend  # noqa: E402
 from torchvendor.sdk.conformance import zoo  # noqa: E402
 

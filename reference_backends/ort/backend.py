@@ -12,7 +12,7 @@ device's copies: inputs to the host, the session on the CPU, outputs back to the
 Example::
 
     >>> import torch
-    >>> import torchvendor.reference_backends.onnx
+    >>> import torchvendor.reference_backends.ort
     >>> f = torch.compile(lambda x: torch.softmax(x, -1) * 2, backend="torchvendor_ort")
     >>> x = torch.randn(4, 32)
     >>> torch.allclose(f(x), torch.softmax(x, -1) * 2, atol=1e-6)

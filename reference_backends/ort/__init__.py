@@ -3,7 +3,7 @@ registered on import and through the ``torch_dynamo_backends`` entry point
 (``torch.compile(m, backend="torchvendor_ort")`` works without an import). Copy it to start a
 backend whose compiler takes ONNX: ``backend.py`` is the whole of it.
 
-    >>> import torchvendor.reference_backends.onnx as tvort
+    >>> import torchvendor.reference_backends.ort as tvort
     >>> tvort.OrtBackend.name, tvort.OrtBackend.level.value
     ('torchvendor_ort', 'onnx')
 """
