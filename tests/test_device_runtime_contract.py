@@ -64,7 +64,9 @@ def test_the_disagreements_a_vendor_found_are_settled() -> None:
         header["event_elapsed_time"]
     assert "every stream of the devices involved" in header["memcpy"]
     sim = (ROOT / "csrc" / "reference_runtime" / "sim_runtime.c").read_text()
-    assert re.search(r"TV_EVENT_ENABLE_TIMING\)\)\s*\n\s*st = fail\(TV_ERROR_INVALID_VALUE", sim)
+    checks = (ROOT / "csrc" / "include" / "torchvendor" / "runtime_checks.h").read_text()
+    assert re.search(r"TV_EVENT_ENABLE_TIMING\)\)\s*\n\s*return tv_fail\(TV_ERROR_INVALID_VALUE", checks)
+    assert "tv_check_elapsed(__func__" in sim  # the simulator makes the shared check
 
 
 def test_parsers_see_a_mismatch() -> None:
