@@ -230,6 +230,30 @@ MUTANTS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
                               f"{S} bad({V} d, int v, size_t n, {P} s) {{ (void)s; return real->memset(d, v, n); }}\n"
                               "static void install(tv_runtime* t) { t->memset_async = bad; }",
                               "async_returns_promptly", "memset_async"),
+    # ---- faults past a size: a chunked or staged path the small cases never reach
+    "memcpy_short_above_8mib": _m("memcpy copies n - 1 bytes when n > 8 MiB (a staged path)",
+                                  f"{S} bad({V} d, const void* s, size_t n, tv_memcpy_kind k) {{ return real->memcpy("
+                                  "d, s, n > (8u << 20) ? n - 1 : n, k); }\n"
+                                  "static void install(tv_runtime* t) { t->memcpy = bad; }", "memcpy_sizes", "memcpy"),
+    "memcpy_drops_partial_chunk": _m("memcpy past 1 MiB copies whole 1 MiB chunks only (the remainder is lost)",
+                                     f"{S} bad({V} d, const void* s, size_t n, tv_memcpy_kind k) {{ size_t c = 1u << 20; "
+                                     "return real->memcpy(d, s, n > c && n % c ? n - n % c : n, k); }\n"
+                                     "static void install(tv_runtime* t) { t->memcpy = bad; }", "memcpy_sizes",
+                                     "memcpy"),
+    "memcpy_async_short_above_8mib": _m("memcpy_async copies n - 1 bytes when n > 8 MiB",
+                                        f"{S} bad({V} d, const void* s, size_t n, tv_memcpy_kind k, {P} st) {{ return "
+                                        "real->memcpy_async(d, s, n > (8u << 20) ? n - 1 : n, k, st); }\n"
+                                        "static void install(tv_runtime* t) { t->memcpy_async = bad; }",
+                                        "memcpy_async_sizes", "memcpy_async"),
+    "memset_short_above_4mib": _m("memset sets n - 1 bytes when n > 4 MiB",
+                                  f"{S} bad({V} d, int v, size_t n) {{ return real->memset(d, v, n > (4u << 20) ? n - 1 "
+                                  ": n); }\nstatic void install(tv_runtime* t) { t->memset = bad; }", "memset_sizes",
+                                  "memset"),
+    "memset_async_short_above_16mib": _m("memset_async sets n - 1 bytes when n > 16 MiB (the suite's own backlog size)",
+                                         f"{S} bad({V} d, int v, size_t n, {P} s) {{ return real->memset_async(d, v, "
+                                         "n > (16u << 20) ? n - 1 : n, s); }\n"
+                                         "static void install(tv_runtime* t) { t->memset_async = bad; }",
+                                         "memset_async_sizes", "memset_async"),
     # ---- streams
     "stream_synchronize_returns_early": _m("stream_synchronize returns at once",
                                            f"{S} bad({P} s) {{ (void)s; return TV_SUCCESS; }}\n"
@@ -404,7 +428,7 @@ def build(name: str, out_dir: Path) -> Path:
 def kill(lib: Path, cases: tuple[str, ...] = (), timeout: float = 240.0) -> dict[str, tuple[str, str]]:
     """Run the runtime area on ``lib`` in a subprocess: {case: (status, reason)}; a case running when
     the subprocess died or timed out counts as failed ("crashed")."""
-    env = {**os.environ, "TORCHVENDOR_RUNTIME_WATCHDOG_S": "3", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "TORCHVENDOR_RUNTIME_WATCHDOG_S": "10", "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, "-m", "torchvendor.sdk.conformance.runtime_cases", str(lib), *cases]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -416,7 +440,7 @@ def kill(lib: Path, cases: tuple[str, ...] = (), timeout: float = 240.0) -> dict
         row = json.loads(line)
         if "start" in row:
             running = row["start"].removeprefix("runtime/")
-        else:
+        else:  # a failure an earlier one explains comes again at the end, marked "blocked by"
             results[row["id"].removeprefix("runtime/")] = (row["status"], row["reason"])
             running = None
     if running is not None:
@@ -428,4 +452,33 @@ def kill_table() -> str:
     """The Markdown kill table of docs/conformance.md."""
     rows = ["| mutant | what the driver gets wrong | killed by |", "|---|---|---|"]
     rows += [f"| `{name}` | {what} | `runtime/{case}` |" for name, (what, _, case, _) in MUTANTS.items()]
+    return "\n".join(rows)
+
+
+def first_suspect(results: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    """(entry, case) the report names on its first line for a run's ``results`` (as ``kill`` gives
+    them): the first suspect of the first failure, in the suite's order, that no earlier failure
+    explains."""
+    from types import SimpleNamespace
+
+    from torchvendor.sdk.conformance.runtime_order import fix_first
+
+    rows = [SimpleNamespace(id=f"runtime/{case}", status=status, reason=reason,
+                            tags={"blocked_by": "yes"} if reason.startswith("blocked by") else {})
+            for case, (status, reason) in results.items()]
+    first = fix_first(rows)
+    return (first["entry"], first["case"].removeprefix("runtime/")) if first else ("", "")
+
+
+def suspect_table(found: dict[str, tuple[str, str]]) -> str:
+    """The Markdown first-suspect table: each mutant, the entry it breaks, what the report's first
+    line names (``found``: mutant -> (entry, case) from :func:`first_suspect`), hit or miss."""
+    rows = ["| mutant | entry broken | first line names | from | hit |", "|---|---|---|---|---|"]
+    hits = 0
+    for name, (_, _, _, entries) in MUTANTS.items():
+        entry, case = found.get(name, ("", ""))
+        hit = entry in entries
+        hits += hit
+        rows.append(f"| `{name}` | `{entries[0]}` | `{entry or '-'}` | `runtime/{case or '-'}` | {'yes' if hit else '**no**'} |")
+    rows.append(f"| **{hits} / {len(MUTANTS)}** | | | | **{100 * hits / len(MUTANTS):.0f} %** |")
     return "\n".join(rows)

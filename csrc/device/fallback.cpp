@@ -3,6 +3,7 @@
 #include <Python.h>  // first, as Python asks; only for the fallback warning (warn_user)
 
 #include "tv_device.h"
+#include "priced_call.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
@@ -594,11 +595,12 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                     c10::IntArrayRef dilation, bool transposed,
                                     c10::IntArrayRef output_padding, int64_t groups) {
   count_fallback("convolution_overrideable");
+  PricedCall priced("convolution_overrideable", {input, weight, bias.value_or(at::Tensor())});
   std::optional<at::Tensor> cpu_bias;
   if (bias.has_value() && bias->defined()) cpu_bias = bias->cpu();
-  return at::convolution(input.cpu(), weight.cpu(), cpu_bias, stride, padding, dilation,
-                         transposed, output_padding, groups)
-      .to(input.device());
+  return priced.back(at::convolution(input.cpu(), weight.cpu(), cpu_bias, stride, padding, dilation,
+                                     transposed, output_padding, groups)
+                         .to(input.device()));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
@@ -607,18 +609,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     bool transposed, c10::IntArrayRef output_padding, int64_t groups,
     std::array<bool, 3> output_mask) {
   count_fallback("convolution_backward_overrideable");
+  PricedCall priced("convolution_backward_overrideable", {grad_output, input, weight});
   // The bias has one entry per output channel.
   const std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
   auto [gi, gw, gb] = at::convolution_backward(
       grad_output.cpu(), input.cpu(), weight.cpu(), bias_sizes, stride, padding, dilation,
       transposed, output_padding, groups, output_mask);
   const c10::Device d = input.device();
-  return {to_device(gi, d), to_device(gw, d), to_device(gb, d)};
+  return {priced.back(to_device(gi, d)), priced.back(to_device(gw, d)), priced.back(to_device(gb, d))};
 }
 
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
                                                   std::optional<bool> train) {
   count_fallback("native_dropout");
+  PricedCall priced("native_dropout", {input});
   if (input.numel() == 0) return {input, at::empty_like(input)};
   if (train.has_value() && !*train) {
     return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
@@ -639,7 +643,7 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   }
   const double scale = p == 1. ? 0. : 1. / (1. - p);
   at::Tensor out = cpu_in.mul(mask).mul_(scale);
-  return {out.to(input.device()), mask.to(at::kBool).to(input.device())};
+  return {priced.back(out.to(input.device())), priced.back(mask.to(at::kBool).to(input.device()))};
 }
 
 // torch's CPU mse_loss.out resizes its out tensor to the elementwise shape before reducing, so
@@ -647,7 +651,8 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
 // more elements was resized", a warning the CPU's functional mse_loss never gives.
 at::Tensor mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
   count_fallback("mse_loss");
-  return at::mse_loss(self.cpu(), target.cpu(), reduction).to(self.device());
+  PricedCall priced("mse_loss", {self, target});
+  return priced.back(at::mse_loss(self.cpu(), target.cpu(), reduction).to(self.device()));
 }
 
 // Operators with a device-generic decomposition beside their CPU kernel: on a device without a
@@ -796,8 +801,23 @@ std::map<std::string, int64_t> fallback_counts() {
   return out;
 }
 
+// Calls computed on CPU copies outside the boxed fallback (PricedCall): {calls, to host, to device, ns}.
+std::mutex g_cpu_call_mutex;
+std::map<std::string, std::vector<int64_t>> g_cpu_calls;
+
+void record_cpu_call(const std::string& name, int64_t to_host, int64_t to_device, int64_t nanos) {
+  std::lock_guard<std::mutex> lock(g_cpu_call_mutex);
+  std::vector<int64_t>& row = g_cpu_calls[name];
+  row.resize(4);
+  row[0] += 1, row[1] += to_host, row[2] += to_device, row[3] += nanos;
+}
+
 std::map<std::string, std::vector<int64_t>> fallback_costs() {
   std::map<std::string, std::vector<int64_t>> out;
+  {
+    std::lock_guard<std::mutex> lock(g_cpu_call_mutex);
+    out = g_cpu_calls;
+  }
   std::lock_guard<std::mutex> lock(g_info_mutex);
   for (const auto& [schema, info] : g_infos) {
     if (!info->priced_calls.load(std::memory_order_relaxed)) continue;

@@ -167,6 +167,9 @@ std::map<std::string, std::vector<int64_t>> fallback_costs();
 std::vector<std::string> registered_pieces();  // for diagnose()
 // Counts one call of `name` computed on the CPU (and warns once), as the boxed fallback does.
 void count_cpu_fallback(const std::string& name);
+// Adds one call of `name` computed on CPU copies outside the boxed fallback to fallback_costs()
+// (priced_call.h's PricedCall calls it).
+void record_cpu_call(const std::string& name, int64_t to_host, int64_t to_device, int64_t nanos);
 // Runs `op` on `stack` (its arguments) through the counted, priced boxed CPU fallback: what the
 // device does for an operator without a kernel. The kernel API's fallback entry calls it.
 void run_boxed_fallback(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack);

@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="device to test: cpu, cuda or a torchvendor device name")
     p.add_argument("--runtime", help="vendor runtime library to bring the device up from (default: simulator)")
     p.add_argument("--profile", default="minimal", choices=sorted(PROFILES))
+    p.add_argument("--seed", type=int, default=None,
+                   help="the sample of the ci profile (default: the week's number; the report records it)")
     p.add_argument("--report", default="conformance-report", help="report directory (default: conformance-report)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--manifest", help="vendor manifest (TOML): claimed areas, ops, dtypes, expected failures")
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         target = Target(device=args.device, backend=args.backend, runtime=args.runtime, options=tuple(args.option),
                         kernels=tuple(dict.fromkeys(kernels)))
         run = run_suite(target, args.profile, args.report, jobs=args.jobs, manifest=manifest, only=args.only,
-                        resume=args.resume, progress=not args.no_progress, timeout=args.timeout)
+                        resume=args.resume, progress=not args.no_progress, timeout=args.timeout, seed=args.seed)
     except ConformanceError as e:
         print(f"torchvendor conformance: {e}")
         return 2

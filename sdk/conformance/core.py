@@ -15,12 +15,13 @@ Example::
     >>> [c.id for c in cases_for(t, "minimal") if c.area == "compile"]
     []
     >>> sorted(PROFILES)
-    ['device', 'full', 'inference', 'minimal', 'training']
+    ['ci', 'device', 'full', 'inference', 'minimal', 'training']
 """
 from __future__ import annotations
 
 import fnmatch
 import importlib
+import os
 import sys
 import time
 import tomllib
@@ -31,7 +32,7 @@ from typing import Any, Callable, Iterable
 from .reasons import describe_exception
 
 __all__ = ["Target", "Case", "Result", "Manifest", "ManifestError", "ConformanceError", "Unsupported", "PROFILES",
-           "AREAS", "STATUSES", "cases_for", "run_case", "load_manifest"]
+           "AREAS", "STATUSES", "cases_for", "run_case", "load_manifest", "run_seed", "SEED_ENV"]
 
 STATUSES = ("pass", "fallback", "fail", "unsupported", "skip", "xfail")
 
@@ -300,7 +301,25 @@ PROFILES: dict[str, tuple[str, ...]] = {
     "inference": ("ops", "compile", "models"),
     "training": ("ops", "compile", "models", "distributed"),
     "full": ("runtime", "device", "ops", "torch", "compile", "models", "distributed"),
+    # what a vendor's CI runs on every commit: every area, a seeded sample of ops x dtypes
+    "ci": ("runtime", "device", "ops", "compile", "models", "distributed"),
 }
+
+#: the environment variable that carries a run's seed to its worker processes
+SEED_ENV = "TORCHVENDOR_CONFORMANCE_SEED"
+
+
+def run_seed() -> int:
+    """The seed of sampled profiles (``ci``): ``TORCHVENDOR_CONFORMANCE_SEED`` when set, else the
+    number of the week since 1970 (UTC), so the sample rotates weekly and two commits of one week
+    run the same cases; the report records it (``--seed`` reruns a sample).
+
+    >>> import os; os.environ[SEED_ENV] = "7"; run_seed()
+    7
+    >>> del os.environ[SEED_ENV]
+    """
+    value = os.environ.get(SEED_ENV)
+    return int(value) if value else int(time.time() // (7 * 24 * 3600))
 
 
 def cases_for(target: Target, profile: str, manifest: Manifest | None = None, *,

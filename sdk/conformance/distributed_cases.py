@@ -311,6 +311,11 @@ def cases(target: Target, profile: str) -> list[Case]:
     """The four cases on the CPU over gloo (training and full profiles, with a backend); on a
     torchvendor device each also on the device, on the runtime's collectives and staged; on
     ``cuda`` each also over torch's NCCL process group."""
+    if target.backend and profile == "ci":  # one case: compiled DDP, on the device's own collectives
+        where = {"cpu": None, "meta": None, "cuda": "nccl"}.get(target.device, "native")
+        name = "ddp_compiled_two_processes" if where is None else \
+            f"ddp_compiled_{'on_cuda' if where == 'nccl' else 'on_device'}_{where}"
+        return [Case(f"distributed/{name}", "distributed", functools.partial(_ddp, path=where), timeout=600)]
     if not target.backend or profile not in ("training", "full"):
         return []
     out = [Case(f"distributed/{name}_two_processes", "distributed", fn, timeout=600) for name, fn in _CASES.items()]

@@ -25,8 +25,9 @@ from torchvendor.ir import compat
 from .zoo import leaves as _leaves
 from . import opinfo
 from .core import Case, Target, Unsupported
+from .op_kinds import is_compute
 
-__all__ = ["cases", "MINIMAL_OPS"]
+__all__ = ["cases", "MINIMAL_OPS", "ci_sample", "family"]
 
 #: the minimal profile's operators: one or two of each family
 MINIMAL_OPS = ("add", "mul", "div.no_rounding_mode", "exp", "sigmoid", "where", "clamp", "sum", "mean", "amax",
@@ -374,7 +375,7 @@ def _assert_close_or_as_accurate(got: torch.Tensor, want: torch.Tensor, truth: C
     """``assert_close(got, want)``; beyond its tolerance, ``got`` still passes when it is as close
     to the float64 truth as eager's ``want`` (opinfo._no_less_accurate: the model suite's rule)."""
     try:
-        torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{what}: {m}")
+        torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{what}: {opinfo.headline(got, want)}\n{m}")
     except AssertionError:
         if not opinfo._no_less_accurate([got], [want], truth):
             raise
@@ -397,10 +398,12 @@ def _check_outputs(calls: list[_Call], got: tuple[Any, ...], meta_only: bool, op
                                              truth if op is not None and call.sample is not None else lambda: [],
                                              f"sample {i}")
         if not meta_only:  # an input the op mutates is mutated alike (a dropped mutation is caught)
+            mine, eager = opinfo.to_cpu(call.compiled), opinfo.to_cpu(call.eager)
             try:
-                torch.testing.assert_close(opinfo.to_cpu(call.compiled), opinfo.to_cpu(call.eager), equal_nan=True)
+                torch.testing.assert_close(mine, eager, equal_nan=True)
             except AssertionError as e:
-                raise AssertionError(f"sample {i}: input mutation differs from eager: {e}") from None
+                raise AssertionError(f"sample {i}: an input differs from eager's after the call (what the op "
+                                     f"mutates, or a copy of it): {opinfo.headline(mine, eager)}\n{e}") from None
             except (TypeError, ValueError):
                 pass
 
@@ -437,14 +440,34 @@ def _check_grads(calls: list[_Call], got: tuple[Any, ...], op: Any = None) -> No
             _assert_close_or_as_accurate(a.cpu(), b.cpu(), truth_k, f"gradient {k}")
 
 
-def _fallback_of(report: Any) -> dict[str, int]:
+def _fallback_of(report: Any) -> tuple[dict[str, int], list[str]]:
+    """What of a compiled call did not run in the vendor's code, per op, and why in words: ops not
+    claimed, claimed compute ops the partitioner left outside (a view left at a region's edge is
+    free in eager: never a fallback), ops the device's CPU fallback served, and every op of a
+    partition that fell back, with its whole reason."""
     fallback: dict[str, int] = {}
-    for key, n in {**report.unsupported(), **report.device_fallback()}.items():
-        fallback[key] = fallback.get(key, 0) + n
+    why: list[str] = []
+
+    def add(op: str, n: int) -> None:
+        fallback[op] = fallback.get(op, 0) + n
+    for op, n in report.unsupported().items():
+        add(op, n)
+    if report.unsupported():
+        why.append(f"not claimed by the backend: {', '.join(sorted(report.unsupported()))}")
+    left = report.left_outside() if callable(getattr(report, "left_outside", None)) else {}
+    for op, reasons in left.items():
+        if is_compute(op):
+            add(op, sum(reasons.values()))
+            why.append(f"{op} claimed but left outside by the partitioner: {'; '.join(sorted(reasons))}")
+    for op, n in report.device_fallback().items():
+        add(op, n)
     for p in report.partitions:
         if p.status == "fallback":
-            fallback[f"partition {p.name}: {p.reason[:80]}"] = 1
-    return fallback
+            for op, n in p.ops.items():
+                if is_compute(op):
+                    add(op, n)
+            why.append(f"partition {p.name} ({', '.join(sorted(p.ops))}) fell back: {p.reason}")
+    return fallback, why
 
 
 def _compiled_case(op: Any, dtype: torch.dtype, backward: bool, samples: int) -> Callable[[Target], Any]:
@@ -473,8 +496,8 @@ def _compiled_case(op: Any, dtype: torch.dtype, backward: bool, samples: int) ->
         if backward and not meta_only:
             _check_grads(calls, got, op)
         report = last_report()
-        fallback = _fallback_of(report) if report is not None and id(report) != before else {}
-        return {"fallback": fallback, "reason": "some ops did not run in the backend (see fallback)",
+        fallback, why = _fallback_of(report) if report is not None and id(report) != before else ({}, [])
+        return {"fallback": fallback, "reason": "; ".join(why) or "some ops ran through the device's CPU fallback",
                 "metrics": {"samples": len(calls)}}
     return run
 
@@ -505,8 +528,76 @@ def _op_cases(target: Target, profile: str, op: Any, dtype: torch.dtype) -> list
     return out
 
 
+#: the ci profile's strata: OpInfo name prefixes, then OpInfo classes (the rest is "other")
+_PREFIX_FAMILIES = ("linalg", "nn.functional", "special", "fft", "masked", "sparse", "signal")
+_CLASS_FAMILIES = {"UnaryUfuncInfo": "unary", "BinaryUfuncInfo": "binary", "ReductionOpInfo": "reduction",
+                   "ShapeFuncInfo": "shape", "ForeachFuncInfo": "foreach", "SpectralFuncInfo": "fft"}
+#: per family: ops sampled, of which the first ones also compiled; the extra variant each sampled
+#: op gets, in turn (a dtype other than float32, or a layout, NaN/Inf, backward, error inputs)
+CI_PER_FAMILY, CI_COMPILED = 5, 2
+_CI_EXTRA = (("bfloat16", "eager"), ("float32", "noncontiguous"), ("float16", "eager"), ("float32", "backward"),
+             ("float32", "nan_inf"), ("float32", "channels_last"), ("float32", "errors"))
+
+
+def family(op: Any) -> str:
+    """The stratum of an OpInfo for sampling: its namespace, else its kind (unary, reduction, ...)."""
+    head = next((p for p in _PREFIX_FAMILIES if op.name.startswith(p + ".")), None)
+    return head or _CLASS_FAMILIES.get(type(op).__name__, "other")
+
+
+def ci_sample(seed: int) -> list[tuple[str, str, str]]:
+    """The ci profile's ops: (OpInfo name, dtype, variant), a stratified sample that rotates with
+    ``seed``: per family ``CI_PER_FAMILY`` ops eager in float32, each with one more variant in
+    turn, the first ``CI_COMPILED`` compiled too.
+
+    >>> ci_sample(3) == ci_sample(3), ci_sample(3) != ci_sample(4)
+    (True, True)
+    """
+    import random
+
+    ops = _ops_by_name(torch.float32)
+    by_family: dict[str, list[str]] = {}
+    for name in sorted(ops):
+        by_family.setdefault(family(ops[name]), []).append(name)
+    rng = random.Random(seed)
+    out: list[tuple[str, str, str]] = []
+    turn = rng.randrange(len(_CI_EXTRA))
+    for fam in sorted(by_family):
+        picked = rng.sample(by_family[fam], min(CI_PER_FAMILY, len(by_family[fam])))
+        for k, name in enumerate(picked):
+            out.append((name, "float32", "eager"))
+            dtype, variant = _CI_EXTRA[turn % len(_CI_EXTRA)]
+            turn += 1
+            if name in _ops_by_name(getattr(torch, dtype)):
+                out.append((name, dtype, variant))
+            if k < CI_COMPILED:
+                out.append((name, "float32", "compiled"))
+    return out
+
+
+def _ci_cases(target: Target) -> list[Case]:
+    from .core import run_seed
+
+    out: list[Case] = []
+    for name, dn, variant in ci_sample(run_seed()):
+        dtype = getattr(torch, dn)
+        op = _ops_by_name(dtype)[name]
+        tags = {"op": name, "dtype": dn, "variant": variant}
+        if variant == "compiled":
+            if target.backend:
+                out.append(Case(f"ops/{name}/{dn}/compiled", "ops", _compiled_case(op, dtype, False, 3), tags, cost=5.0))
+        elif target.device != "cpu":
+            if variant == "errors":
+                out.append(Case(f"ops/{name}/errors", "ops", _errors_case(op), {"op": name, "variant": "errors"}))
+            else:
+                out.append(Case(f"ops/{name}/{dn}/{variant}", "ops", _eager_case(op, dtype, variant), tags))
+    return out
+
+
 def cases(target: Target, profile: str) -> list[Case]:
     """Op cases for the target's device (eager variants) and backend (compiled variants)."""
+    if profile == "ci":
+        return _ci_cases(target)
     dtypes = [torch.float32] + ([torch.bfloat16, torch.float16] if profile == "full" else [])
     out: list[Case] = []
     for dtype in dtypes:

@@ -50,6 +50,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torchvendor.ir import compat
 
+from .differences import what_differs
 from .reasons import describe_exception
 
 #: the command line's default device (the simulated accelerator); any device is brought up alike
@@ -384,11 +385,25 @@ def _move_sample(sample, device: torch.device, keep_positions=(), copy: bool = F
         raise _SampleFailed("copy to device failed", describe_exception(exc)) from None
 
 
+def headline(actual, expected, tol_kwargs: dict | None = None) -> str:
+    """What differs first between two results (tensor by tensor, on the CPU), in words."""
+    kw = {"rtol": tol_kwargs["rtol"], "atol": tol_kwargs["atol"]} if tol_kwargs else {}
+    for a, e in zip(_tensors(actual), _tensors(expected)):
+        try:
+            found = what_differs(a, e, **kw)
+        except (RuntimeError, TypeError):  # e.g. a layout isclose refuses: torch's message says it
+            continue
+        if found:
+            return found
+    return ""
+
+
 def _assert_close(actual, expected, what: str, tol_kwargs: dict) -> None:
     try:
         torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False, **tol_kwargs)
     except AssertionError as exc:
-        raise AssertionError(f"{what}: {exc}") from None
+        found = headline(actual, expected, tol_kwargs)
+        raise AssertionError(f"{what}: {found}\n{exc}" if found else f"{what}: {exc}") from None
     except (TypeError, ValueError):  # not comparable by assert_close (e.g. plain Python values)
         if what.startswith("output") and actual != expected:
             raise AssertionError(f"output {actual!r} != {expected!r}") from None

@@ -13,11 +13,12 @@ frame in the vendor's code, i.e. not in torch, not in the SDK, not in Python's s
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
 import traceback
 from functools import cache
 
-__all__ = ["describe_exception", "vendor_frame"]
+__all__ = ["describe_exception", "vendor_frame", "is_vendor_file"]
 
 
 #: the SDK's own packages; everything else in the installed package (the reference backends,
@@ -36,13 +37,15 @@ def _not_vendor_roots() -> tuple[str, ...]:
     # an editable install links the subpackages in from the source tree: their real places too
     for d in SDK_PACKAGES:
         roots += [os.path.join(package, d) + os.sep, os.path.realpath(os.path.join(package, d)) + os.sep]
-    try:
-        import torch
-
+    torch = sys.modules.get("torch")  # never imported here: the runtime area runs without it
+    if torch is not None:
         roots.append(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
-    except ImportError:
-        pass
     return tuple(roots)
+
+
+def is_vendor_file(filename: str) -> bool:
+    """Whether code in ``filename`` is the vendor's: not torch's, not the SDK's, not Python's."""
+    return _is_vendor(filename)
 
 
 def _is_vendor(filename: str) -> bool:

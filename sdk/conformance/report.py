@@ -31,8 +31,10 @@ from typing import Any
 
 from .core import STATUSES
 from .report_diff import diff
+from .runtime_order import fix_first, order
 
-__all__ = ["to_dict", "write_reports", "summary_table", "diff", "opdb_fingerprint", "rates", "implement_next"]
+__all__ = ["to_dict", "write_reports", "summary_table", "diff", "opdb_fingerprint", "rates", "implement_next",
+           "fix_first_line"]
 
 COLORS = {"pass": "#2ca02c", "fallback": "#e6a100", "fail": "#d62728", "unsupported": "#1f77b4", "skip": "#9e9e9e",
           "xfail": "#7b5ea7"}
@@ -113,12 +115,43 @@ def to_dict(run: Any) -> dict[str, Any]:
         "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
         "opdb_fingerprint": fingerprint, "target": run.target.describe(), "profile": run.profile,
         "manifest": run.manifest, "seconds": round(run.seconds, 2), "interrupted": run.interrupted,
+        # a sampled profile's seed and every case that ran: two commits' reports compare case by case
+        "seed": getattr(run, "seed", None), "ran": [c["id"] for c in cases],
         "summary": summary, "areas": areas,
         "rates": {"total": rates(summary), **{a: rates(c) for a, c in areas.items()}},
-        "failures": [c for c in cases if c["status"] == "fail"],
+        "fix_first": fix_first(run.results),
+        "failures": _root_causes_first([c for c in cases if c["status"] == "fail"]),
         "fallback": dict(fallback.most_common()), "implement_next": implement_next(cases),
         "cases": cases,
     }
+
+
+def _root_causes_first(fails: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Failures that nothing earlier explains first (runtime ones in the suite's dependency order),
+    then those blocked by them (``tags["blocked_by"]``)."""
+    rank = {f"runtime/{name}": i for i, name in enumerate(order(c["id"].removeprefix("runtime/") for c in fails
+                                                                if c["id"].startswith("runtime/")))}
+    return sorted(fails, key=lambda c: (bool(c["tags"].get("blocked_by")), not c["id"].startswith("runtime/"),
+                                        rank.get(c["id"], 0)))
+
+
+def fix_first_line(doc: dict[str, Any]) -> str:
+    """The report's first line: the entry (or case) to fix first, or that nothing failed.
+
+    >>> fix_first_line({"fix_first": {"case": "runtime/memcpy_exact_bytes", "entry": "memcpy", "reason": "x"}})
+    'Fix first: memcpy (runtime/memcpy_exact_bytes)'
+    >>> fix_first_line({"fix_first": None})
+    'Nothing to fix: no case failed'
+    """
+    first = doc.get("fix_first")
+    if not first:
+        return "Nothing to fix: no case failed"
+    return f"Fix first: {first['entry']} ({first['case']})" if first["entry"] else f"Fix first: {first['case']}"
+
+
+def _seed(doc: dict[str, Any]) -> str:
+    return f" (seed {doc['seed']}: `--seed {doc['seed']}` runs the same {len(doc['ran'])} cases)" \
+        if doc.get("seed") is not None else ""
 
 
 def _pct(x: float | None) -> str:
@@ -161,7 +194,7 @@ def summary_table(doc: dict[str, Any]) -> str:
         with console.capture() as cap:
             console.print(table)
         text = cap.get()
-    lines = [text.rstrip()]
+    lines = [fix_first_line(doc), text.rstrip()]
     if doc["implement_next"]:
         lines.append("implement next (CPU fallback, most costly first):")
         lines += [f"  {r['op']}: {r['calls']} calls, {_size(r['to_host_bytes'])} to host, "
@@ -185,9 +218,9 @@ def _md_failures(doc: dict[str, Any]) -> list[str]:
 
 def _markdown(doc: dict[str, Any]) -> str:
     r = doc["rates"]["total"]
-    lines = [f"# Conformance report: {_title(doc)}", "",
-             f"Profile `{doc['profile']}`, torch {doc['torch']}, OpInfo database `{doc['opdb_fingerprint']}`, "
-             f"{doc['seconds']:.0f} s, {doc['created']}.", "",
+    lines = [f"# {fix_first_line(doc)} — conformance report: {_title(doc)}", "",
+             f"Profile `{doc['profile']}`{_seed(doc)}, torch {doc['torch']}, OpInfo database "
+             f"`{doc['opdb_fingerprint']}`, {doc['seconds']:.0f} s, {doc['created']}.", "",
              f"**Pass rate {_pct(r['pass_rate'])}**, **native rate {_pct(r['native_rate'])}** (no fallback) "
              f"over {r['claimed']} claimed cases; {doc['summary']['fail']} failed, "
              f"{doc['summary']['unsupported']} unsupported.", ""]
@@ -207,6 +240,9 @@ def _markdown(doc: dict[str, Any]) -> str:
     if unsupported:
         lines += ["", f"## Unsupported ({len(unsupported)}): the device does not implement these", ""]
         lines += [f"- `{c['id']}`: {c['reason'].splitlines()[0] if c['reason'] else ''}" for c in unsupported[:200]]
+    if doc.get("seed") is not None:
+        lines += ["", f"## What ran ({len(doc['ran'])} cases, seed {doc['seed']})", "",
+                  ", ".join(f"`{i}`" for i in doc["ran"])]
     models = [c for c in doc["cases"] if c.get("metrics", {}).get("speedup")]
     if models:
         lines += ["", "## Models", "", "| case | eager ms | compiled ms | speedup | compile s |", "|---|---:|---:|---:|---:|"]
@@ -284,7 +320,7 @@ td,th{{border:1px solid #ddd;padding:3px 8px;font-size:13px;text-align:left;vert
 tr.fail td{{background:{FAILURE_BG}}} tr.fallback td{{background:#fff6dd}} tr.unsupported td{{background:#e3eefa}}
 h2{{margin-top:28px}} #failures{{background:{FAILURE_BG};padding:4px 16px 12px;border-radius:6px}}
 .failure pre{{white-space:pre-wrap;font-size:12px;margin:4px 0 12px}} .rates{{font-size:18px}}</style></head><body>
-<h1>Conformance report: {escape(_title(doc))}</h1>
+<h1>{escape(fix_first_line(doc))} — conformance report: {escape(_title(doc))}</h1>
 <p>Profile <b>{escape(doc['profile'])}</b> · torch {escape(doc['torch'])} · OpInfo database {escape(doc['opdb_fingerprint'])}
  · {doc['seconds']:.0f} s · {escape(doc['created'])}</p>
 <p class="rates"><b>Pass rate {_pct(r['pass_rate'])}</b> · <b>native rate {_pct(r['native_rate'])}</b> (no fallback) over

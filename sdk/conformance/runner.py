@@ -19,7 +19,9 @@ import contextlib
 import fnmatch
 import json
 import multiprocessing as mp
+import itertools
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,7 +29,12 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .core import Case, ConformanceError, Manifest, Result, Target, cases_for, run_case
+from .core import SEED_ENV, Case, ConformanceError, Manifest, Result, Target, cases_for, run_case, run_seed
+from .runtime_order import explain
+from .worker_log import capture_stderr, case_marker, crash_reason, read_log
+
+#: numbers the workers' stderr files of a run
+_WORKER_IDS = itertools.count()
 
 __all__ = ["run_suite", "SuiteRun"]
 
@@ -44,11 +51,16 @@ class SuiteRun:
     interrupted: bool = False
     manifest: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
+    #: the seed of a sampled profile (ci): the same seed runs the same cases
+    seed: int | None = None
 
 
 def _worker(conn: Connection, target: Target, profile: str, manifest: Manifest | None,
-            areas: list[str] | None = None, threads: int | None = None) -> None:
+            areas: list[str] | None = None, threads: int | None = None, log: str | None = None) -> None:
     import warnings
+
+    if log:
+        capture_stderr(log)  # a crash leaves its signal, stack and the runtime's messages there
 
     if threads:
         # The workers share the cores: with torch's default (one intra-op thread per core) each
@@ -70,6 +82,7 @@ def _worker(conn: Connection, target: Target, profile: str, manifest: Manifest |
         case_id = conn.recv()
         if case_id is None:
             return
+        case_marker(case_id)
         conn.send(("result", run_case(cases[case_id], target, manifest).to_dict()))
 
 
@@ -92,10 +105,14 @@ def _without_main_script() -> Iterator[None]:
 
 class _Worker:
     def __init__(self, ctx: Any, target: Target, profile: str, manifest: Manifest | None,
-                 areas: list[str] | None, threads: int | None) -> None:
+                 areas: list[str] | None, threads: int | None, logs: Path | None = None) -> None:
         self.conn, child = ctx.Pipe()
+        self.log = None
+        if logs is not None:
+            logs.mkdir(parents=True, exist_ok=True)
+            self.log = str(logs / f"worker-{next(_WORKER_IDS)}.stderr")
         # Not a daemon: a daemon may not start processes, and the distributed cases start two.
-        self.proc = ctx.Process(target=_worker, args=(child, target, profile, manifest, areas, threads),
+        self.proc = ctx.Process(target=_worker, args=(child, target, profile, manifest, areas, threads, self.log),
                                 daemon=False)
         spec = getattr(sys.modules.get("__main__"), "__spec__", None)
         if spec is not None and spec.name.split(".")[0] == __name__.split(".")[0]:
@@ -107,6 +124,16 @@ class _Worker:
         self.case: Any = None
         self.started = 0.0
         self.ready = False
+
+    def reason(self, what: str, exitcode: int | None) -> str:
+        """Why its case failed: ``what``, the signal, the vendor frame and the stderr tail."""
+        return crash_reason(exitcode, read_log(self.log) if self.log else "", what)
+
+    def dump_stacks(self) -> None:
+        """Ask faulthandler for every thread's stack (a case that runs past its time: where it is)."""
+        if self.log and self.proc.is_alive() and hasattr(signal, "SIGUSR1"):
+            os.kill(self.proc.pid, signal.SIGUSR1)
+            time.sleep(1.0)
 
     def stop(self, grace: float = 0.0) -> None:
         """End the worker: let it leave on its own for ``grace`` seconds, then kill it."""
@@ -144,13 +171,14 @@ class _Pool:
     """Worker processes handing out case ids; a crash or a timeout is recorded and the worker replaced."""
 
     def __init__(self, target: Target, profile: str, manifest: Manifest | None, jobs: int,
-                 cases: Sequence[Case], record: Any, timeout: float | None) -> None:
+                 cases: Sequence[Case], record: Any, timeout: float | None, logs: Path | None = None) -> None:
         # workers build only the areas of the cases to run (``only`` may leave out the ops area,
         # whose cases import torch's OpInfo database)
         # the cores this process may use (taskset, a container's cpuset), split evenly
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         threads = max(1, cores // max(1, jobs)) if jobs > 1 else None
-        self.args = (mp.get_context("spawn"), target, profile, manifest, sorted({c.area for c in cases}), threads)
+        self.args = (mp.get_context("spawn"), target, profile, manifest, sorted({c.area for c in cases}), threads,
+                     logs)
         self.workers = [_Worker(*self.args) for _ in range(max(1, jobs))]
         self.record = record
         self.timeouts = {c.id: timeout or c.timeout for c in cases}
@@ -167,7 +195,9 @@ class _Pool:
                 if w.conn in ready or w.proc.sentinel in ready:
                     self._receive(i, w)
                 elif w.case is not None and time.perf_counter() - w.started > self.timeouts[w.case]:
-                    self._fail_and_replace(i, w, f"timeout after {self.timeouts[w.case]:.0f} s")
+                    w.dump_stacks()
+                    self._fail_and_replace(i, w, w.reason(f"timeout after {self.timeouts[w.case]:.0f} s; where "
+                                                          f"it was", None))
 
     def _receive(self, i: int, w: _Worker) -> None:
         try:
@@ -182,7 +212,9 @@ class _Pool:
         elif kind == "setup_error":
             raise ConformanceError(f"a worker could not set the target up: {payload}")
         elif not w.proc.is_alive():
-            self._fail_and_replace(i, w, f"the worker process crashed (exit code {w.proc.exitcode})")
+            w.proc.join(1)
+            self._fail_and_replace(i, w, w.reason(f"the worker process crashed while running {w.case}",
+                                                  w.proc.exitcode))
 
     def _fail_and_replace(self, i: int, w: _Worker, reason: str) -> None:
         if w.case is not None:
@@ -216,11 +248,14 @@ def _areas_of(only: Sequence[str]) -> list[str] | None:
 
 def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], *, jobs: int = 1,
               manifest: Manifest | None = None, only: Sequence[str] = (), resume: bool = False,
-              progress: bool = True, timeout: float | None = None) -> SuiteRun:
+              progress: bool = True, timeout: float | None = None, seed: int | None = None) -> SuiteRun:
     """Run ``profile`` against ``target`` in ``jobs`` worker processes; results also go to
     ``report_dir/journal.jsonl`` as they finish. ``only``: case-id globs to run; ``timeout``:
-    seconds per case (default: each case's own, 120 s for most)."""
+    seconds per case (default: each case's own, 120 s for most); ``seed``: the sample of a
+    sampled profile (``ci``; default :func:`~.core.run_seed`)."""
     report = _writable(Path(report_dir))
+    seed = run_seed() if seed is None else seed
+    os.environ[SEED_ENV] = str(seed)  # the workers build the same sample
     target.setup()  # fail fast, in this process, with a clear error
     cases = cases_for(target, profile, manifest, areas=_areas_of(only))
     if only:
@@ -243,7 +278,8 @@ def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], 
                 journal.flush()
                 bar.advance(r)
 
-            pool = _Pool(target, profile, manifest, min(jobs, len(queue) or 1), cases, record, timeout)
+            pool = _Pool(target, profile, manifest, min(jobs, len(queue) or 1), cases, record, timeout,
+                         report / "workers")
             pool.run(queue)
     except KeyboardInterrupt:
         interrupted = True
@@ -251,9 +287,9 @@ def run_suite(target: Target, profile: str, report_dir: str | os.PathLike[str], 
         if pool is not None:
             pool.close()
         bar.close()
-    ordered = [results[c.id] for c in cases if c.id in results]
+    ordered = explain([results[c.id] for c in cases if c.id in results])  # root cause first
     return SuiteRun(target, profile, ordered, time.perf_counter() - start, str(report), interrupted,
-                    manifest.path if manifest else "")
+                    manifest.path if manifest else "", seed=seed if profile == "ci" else None)
 
 
 class _Progress:

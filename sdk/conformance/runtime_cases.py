@@ -34,7 +34,9 @@ from .core import Case, Target, run_case
 from .runtime_abi import (D2D, D2H, H2D, H2H, INVALID_DEVICE, INVALID_HANDLE, INVALID_IMAGE, INVALID_VALUE,
                           NOT_FOUND, NOT_READY, NOT_SUPPORTED, OUT_OF_MEMORY, SUCCESS, DeviceProperties,
                           LaunchConfig)
-from .runtime_probe import (BACKLOG_BYTES, Missing, Probe, Scratch, check, load_runtime, need_devices)
+from .runtime_order import explain, order
+from .runtime_probe import (BACKLOG_BYTES, Missing, Probe, Scratch, check, load_runtime, mismatch, need_devices,
+                            settle)
 
 __all__ = ["cases", "CHECKS", "load_runtime"]
 
@@ -72,8 +74,9 @@ def _abi_version(rt: Probe) -> None:
 @_case
 def _entry_point(rt: Probe) -> None:
     from .runtime_probe import _library
-    from torchvendor.sdk import default_runtime_path
 
+    if rt.path is None:
+        from torchvendor.sdk import default_runtime_path
     _, entry = _library(rt.path or default_runtime_path())
     table = ctypes.POINTER(abi.RuntimeTable)()
     status = entry(abi.ABI_MAJOR + 1, ctypes.byref(table))
@@ -99,8 +102,9 @@ def _required_entries(rt: Probe) -> None:
     boot = [e for e in abi.BOOTSTRAP if e in in_table and getattr(rt.t, e)]
     complete = len(given) == len(abi.COLLECTIVES) or (len(given) == len(abi.COLLECTIVES) - 1
                                                       and "comm_create" not in given and len(boot) == 2)
+    absent = [e for e in abi.COLLECTIVES if e not in given and not (e == "comm_create" and len(boot) == 2)]
     check(not given or complete, "collectives", "provided together or not at all",
-          f"only {', '.join(given)} of the collective entries are set", *abi.COLLECTIVES)
+          f"{', '.join(absent)} NULL while {', '.join(given)} are set", *absent)
     check(len(boot) in (0, 2), "communicator bootstrap", "provided together",
           f"only {', '.join(boot)} of the bootstrap entries is set", *abi.BOOTSTRAP)
 
@@ -161,8 +165,9 @@ def _current_device_per_thread(rt: Probe) -> None:
     worker = threading.Thread(target=other)
     worker.start()
     worker.join()
-    check(seen == [0], "get_device", "0 until set_device is called", f"a new thread's current device is {seen}",
-          "get_device", "set_device")
+    check(seen == [0], "set_device", '"Current device" state is per host thread; get_device: 0 until set_device '
+          'is called', f"a new thread's current device is {seen[0] if seen else 'unreadable'} after set_device(1) on "
+          f"another thread", "set_device", "get_device")
     cur = _i32(-1)
     rt.ok("get_device", ctypes.byref(cur))
     check(cur.value == 1, "set_device", '"Current device" state is per host thread',
@@ -285,7 +290,8 @@ def _exact_copy(sc: Scratch, kind: int, n: int, offset: int) -> None:
     src_host, dst_host = (_u8 * size)(*([0] * offset + list(pattern))), (_u8 * size)(*([0xEE] * size))
     src_dev, dst_dev = sc.alloc(size), sc.alloc(size)
     rt.ok("memcpy", src_dev, ctypes.addressof(src_host), size, H2D)
-    rt.ok("memset", dst_dev, 0xEE, size)
+    fill = (_u8 * size)(*([0xEE] * size))  # sentinels through memcpy itself: the probe needs no memset
+    rt.ok("memcpy", dst_dev, ctypes.addressof(fill), size, H2D)
     src = ctypes.addressof(src_host) + offset if kind in (H2D, H2H) else src_dev.value + offset
     dst = ctypes.addressof(dst_host) + offset if kind in (D2H, H2H) else dst_dev.value + offset
     rt.ok("memcpy", dst, src, n, kind, why=f"memcpy of {n} bytes, kind {kind}")
@@ -305,6 +311,154 @@ def _memcpy_exact_bytes(rt: Probe) -> None:
         for kind in (H2D, D2H, D2D, H2H):
             for n, offset in ((1, 0), (255, 3), (4097, 1)):
                 _exact_copy(sc, kind, n, offset)
+
+
+#: sizes a driver may split copies and memsets on: both sides of powers of two from 4 KiB (a page,
+#: inline command data) to 16 MiB (staging chunks, DMA descriptors), and 40 MiB past them all
+SIZE_CLASSES = tuple(sorted({(1 << k) + d for k in (12, 16, 20, 22, 24) for d in (-1, 0, 1)} | {(40 << 20) + 3}))
+_SENTINEL = b"\xee" * 64
+
+
+def _pattern(n: int) -> bytes:
+    """n bytes with a period (251) that no power-of-two chunking divides."""
+    return (bytes(range(1, 252)) * (n // 251 + 1))[:n]
+
+
+def _host(data: bytes | int) -> Any:
+    """A host buffer (ctypes) holding ``data``, or ``data`` zero bytes."""
+    return (_u8 * data)() if isinstance(data, int) else (_u8 * len(data)).from_buffer(bytearray(data))
+
+
+@_case
+def _malloc_usable_size(rt: Probe) -> None:
+    """Every byte asked for is usable: a copy of exactly n bytes into a fresh n-byte block (its status
+    only: what the copy wrote is memcpy's cases' business)."""
+    need_devices(rt)
+    for n in (1, 255, 4097, 1 << 20, (40 << 20) + 3):
+        with Scratch(rt) as sc:
+            p, src = sc.alloc(n), _host(n)
+            status = rt("memcpy", p, ctypes.addressof(src), n, H2D)
+            if status != SUCCESS:
+                _copies_past_its_range(sc, n)
+            check(status == SUCCESS, "malloc", "Device memory of `size` bytes", f"a copy of {n} bytes into a "
+                  f"fresh {n}-byte block returned {rt.name(status)}{rt.detail()}: the block is smaller than asked",
+                  "malloc", "memcpy")
+
+
+def _copies_past_its_range(sc: Scratch, n: int) -> None:
+    """A copy of n bytes into an n-byte block was refused: either the block is short or the copy
+    touches more than n bytes. Copy n bytes into a roomier block and look past them."""
+    rt = sc.rt
+    room = sc.alloc(n + 64)  # used up to n + 32 only: a block a little short still holds it
+    fill, src, out = _host(b"\xee" * (n + 32)), _host(_pattern(n)), _host(n + 128)
+    rt.ok("memcpy", room, ctypes.addressof(fill), n + 32, H2D)
+    rt.ok("memcpy", room, ctypes.addressof(src), n, H2D, why=f"memcpy of {n} bytes into an {n + 64}-byte block")
+    rt.ok("memcpy", ctypes.addressof(out), room, n + 32, D2H)
+    tail = ctypes.string_at(ctypes.addressof(out) + n, 32)
+    check(tail == _SENTINEL[:32], "memcpy", "Copy n bytes of the given kind", f"a copy of {n} bytes wrote past them "
+          f"({mismatch(tail, _SENTINEL[:32])} after the range); a copy of exactly a block's size is refused for it")
+
+
+def _through(rt: Probe, entry: str, stream: Any, dst: Any, src: Any, n: int, kind: int) -> None:
+    if entry == "memcpy":
+        rt.ok("memcpy", dst, src, n, kind, why=f"memcpy of {n} bytes, kind {kind}")
+    else:
+        rt.ok("memcpy_async", dst, src, n, kind, stream, why=f"memcpy_async of {n} bytes, kind {kind}")
+        _sync(rt, stream, ("stream_synchronize", "memcpy_async"))
+
+
+def _copy_sizes(rt: Probe, entry: str) -> None:
+    """Each size of SIZE_CLASSES host -> device -> device -> host through ``entry``, with sentinels
+    after the range; a wrong byte is looked at again once the stream has surely finished (an
+    async copy right then, wrong before: the wait returned early, not the copy)."""
+    top = SIZE_CLASSES[-1]
+    data = _pattern(top)
+    with Scratch(rt) as sc:
+        a, b, s = sc.alloc(top + 64), sc.alloc(top + 64), sc.stream()
+        src, out, tail = _host(data), _host(top + 64), _host(_SENTINEL)
+        for n in SIZE_CLASSES:
+            for dev in (a, b):
+                rt.ok("memcpy", _vp(dev.value + n), ctypes.addressof(tail), 64, H2D)
+            _through(rt, entry, s, a, ctypes.addressof(src), n, H2D)
+            _through(rt, entry, s, b, a, n, D2D)
+            _through(rt, entry, s, ctypes.addressof(out), b, n + 64, D2H)
+            want = data[:n] + _SENTINEL
+            got = ctypes.string_at(out, n + 64)
+            if got != want and entry == "memcpy_async":
+                def again() -> bytes:
+                    rt.ok("memcpy", ctypes.addressof(out), b, n + 64, D2H)
+                    return ctypes.string_at(out, n + 64)
+                _judge_async(rt, entry, s, f"copies of {n} bytes", got, want, again)
+            check(got == want, entry, "Copy n bytes of the given kind", f"{n} bytes host -> device -> device -> "
+                  f"host: {mismatch(got, want)}{' (past the range: a sentinel)' if got[:n] == want[:n] else ''}")
+
+
+def _judge_async(rt: Probe, entry: str, s: Any, what: str, got: bytes, want: bytes, again: Callable[[], bytes]) -> None:
+    """Async work on stream ``s`` read back wrong after stream_synchronize(s): was it the wait or the
+    work? Still pending (stream_query): the wait returned early. Idle, and right once every stream
+    has finished (a blocking copy is ordered after all of them): the work ran on another stream."""
+    pending = rt("stream_query", s) == NOT_READY
+    settle(rt, s)
+    later = again()
+    if later != want:
+        return  # the work itself is wrong: the caller says how
+    check(not pending, "stream_synchronize", "[blocks] Wait for all work on the stream", f"after {what} it "
+          f"returned while the stream still had work (stream_query said TV_ERROR_NOT_READY): "
+          f"{mismatch(got, want)} then, right once the stream finished")
+    check(False, entry, "streams: in-order queues of device work", f"{what} on a stream were not done when "
+          f"that stream was (stream_query said TV_SUCCESS): {mismatch(got, want)} then, right only after every "
+          f"stream finished: the work ran on another stream")
+
+
+@_case
+def _memcpy_sizes(rt: Probe) -> None:
+    need_devices(rt)
+    _copy_sizes(rt, "memcpy")
+
+
+@_case
+def _memcpy_async_sizes(rt: Probe) -> None:
+    rt.need("memcpy_async")
+    need_devices(rt)
+    _copy_sizes(rt, "memcpy_async")
+
+
+def _set_sizes(rt: Probe, entry: str) -> None:
+    top = SIZE_CLASSES[-1]
+    with Scratch(rt) as sc:
+        p, s, out, tail = sc.alloc(top + 64), sc.stream(), _host(top + 64), _host(_SENTINEL)
+        for k, n in enumerate(n for n in SIZE_CLASSES if n >= 1 << 20):
+            value = 0x41 + k
+            rt.ok("memcpy", _vp(p.value + n), ctypes.addressof(tail), 64, H2D)
+            if entry == "memset":
+                rt.ok("memset", p, value, n, why=f"memset of {n} bytes")
+            else:
+                rt.ok("memset_async", p, value, n, s, why=f"memset_async of {n} bytes")
+                _sync(rt, s, ("stream_synchronize", "memset_async"))
+            rt.ok("memcpy", ctypes.addressof(out), p, n + 64, D2H)
+            want, got = bytes([value]) * n + _SENTINEL, ctypes.string_at(out, n + 64)
+            if got != want and entry == "memset_async":
+                def again() -> bytes:
+                    rt.ok("memcpy", ctypes.addressof(out), p, n + 64, D2H)
+                    return ctypes.string_at(out, n + 64)
+                _judge_async(rt, entry, s, f"memset_async of {n} bytes", got, want, again)
+            check(got == want, entry, "Set n bytes of device memory to (unsigned char)value",
+                  f"{entry}(p, {value:#x}, {n}): {mismatch(got, want)}"
+                  f"{' (past the range: a sentinel)' if got[:n] == want[:n] else ''}")
+
+
+@_case
+def _memset_sizes(rt: Probe) -> None:
+    rt.need("memset")
+    need_devices(rt)
+    _set_sizes(rt, "memset")
+
+
+@_case
+def _memset_async_sizes(rt: Probe) -> None:
+    rt.need("memset_async")
+    need_devices(rt)
+    _set_sizes(rt, "memset_async")
 
 
 @_case
@@ -344,15 +498,16 @@ def _memcpy_orders_after_streams(rt: Probe) -> None:
         last = sc.backlog(ptr, s)
         got = sc.read(_vp(ptr.value + BACKLOG_BYTES - 64), 64)
         check(got == bytes([last]) * 64, "memcpy", "ordered after all work enqueued earlier on every stream",
-              f"a blocking copy behind a backlog of memsets on another stream read {got[0]}, not {last}",
-              "memcpy", "memset_async")
+              f"a blocking copy of the last 64 bytes behind a backlog of memsets on another stream: "
+              f"{mismatch(got, bytes([last]) * 64)}", "memcpy", "memset_async")
 
 
 def _memset_checks(sc: Scratch, entry: str, stream: Any) -> None:
     rt = sc.rt
     for value, byte in ((0x1AB, 0xAB), (-1, 0xFF), (0x100, 0x00), (0x7F, 0x7F)):
         p = sc.alloc(1024)
-        rt.ok("memset", p, 0xEE, 1024)
+        fill = (_u8 * 1024)(*([0xEE] * 1024))
+        rt.ok("memcpy", p, ctypes.addressof(fill), 1024, H2D)
         args = (_vp(p.value + 3), value, 513) + ((stream,) if entry == "memset_async" else ())
         rt.ok(entry, *args)
         if entry == "memset_async":
@@ -424,9 +579,17 @@ def _stream_synchronize_waits(rt: Probe) -> None:
             last = sc.backlog(ptr, s)
             _sync(rt, s)
             status, got = rt("stream_query", s), sc.peek(ptr)
-            check(got == last and status == SUCCESS, "stream_synchronize", "[blocks] Wait for all work on the "
-                  "stream", f"it returned while the stream's work was still running (the last memset's byte "
-                  f"reads {got}, not {last}; stream_query says {rt.name(status)})")
+            if got != last:
+                settle(rt, s)
+                later = sc.peek(ptr)
+                check(later == last, "memset_async", "Set n bytes of device memory to (unsigned char)value",
+                      f"a backlog of memset_async({last}) over {BACKLOG_BYTES >> 20} MiB left its last byte "
+                      f"{later}, even after the stream finished")
+            check(got == last, "stream_synchronize", "[blocks] Wait for all work on the stream", f"it returned "
+                  f"while the stream's work was still running (the last memset's byte read {got} then, {last} once "
+                  f"the stream finished; stream_query said {rt.name(status)})")
+            check(status == SUCCESS, "stream_query", "TV_SUCCESS if all work is done", f"the stream's work was "
+                  f"done (its last byte reads {last}) after stream_synchronize, yet it says {rt.name(status)}")
 
 
 @_case
@@ -456,8 +619,13 @@ def _default_stream(rt: Probe) -> None:
         ptr = sc.alloc(BACKLOG_BYTES)
         out = (_u8 * 64)()
         last = sc.backlog(ptr, None)
+        idle = rt("stream_query", None) == SUCCESS  # just after a backlog of tens of ms queued on it
         rt.ok("memcpy_async", ctypes.addressof(out), _vp(ptr.value + BACKLOG_BYTES - 64), 64, D2H, None)
         _sync(rt, None)
+        check(out[0] == last or not idle, "memset_async", "a NULL `tv_stream` names the default stream of the "
+              "calling thread's current device", f"right after memsets of {BACKLOG_BYTES >> 20} MiB were queued on "
+              f"NULL, stream_query(NULL) said TV_SUCCESS, and a copy queued on NULL after them read {out[0]}, not "
+              f"the last memset's {last}: they ran elsewhere")
         check(out[0] == last, "memcpy_async", "a NULL `tv_stream` names the default stream of the calling "
               "thread's current device", f"a copy queued on NULL after memsets on NULL read {out[0]}, not {last}",
               "memcpy_async", "memset_async", "stream_synchronize")
@@ -575,11 +743,12 @@ def _event_completion(rt: Probe) -> None:
               "TV_ERROR_NOT_READY otherwise", f"returned {rt.name(status)}")
         if status == SUCCESS:
             got = sc.peek(ptr)
-            check(got == last, "event_query", "TV_ERROR_NOT_READY otherwise",
-                  f"it said TV_SUCCESS before the captured work ran (the last memset's byte reads {got})",
-                  "event_query", "event_record")
+            check(got == last, "event_record", "Capture the work enqueued so far on `stream`; event_query: "
+                  "TV_ERROR_NOT_READY otherwise", f"event_query said TV_SUCCESS before the captured work ran (the "
+                  f"last memset's byte reads {got}, the last memset writes {last}): the event did not capture it",
+                  "event_record", "event_query")
         status = rt.blocking("event_synchronize", e, statement="[blocks] Wait for the captured work",
-                             suspects=("event_record (the event never completes)", "event_synchronize"))
+                             suspects=("event_synchronize", "event_record (the event never completes)"))
         got = sc.peek(ptr)
         check(status == SUCCESS and got == last, "event_synchronize", "[blocks] Wait for the captured work",
               f"it returned {rt.name(status)} while the captured work was still running (the last memset's "
@@ -874,7 +1043,8 @@ def cases(target: Target, profile: str) -> list[Case]:
     """Runtime-table cases for a torchvendor device (its runtime library, or the simulator)."""
     if target.device in ("cpu", "cuda", "meta"):
         return []
-    return [Case(f"runtime/{name}", "runtime", _run(fn)) for name, fn in CHECKS.items()]
+    # the independent probes first: a case comes after the cases whose entries it observes through
+    return [Case(f"runtime/{name}", "runtime", _run(CHECKS[name])) for name in order(CHECKS)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -885,12 +1055,18 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     target = Target(device="runtime-only", runtime=args[0])
+    done = []
     for case in cases(target, "minimal"):
         if len(args) > 1 and case.id.removeprefix("runtime/") not in args[1:]:
             continue
         print(json.dumps({"start": case.id}), flush=True)
         r = run_case(case, target)
+        done.append(r)
         print(json.dumps({"id": r.id, "status": r.status, "reason": r.reason}), flush=True)
+    for r in explain(done):  # root cause first: the failures an earlier one explains, again, marked
+        if r.tags.get("blocked_by"):
+            print(json.dumps({"id": r.id, "status": r.status, "reason": r.reason, "blocked_by": r.tags["blocked_by"]}),
+                  flush=True)
     return 0
 
 

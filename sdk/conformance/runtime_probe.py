@@ -20,7 +20,7 @@ from . import runtime_abi as abi
 from .core import ConformanceError
 from .runtime_abi import D2H, SUCCESS, RuntimeTable
 
-__all__ = ["load_runtime", "Violation", "Missing", "Probe", "Scratch", "check", "need_devices"]
+__all__ = ["load_runtime", "Violation", "Missing", "Probe", "Scratch", "check", "need_devices", "mismatch", "settle"]
 
 _vp, _i32 = ctypes.c_void_p, ctypes.c_int32
 #: how long a [blocks] entry may take before its case fails (a backlog takes tens of ms)
@@ -179,7 +179,9 @@ class Scratch:
     def backlog(self, ptr: _vp, stream: Any, depth: int = BACKLOG_DEPTH) -> int:
         """Queue memsets over ``ptr`` on ``stream``; returns the value the last one writes."""
         k = next(_round)
-        values = [(k * depth + i) % 250 + 1 for i in range(depth)]
+        # 1..127: the same byte whether a memset truncates or (wrongly) clamps to a signed char,
+        # so only the ordering this backlog serves decides an ordering case
+        values = [(k * depth + i) % 127 + 1 for i in range(depth)]
         for v in values:
             self.rt.ok("memset_async", ptr, v, BACKLOG_BYTES, stream)
         return values[-1]
@@ -199,6 +201,37 @@ class Scratch:
         out = (ctypes.c_uint8 * n)()
         self.rt.ok("memcpy", ctypes.addressof(out), ptr, n, kind)
         return bytes(out)
+
+
+def mismatch(got: bytes, expected: bytes, offset: int = 0) -> str:
+    """Where ``got`` first differs from ``expected`` and how, in words (never "X, not X").
+
+    >>> mismatch(b"abcd", b"abzd"), mismatch(b"ab", b"abc")
+    ('byte 2 of 4 reads 0x63, expected 0x7a', 'it holds 2 bytes, expected 3')
+    """
+    if len(got) != len(expected):
+        return f"it holds {len(got)} bytes, expected {len(expected)}"
+    lo, step = 0, 1 << 16
+    while lo < len(got) and got[lo:lo + step] == expected[lo:lo + step]:
+        lo += step  # chunks first: tens of MiB are compared at C speed
+    first = next((i for i in range(lo, min(lo + step, len(got))) if got[i] != expected[i]), None)
+    if first is None:
+        return "the bytes are equal"
+    wrong = sum(1 for i in range(first, min(first + step, len(got))) if got[i] != expected[i])
+    more = f" ({wrong} wrong byte(s) from there in the next {min(step, len(got) - first)})" if wrong > 1 else ""
+    return f"byte {first - offset} of {len(got) - offset} reads {got[first]:#x}, expected {expected[first]:#x}{more}"
+
+
+def settle(rt: Probe, stream: Any, seconds: float = 2.0) -> None:
+    """Wait for ``stream`` without trusting stream_synchronize: poll stream_query, then a little
+    more. A case that saw a wrong byte looks again after this: still wrong, the work itself is wrong;
+    right now, the wait that came before returned early."""
+    import time
+
+    deadline = time.perf_counter() + seconds
+    while rt.t.stream_query(stream) == abi.NOT_READY and time.perf_counter() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.05)
 
 
 def need_devices(rt: Probe, n: int = 1) -> None:

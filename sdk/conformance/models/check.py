@@ -29,6 +29,7 @@ import torch
 
 from torchvendor.ir import compat
 
+from ..op_kinds import is_compute
 from ..zoo import leaves, loss
 from .catalog import SPECS
 
@@ -37,13 +38,6 @@ __all__ = ["check_model", "relative_error", "coverage", "full_float32", "PARTS",
 PARTS = ("inference", "dynamic", "training")
 MULTIPLIER, TOLERANCE = 3.0, 1e-5
 LEARNING_RATE = 0.05
-#: ops that move no data: left out of vendor coverage (views, tuple access, size queries)
-_NO_COMPUTE = {"getitem", "view", "_unsafe_view", "reshape", "expand", "permute", "t", "transpose", "unsqueeze",
-               "squeeze", "alias", "detach", "slice", "select", "as_strided", "split", "split_with_sizes", "unbind",
-               "sym_size", "sym_numel", "sym_stride", "sym_storage_offset", "_assert_scalar", "sym_constrain_range",
-               "_assert_tensor_metadata", "lift_fresh_copy", "view_as_real", "view_as_complex", "unfold"}
-
-
 def relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
     """RMS distance to the float64 truth over the truth's RMS (0 when both are zero).
 
@@ -117,14 +111,7 @@ def full_float32() -> Iterator[None]:
 
 
 def _compute(key: str) -> bool:
-    """Whether an op key counts as compute: not a view or size query, and not Python's scalar
-    arithmetic on sizes (``operator.mul`` of SymInts runs on the host for every backend)."""
-    return not key.startswith("operator.") and _op_name(key) not in _NO_COMPUTE
-
-
-def _op_name(key: str) -> str:
-    parts = key.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] in ("aten", "prims") else parts[-1]
+    return is_compute(key)
 
 
 def coverage(reports: Iterable[Any]) -> dict[str, Any]:
@@ -145,11 +132,12 @@ def coverage(reports: Iterable[Any]) -> dict[str, Any]:
                     for op, c in p.device_fallback.items():
                         outside[op] = outside.get(op, 0) + c
                 else:
-                    reasons.append(f"{graph.kind} {p.name}: {p.reason}"[:400])
+                    reasons.append(f"{graph.kind} {p.name}: {p.reason}")
                     for op, c in p.ops.items():
                         if _compute(op):
                             outside[op] = outside.get(op, 0) + c
-            for op, c in graph.unsupported.items():
+            left = {op: sum(r.values()) for op, r in getattr(graph, "left_outside", {}).items()}
+            for op, c in [*graph.unsupported.items(), *left.items()]:  # not claimed, or claimed and left out
                 if _compute(op):
                     total += c
                     outside[op] = outside.get(op, 0) + c
