@@ -170,7 +170,7 @@ static tv_status sim_malloc(int32_t dev, size_t size, void** ptr) {
   pthread_mutex_unlock(&g.mu);
   if (*ptr) return TV_SUCCESS;
   return tv_fail(TV_ERROR_OUT_OF_MEMORY, "out of memory on device %d: requested %zu bytes, "
-              "%zu bytes free of %zu total", (int)dev, size, free_bytes, g.dev[dev].cap);
+                 "%zu bytes free of %zu total", (int)dev, size, free_bytes, g.dev[dev].cap);
 }
 
 static tv_status sim_free(int32_t dev, void* ptr) {
@@ -180,7 +180,7 @@ static tv_status sim_free(int32_t dev, void* ptr) {
   pthread_mutex_unlock(&g.mu);
   if (ok) return TV_SUCCESS;
   return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %p is not an allocation of device %d", __func__, ptr,
-              (int)dev);
+                 (int)dev);
 }
 
 /* Pinned memory comes from its own arena, so host_free recognises it. There is no DMA engine
@@ -467,8 +467,8 @@ static tv_status transfer(int op, void* dst, const void* src, int value, size_t 
   int bad_dst = !c.dst, bad_src = op == C_COPY && !c.src;
   if (n && (bad_dst || bad_src))
     return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %s %p (+%zu bytes) is %s", what,
-                bad_dst ? "destination" : "source", bad_dst ? dst : src, n,
-                (bad_dst ? dd : sd) ? "not inside a device allocation" : "NULL");
+                   bad_dst ? "destination" : "source", bad_dst ? dst : src, n,
+                   (bad_dst ? dd : sd) ? "not inside a device allocation" : "NULL");
   if (n && ((!dd && dev_of(dst) >= 0) || (op == C_COPY && !sd && dev_of(src) >= 0)))
     return tv_fail(TV_ERROR_INVALID_VALUE, "memcpy: kind %d, but a host side is device memory", kind);
   if (async) {
@@ -638,11 +638,11 @@ static tv_status sim_launch(tv_function f, const tv_launch_config* cfg, const vo
     if (off <= args_size && args_size - off >= sizeof p) memcpy(&p, (char*)c->args + off, sizeof p);
     else return pthread_mutex_unlock(&g.mu), release(c),
                 tv_fail(TV_ERROR_INVALID_VALUE, "%s: pointer offset %u is outside the %zu-byte "
-                     "argument buffer", __func__, off, args_size);
+                        "argument buffer", __func__, off, args_size);
     if (p && !(alias = alias_of_locked(p, 0, &dev)))
       return pthread_mutex_unlock(&g.mu), release(c),
              tv_fail(TV_ERROR_INVALID_VALUE, "%s: the pointer at offset %u (%p) is not device "
-                  "memory", __func__, off, p);
+                     "memory", __func__, off, p);
     memcpy((char*)c->args + off, &alias, sizeof alias);
   }
   pthread_mutex_unlock(&g.mu);
@@ -695,9 +695,9 @@ static tv_status coll_enqueue(const char* what, coll co, const void* send, void*
   co.recv = rb ? alias_of(recv, rb, &rdev) : NULL;
   if ((sb && (!co.send || sdev != comm->dev)) || (rb && (!co.recv || rdev != comm->dev)))
     return tv_fail(TV_ERROR_INVALID_VALUE, "%s: the %s buffer %p (+%zu bytes) is not inside a device "
-                "%d allocation", what, sb && (!co.send || sdev != comm->dev) ? "send" : "receive",
-                sb && (!co.send || sdev != comm->dev) ? send : recv,
-                sb && (!co.send || sdev != comm->dev) ? sb : rb, (int)comm->dev);
+                   "%d allocation", what, sb && (!co.send || sdev != comm->dev) ? "send" : "receive",
+                   sb && (!co.send || sdev != comm->dev) ? send : recv,
+                   sb && (!co.send || sdev != comm->dev) ? sb : rb, (int)comm->dev);
   cmd* c = new_cmd(C_COLL);
   if (!c) return OOM_CMD;
   c->comm = comm, c->co = co; /* enqueue references the communicator under the lock */

@@ -168,7 +168,7 @@ static tv_status cu_malloc(int32_t dev, size_t size, void** ptr) {
   CUresult r = drv.cuMemAlloc(&p, size);
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
     return tv_fail(TV_ERROR_OUT_OF_MEMORY, "out of memory on device %d: requested %zu bytes",
-                (int)dev, size);
+                   (int)dev, size);
   TV_TRY(check(r, __func__));
   *ptr = (void*)(uintptr_t)p;
   return TV_SUCCESS;
@@ -190,7 +190,7 @@ static tv_status cu_free(int32_t dev, void* ptr) {
   if (!ptr) return TV_SUCCESS;
   if (device_of(ptr) != dev)
     return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %p is not an allocation of device %d", __func__, ptr,
-                (int)dev);
+                   (int)dev);
   return CU(cuMemFree((CUdeviceptr)(uintptr_t)ptr));
 }
 
@@ -297,15 +297,15 @@ static tv_status check_side(const char* what, const char* name, const void* p, s
                             int device, side info) {
   if (!device && info.dev >= 0)
     return tv_fail(TV_ERROR_INVALID_VALUE, "%s: the %s %p is device memory of device %d, but the "
-                "kind says host memory", what, name, p, info.dev);
+                   "kind says host memory", what, name, p, info.dev);
   if (device && info.dev < 0)
     return tv_fail(TV_ERROR_INVALID_VALUE, "%s: %s %p (+%zu bytes) is not device memory", what, name,
-                p, n);
+                   p, n);
   CUdeviceptr a = (CUdeviceptr)(uintptr_t)p;
   if (device && (a - info.base > info.size || n > info.size - (a - info.base)))
     return tv_fail(TV_ERROR_INVALID_VALUE, "%s: the %s range %p + %zu bytes ends %zu bytes past its "
-                "allocation (%zu bytes at %p)", what, name, p, n,
-                (size_t)(a - info.base) + n - info.size, info.size, (void*)(uintptr_t)info.base);
+                   "allocation (%zu bytes at %p)", what, name, p, n,
+                   (size_t)(a - info.base) + n - info.size, info.size, (void*)(uintptr_t)info.base);
   return TV_SUCCESS;
 }
 
@@ -602,7 +602,7 @@ static tv_status nccl_check(nccl_result r, nccl_comm_t c, const char* where) {
   const char* last = c && nccl.GetLastError ? nccl.GetLastError(c) : "";
   /* ncclInvalidArgument (4) and ncclInvalidUsage (5) are the caller's; the rest the system's */
   return tv_fail(r == 4 || r == 5 ? TV_ERROR_INVALID_VALUE : TV_ERROR_UNKNOWN, "%s: %s%s%s", where,
-              nccl.GetErrorString(r), last && *last ? ": " : "", last ? last : "");
+                 nccl.GetErrorString(r), last && *last ? ": " : "", last ? last : "");
 }
 
 static tv_status cu_comm_token(int32_t dev, void* token, size_t* size) {
@@ -621,7 +621,7 @@ static tv_status cu_comm_create_from_token(const void* token, size_t size, int32
   TV_CHECK_ARGS(token && comm && nranks > 0 && rank >= 0 && rank < nranks);
   if (size != sizeof(nccl_uid))
     return tv_fail(TV_ERROR_INVALID_VALUE, "%s: a token of %zu bytes; NCCL's (from comm_token) has "
-                "%zu", __func__, size, sizeof(nccl_uid));
+                   "%zu", __func__, size, sizeof(nccl_uid));
   TV_TRY(need_nccl());
   TV_TRY(use(dev)); /* NCCL takes the device from the current context */
   nccl_uid id;
