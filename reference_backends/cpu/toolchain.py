@@ -104,7 +104,8 @@ def build(source: str, path: str) -> None:
     finally:
         os.unlink(src)
     if run.returncode != 0:
-        raise ToolchainError(f"{compiler()} rejected the generated kernel:\n{run.stderr[-4000:]}")
+        raise ToolchainError(f"{compiler()} rejected the generated kernel (exit status {run.returncode}):\n"
+                             f"{run.stderr[-4000:] or run.stdout[-4000:]}")
 
 
 @functools.cache
