@@ -4,7 +4,7 @@ A torch release that moves something breaks one module here, and its test
 (``tests/test_compat_<module>.py``) names what moved. Supported releases: 2.11 to 2.15.
 
 ==================  ==========================================================================
-``version``         the running release (:data:`TORCH_VERSION`)
+``version``         the running release (:data:`TORCH_VERSION`), the supported ones (:data:`SUPPORTED_RELEASES`)
 ``dispatch``        operator objects, dispatch keys, autocast state, dispatch modes
 ``fx``              FX internals, pytree, ``make_fx``
 ``fake_tensor``     FakeTensors and their modes
