@@ -229,8 +229,11 @@ _TYPE_OF_INDEX = {"TruncToInt": "trunc", "FloorToInt": "floor", "CeilToInt": "ce
 
 class CudaRenderer(CStyleRenderer):
     """Emits the CUDA C of one kernel: the SDK's C-style renderer with CUDA's tables (``long long``
-    indices, CUDA math, ``__half``/``__nv_bfloat16`` storage) and its launch model (segments of
-    a thread per element, a warp or block per row, split and column reductions)."""
+    indices, CUDA math, ``__half``/``__nv_bfloat16`` storage, :data:`_RED` reductions) and its
+    launch model (segments of a thread per element, a warp or block per row, split and column
+    reductions), which replaces the base's walk: :meth:`render` returns a :class:`CudaKernel`
+    (the source and its launches), and statements render in a :class:`_Scope` (a row's thread,
+    a vector lane, a recomputed local buffer)."""
 
     language = "CUDA"
     storage_types = CTYPES

@@ -26,7 +26,8 @@ A target (the reference CPU backend's OpenMP C++, a vendor's dialect) subclasses
   ``{0}, {1}, ...`` and the compute type ``{t}``, or a function of ``(operands, dtype, ctype)``)
   and :attr:`~CStyleRenderer.unsupported_ops` (op -> why; every op of ``COMPUTE_OPS`` and
   ``STATEMENT_OPS`` is in exactly one, :meth:`~CStyleRenderer.coverage` lists those in neither),
-  :attr:`~CStyleRenderer.reduction_update` (one update per reduction kind),
+  :attr:`~CStyleRenderer.reduction_init` and :attr:`~CStyleRenderer.reduction_update` (an
+  accumulator's start and its update per reduction kind),
   :attr:`~CStyleRenderer.atomic_add_code`, :attr:`~CStyleRenderer.includes` and
   :attr:`~CStyleRenderer.helpers` (the C text the tables call);
 - hooks: :meth:`~CStyleRenderer.prelude` (the text before the kernel),
@@ -40,8 +41,10 @@ A target (the reference CPU backend's OpenMP C++, a vendor's dialect) subclasses
 
 Statements are dispatched by op (:meth:`~CStyleRenderer.statement`) to ``stmt_<op>`` methods,
 compute ops to ``stmt_compute``. A target whose launch model is not "one function of loops"
-(the reference CUDA backend: segments of threads, warps and blocks) keeps the tables, the index
-printer, the statement dispatch and the hooks, and replaces :meth:`~CStyleRenderer.render`.
+(the reference CUDA backend: segments of threads, warps and blocks, statements rendered per
+thread, lane or recomputed value) keeps the tables, the index printer, the literals, the
+statement dispatch, :meth:`~CStyleRenderer.prelude`, :meth:`~CStyleRenderer.symbol` and the
+check messages, and replaces :meth:`~CStyleRenderer.render` and the ``stmt_<op>`` methods.
 
 Example: the base renders a whole kernel; a dialect overrides table entries::
 
