@@ -38,6 +38,14 @@ def test_every_loop_ir_op_is_rendered_or_declared_unsupported(renderer):
     assert issubclass(renderer, CStyleRenderer)
 
 
+def test_the_cpu_reference_changes_only_tables_and_the_named_hooks():
+    """What a vendor gets is what the reference uses: the CPU generator overrides no part of the walk."""
+    hooks = {"prelude", "symbol", "annotate_loop", "kernel_entry"}
+    overridden = {k for k in vars(cpu.CppRenderer) if not k.startswith("__")}
+    assert overridden <= hooks | {"atomic_add_code"}, overridden - hooks
+    assert all(callable(getattr(CStyleRenderer, h)) for h in hooks)
+
+
 def _op_kernel(op: str, device: str) -> LoopKernel:
     """x (float32 or int64) -> op(x, x, ...) -> y: one pointwise kernel using ``op``."""
     dtype = "int64" if op in INTEGER else "float32"
