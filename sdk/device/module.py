@@ -43,7 +43,7 @@ _OPTIONAL_FEATURES = {
     "memset": "fast zero fills (fills go through a host buffer)",
     "memset_async": "asynchronous zero fills",
     "stream_priority_range": "stream priorities (all streams get priority 0)",
-    "event_elapsed_time": "Event.elapsed_time()",
+    "event_elapsed_time": "Event.elapsed_time(), device time in torch's profiler (sdk/device/profiler.py)",
     "module_load_file": "load_module(path)",
     "module_load_data": "load_module(bytes)",
     "module_unload": "unload_module()",

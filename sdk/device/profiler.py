@@ -1,0 +1,67 @@
+"""A torchvendor device in torch's profiler.
+
+The device layer (``csrc/device/profiler.cpp``) implements torch's PrivateUse1 extension point
+for device timing (``ProfilerStubs``, ``registerPrivateUse1Methods``) with the runtime table's
+timing events: in the profiler's device-event mode, each operator gets a timing event on the
+current stream when it starts and when it ends, and the time between them is its device time
+(``FunctionEvent.device_time``, the "Self ACME" / "ACME total" columns of ``key_averages()``).
+:func:`profile` opens that mode: ``torch.autograd.profiler.profile(use_device=NAME,
+use_kineto=False)``. A runtime without ``event_elapsed_time`` cannot time the device: profiling
+then records CPU time only, with one warning that says why.
+
+Example::
+
+    >>> import torch
+    >>> from torchvendor.sdk import register_device
+    >>> acme = register_device("acme")
+    >>> x = torch.randn(64, 64, device="acme")
+    >>> with profile() as prof:
+    ...     y = x @ x
+    >>> device_times(prof)["aten::mm"] > 0
+    True
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+__all__ = ["profile", "device_times", "times_device"]
+
+
+def _device_name() -> str:
+    name = torch._C._get_privateuse1_backend_name()
+    if name == "privateuseone":
+        raise RuntimeError("no torchvendor device is registered: call torchvendor.sdk.register_device(name) first")
+    return name
+
+
+def times_device() -> bool:
+    """Whether the registered device's runtime has timing events (``event_elapsed_time``).
+
+    >>> times_device()  # the reference simulator has them
+    True
+    """
+    from torchvendor import _C
+
+    _device_name()
+    return "event_elapsed_time" not in _C.runtime_info()["missing_optional"]
+
+
+def profile(**kwargs: Any) -> torch.autograd.profiler.profile:
+    """torch's profiler with device time for the registered torchvendor device (keyword
+    arguments as ``torch.autograd.profiler.profile``'s: ``record_shapes``, ``with_stack``, ...).
+    Without timing events in the runtime: a CPU-only profiler, and one warning."""
+    name = _device_name()
+    if not times_device():
+        warnings.warn(f"torchvendor: the {name} runtime has no event_elapsed_time, so torch's profiler shows CPU "
+                      f"time only for {name} (a runtime times operators on the device with timing events)",
+                      RuntimeWarning, stacklevel=2)
+        return torch.autograd.profiler.profile(**kwargs)
+    return torch.autograd.profiler.profile(use_device=name, use_kineto=False, **kwargs)
+
+
+def device_times(prof: Any) -> dict[str, float]:
+    """Self device time per operator, in microseconds, of a finished :func:`profile`."""
+    return {e.key: float(e.self_device_time_total) for e in prof.key_averages()}
