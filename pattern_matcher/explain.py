@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from ..ir.graph_view import GraphView
 from .context import MatchContext
 from .match import find_all
 from .matcher import PatternMatcher
@@ -36,7 +37,6 @@ __all__ = ["explain_rule"]
 
 #: ``is_size(ctx, node)``: whether an input node is a symbolic size
 SizeTest = Callable[[MatchContext, Any], bool]
-GraphView = Any  # torchvendor.ir.graph_view.GraphView (the package sees graphs only through it)
 
 
 def _no_sizes(ctx: MatchContext, node: Any) -> bool:
