@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from torchvendor.ir import capture
-from torchvendor.ir.loop_ir import COMPUTE_OPS, Buffer, Kernel, LoopNest, Stmt, validate
+from torchvendor.ir.loop_ir import COMPUTE_OPS, Buffer, Kernel, LoopNest, Stmt, parse_expr, validate
 from torchvendor.reference_backends.cpu import codegen as cpu
 from torchvendor.reference_backends.cpu.toolchain import HostKernel, _host_call, build, host_kernel
 from torchvendor.reference_backends.cuda import codegen as cuda
@@ -188,7 +188,9 @@ VENDOR_CASES = {  # a multi-nest row kernel, an indirect index with its check, a
     "softmax": (lambda x: torch.softmax(x, -1), lambda: [torch.randn(37, 50)]),
     "gather_sum": (lambda x, i: x[i].sum(0) * 2, lambda: [torch.randn(40, 33), torch.tensor([1, -2, 3, 39])]),
     "column_sum_row_max": (lambda x: (x.sum(0), x.amax(1)), lambda: [torch.randn(300, 129)]),
+    "dynamic_layer_norm": (lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]), lambda: [torch.randn(13, 70)]),
 }
+DYNAMIC = {"dynamic_layer_norm"}
 
 
 def _innermost_loops(lines: list[str]) -> list[int]:
@@ -211,7 +213,7 @@ def _innermost_loops(lines: list[str]) -> list[int]:
 def test_a_vendor_prefixes_every_symbol_and_annotates_every_innermost_loop(case):
     fn, inputs = VENDOR_CASES[case]
     renderer = _vendor_renderer()()
-    for lk in loop_kernels(capture(fn, inputs(), level="loop").inference):
+    for lk in loop_kernels(capture(fn, inputs(), level="loop", dynamic=case in DYNAMIC).inference):
         source = renderer.render(lk)
         exported = re.findall(r'extern "C" [^(]*?(\w+)\(', source)
         assert exported and all(name.startswith("nimbus_") for name in exported), exported
@@ -235,13 +237,18 @@ def _compiled(source: str, path: Path) -> ctypes.CDLL:
 
 def _run(lib: ctypes.CDLL, lk: LoopKernel, values: dict) -> int:
     """Call the kernel's function (the renderer's default launch model: pointers, then sizes)."""
+    sizes = {s: values[b.name].shape[d] for b in lk.program.buffers if b.name in values
+             for d, s in enumerate(b.size) if s.isidentifier()}   # a bare symbol is that input's size
+
+    def ints(exprs):
+        return [int(x.subs({v: sizes[v.name] for v in x.free_symbols})) for x in map(parse_expr, exprs)]
     for b in lk.buffers:
         if b.name not in values:
-            values[b.name] = torch.empty_strided([int(s) for s in b.size], [int(s) for s in b.stride],
-                                                 dtype=getattr(torch, b.dtype))
+            values[b.name] = torch.empty_strided(ints(b.size), ints(b.stride), dtype=getattr(torch, b.dtype))
     fn = getattr(lib, f"nimbus_{lk.name}")
     fn.restype = ctypes.c_int32
-    return fn(*[ctypes.c_void_p(values[b.name].data_ptr()) for b in lk.buffers])
+    return fn(*[ctypes.c_void_p(values[b.name].data_ptr()) for b in lk.buffers],
+              *[ctypes.c_int64(sizes[s]) for s in lk.size_vars])
 
 
 @pytest.mark.parametrize("case", list(VENDOR_CASES))
@@ -249,8 +256,9 @@ def test_the_vendor_dialect_compiles_with_the_system_compiler_and_matches_eager(
     fn, inputs = VENDOR_CASES[case]
     torch.manual_seed(0)
     args = inputs()
-    prog = capture(fn, args, level="loop").inference
-    values = dict(zip(prog.inputs, args))
+    prog = capture(fn, args, level="loop", dynamic=case in DYNAMIC).inference
+    tensors = [name for name in prog.inputs if name not in dict(prog.scalar_inputs)]   # sizes come apart
+    values = dict(zip(tensors, args))
     renderer = _vendor_renderer()()
     for lk in loop_kernels(prog):
         assert _run(_compiled(renderer.render(lk), tmp_path / f"{lk.name}.so"), lk, values) == 0
@@ -261,7 +269,7 @@ def test_the_vendor_dialect_compiles_with_the_system_compiler_and_matches_eager(
     if case == "gather_sum":   # an index out of range: status 3, and the error function says which
         (lk,) = loop_kernels(prog)
         lib = _compiled(renderer.render(lk), tmp_path / "again.so")
-        assert _run(lib, lk, {**dict(zip(prog.inputs, args)), "arg1_1": torch.tensor([1, 2, 40, 0])}) == 3
+        assert _run(lib, lk, {**dict(zip(tensors, args)), "arg1_1": torch.tensor([1, 2, 40, 0])}) == 3
         error = getattr(lib, f"nimbus_{lk.name}_error")
         error.restype, value = ctypes.c_char_p, ctypes.c_int64()
         assert re.fullmatch(r"buffer arg0_1 at index ind\d+ = t\d+: outside \[0, 40\)", error(ctypes.byref(value)).decode())
