@@ -532,9 +532,10 @@ def _op_cases(target: Target, profile: str, op: Any, dtype: torch.dtype) -> list
 _PREFIX_FAMILIES = ("linalg", "nn.functional", "special", "fft", "masked", "sparse", "signal")
 _CLASS_FAMILIES = {"UnaryUfuncInfo": "unary", "BinaryUfuncInfo": "binary", "ReductionOpInfo": "reduction",
                    "ShapeFuncInfo": "shape", "ForeachFuncInfo": "foreach", "SpectralFuncInfo": "fft"}
-#: per family: ops sampled, of which the first ones also compiled; the extra variant each sampled
-#: op gets, in turn (a dtype other than float32, or a layout, NaN/Inf, backward, error inputs)
-CI_PER_FAMILY, CI_COMPILED = 5, 2
+#: ops sampled in all, shared by the families in proportion to their size (at least 2 each), a
+#: third of each family's also compiled; the extra variant each sampled op gets, in turn (a dtype
+#: other than float32, or a layout, NaN/Inf, backward, error inputs)
+CI_OPS = 60
 _CI_EXTRA = (("bfloat16", "eager"), ("float32", "noncontiguous"), ("float16", "eager"), ("float32", "backward"),
              ("float32", "nan_inf"), ("float32", "channels_last"), ("float32", "errors"))
 
@@ -547,8 +548,8 @@ def family(op: Any) -> str:
 
 def ci_sample(seed: int) -> list[tuple[str, str, str]]:
     """The ci profile's ops: (OpInfo name, dtype, variant), a stratified sample that rotates with
-    ``seed``: per family ``CI_PER_FAMILY`` ops eager in float32, each with one more variant in
-    turn, the first ``CI_COMPILED`` compiled too.
+    ``seed``: about ``CI_OPS`` ops shared by the families in proportion (at least 2 each), each
+    eager in float32 with one more variant in turn, a third of each family's compiled too.
 
     >>> ci_sample(3) == ci_sample(3), ci_sample(3) != ci_sample(4)
     (True, True)
@@ -562,15 +563,17 @@ def ci_sample(seed: int) -> list[tuple[str, str, str]]:
     rng = random.Random(seed)
     out: list[tuple[str, str, str]] = []
     turn = rng.randrange(len(_CI_EXTRA))
+    total = sum(map(len, by_family.values()))
     for fam in sorted(by_family):
-        picked = rng.sample(by_family[fam], min(CI_PER_FAMILY, len(by_family[fam])))
+        share = max(2, round(CI_OPS * len(by_family[fam]) / total))
+        picked = rng.sample(by_family[fam], min(share, len(by_family[fam])))
         for k, name in enumerate(picked):
             out.append((name, "float32", "eager"))
             dtype, variant = _CI_EXTRA[turn % len(_CI_EXTRA)]
             turn += 1
             if name in _ops_by_name(getattr(torch, dtype)):
                 out.append((name, dtype, variant))
-            if k < CI_COMPILED:
+            if k < max(1, len(picked) // 3):
                 out.append((name, "float32", "compiled"))
     return out
 

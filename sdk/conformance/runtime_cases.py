@@ -359,12 +359,15 @@ def _copies_past_its_range(sc: Scratch, n: int) -> None:
           f"({mismatch(tail, _SENTINEL[:32])} after the range); a copy of exactly a block's size is refused for it")
 
 
-def _through(rt: Probe, entry: str, stream: Any, dst: Any, src: Any, n: int, kind: int) -> None:
+def _through(rt: Probe, entry: str, stream: Any, dst: Any, src: Any, n: int, kind: int) -> bool:
+    """Copy through ``entry``; for memcpy_async, whether the stream still had work the moment
+    stream_synchronize returned (stream_query, asked at once: later the work may have finished)."""
     if entry == "memcpy":
         rt.ok("memcpy", dst, src, n, kind, why=f"memcpy of {n} bytes, kind {kind}")
-    else:
-        rt.ok("memcpy_async", dst, src, n, kind, stream, why=f"memcpy_async of {n} bytes, kind {kind}")
-        _sync(rt, stream, ("stream_synchronize", "memcpy_async"))
+        return False
+    rt.ok("memcpy_async", dst, src, n, kind, stream, why=f"memcpy_async of {n} bytes, kind {kind}")
+    _sync(rt, stream, ("stream_synchronize", "memcpy_async"))
+    return rt("stream_query", stream) == NOT_READY
 
 
 def _copy_sizes(rt: Probe, entry: str) -> None:
@@ -379,25 +382,26 @@ def _copy_sizes(rt: Probe, entry: str) -> None:
         for n in SIZE_CLASSES:
             for dev in (a, b):
                 rt.ok("memcpy", _vp(dev.value + n), ctypes.addressof(tail), 64, H2D)
-            _through(rt, entry, s, a, ctypes.addressof(src), n, H2D)
-            _through(rt, entry, s, b, a, n, D2D)
-            _through(rt, entry, s, ctypes.addressof(out), b, n + 64, D2H)
+            pending = _through(rt, entry, s, a, ctypes.addressof(src), n, H2D)
+            pending |= _through(rt, entry, s, b, a, n, D2D)
+            pending |= _through(rt, entry, s, ctypes.addressof(out), b, n + 64, D2H)
             want = data[:n] + _SENTINEL
             got = ctypes.string_at(out, n + 64)
             if got != want and entry == "memcpy_async":
                 def again() -> bytes:
                     rt.ok("memcpy", ctypes.addressof(out), b, n + 64, D2H)
                     return ctypes.string_at(out, n + 64)
-                _judge_async(rt, entry, s, f"copies of {n} bytes", got, want, again)
+                _judge_async(rt, entry, s, f"copies of {n} bytes", got, want, again, pending)
             check(got == want, entry, "Copy n bytes of the given kind", f"{n} bytes host -> device -> device -> "
                   f"host: {mismatch(got, want)}{' (past the range: a sentinel)' if got[:n] == want[:n] else ''}")
 
 
-def _judge_async(rt: Probe, entry: str, s: Any, what: str, got: bytes, want: bytes, again: Callable[[], bytes]) -> None:
+def _judge_async(rt: Probe, entry: str, s: Any, what: str, got: bytes, want: bytes, again: Callable[[], bytes],
+                 pending: bool) -> None:
     """Async work on stream ``s`` read back wrong after stream_synchronize(s): was it the wait or the
-    work? Still pending (stream_query): the wait returned early. Idle, and right once every stream
-    has finished (a blocking copy is ordered after all of them): the work ran on another stream."""
-    pending = rt("stream_query", s) == NOT_READY
+    work? ``pending`` (stream_query right after the wait): the wait returned early. Idle, and right
+    once every stream has finished (a blocking copy is ordered after all of them): the work ran on
+    another stream."""
     settle(rt, s)
     later = again()
     if later != want:
@@ -435,13 +439,14 @@ def _set_sizes(rt: Probe, entry: str) -> None:
             else:
                 rt.ok("memset_async", p, value, n, s, why=f"memset_async of {n} bytes")
                 _sync(rt, s, ("stream_synchronize", "memset_async"))
+                pending = rt("stream_query", s) == NOT_READY
             rt.ok("memcpy", ctypes.addressof(out), p, n + 64, D2H)
             want, got = bytes([value]) * n + _SENTINEL, ctypes.string_at(out, n + 64)
             if got != want and entry == "memset_async":
                 def again() -> bytes:
                     rt.ok("memcpy", ctypes.addressof(out), p, n + 64, D2H)
                     return ctypes.string_at(out, n + 64)
-                _judge_async(rt, entry, s, f"memset_async of {n} bytes", got, want, again)
+                _judge_async(rt, entry, s, f"memset_async of {n} bytes", got, want, again, pending)
             check(got == want, entry, "Set n bytes of device memory to (unsigned char)value",
                   f"{entry}(p, {value:#x}, {n}): {mismatch(got, want)}"
                   f"{' (past the range: a sentinel)' if got[:n] == want[:n] else ''}")
@@ -579,12 +584,16 @@ def _stream_synchronize_waits(rt: Probe) -> None:
             last = sc.backlog(ptr, s)
             _sync(rt, s)
             status, got = rt("stream_query", s), sc.peek(ptr)
-            if got != last:
+            if got != last:  # the wait or the work? look again once every stream has surely finished
                 settle(rt, s)
-                later = sc.peek(ptr)
+                later = sc.read(_vp(ptr.value + BACKLOG_BYTES - 1), 1)[0]  # blocking: after every stream
                 check(later == last, "memset_async", "Set n bytes of device memory to (unsigned char)value",
                       f"a backlog of memset_async({last}) over {BACKLOG_BYTES >> 20} MiB left its last byte "
-                      f"{later}, even after the stream finished")
+                      f"{later}, even after every stream finished")
+                check(status != SUCCESS, "memset_async", "streams: in-order queues of device work", f"right after "
+                      f"stream_synchronize the stream was idle (stream_query said TV_SUCCESS) while the last byte of "
+                      f"its memsets read {got}; it read {last} only once every stream had finished: the memsets "
+                      f"ran on another stream")
             check(got == last, "stream_synchronize", "[blocks] Wait for all work on the stream", f"it returned "
                   f"while the stream's work was still running (the last memset's byte read {got} then, {last} once "
                   f"the stream finished; stream_query said {rt.name(status)})")
@@ -1054,6 +1063,9 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
+    import faulthandler
+
+    faulthandler.enable()  # a runtime that crashes the process leaves the case's stack on stderr
     target = Target(device="runtime-only", runtime=args[0])
     done = []
     for case in cases(target, "minimal"):
@@ -1062,11 +1074,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"start": case.id}), flush=True)
         r = run_case(case, target)
         done.append(r)
-        print(json.dumps({"id": r.id, "status": r.status, "reason": r.reason}), flush=True)
-    for r in explain(done):  # root cause first: the failures an earlier one explains, again, marked
-        if r.tags.get("blocked_by"):
-            print(json.dumps({"id": r.id, "status": r.status, "reason": r.reason, "blocked_by": r.tags["blocked_by"]}),
-                  flush=True)
+        explain(done)  # its prerequisites ran before it: marked "blocked by" at once, before any crash
+        print(json.dumps({"id": r.id, "status": r.status, "reason": r.reason, **r.tags}), flush=True)
     return 0
 
 

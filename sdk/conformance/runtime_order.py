@@ -39,7 +39,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "malloc_usable_size": ("malloc_alignment",),
     "free": ("malloc_alignment",),
     "memcpy_exact_bytes": _MEMORY,
-    "memcpy_errors": _MEMORY,
+    "memcpy_errors": _COPY,
     "memcpy_sizes": _COPY,
     "memset_value_and_size": _COPY,
     "memset_sizes": ("memset_value_and_size", "memcpy_sizes"),
