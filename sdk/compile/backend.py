@@ -225,7 +225,8 @@ class Backend:
     def _compile_graph(self, kind: str, report: CompileReport, started: float, gm: fx.GraphModule,
                        example_inputs: list[Any]) -> fx.GraphModule:
         """Match, partition and compile one graph; returns it with each partition a :class:`PartitionCall`."""
-        inputs_on = device_of_values(example_inputs)
+        # the outputs too: an input-less graph (arange, eye, a window) has its device only there
+        inputs_on = device_of_values([*example_inputs, *map(example_value, output_nodes(gm))])
         graph = GraphReport(kind=kind, backend=self.name, device=self.device or inputs_on)
         report.graphs.append(graph)
         times = graph.stage_times

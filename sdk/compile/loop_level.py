@@ -129,7 +129,7 @@ class LoopBackend(AotFlow):
 
     def _refuses(self, device: str) -> str | None:
         if self.device is not None and device != self.device:
-            return f"the inputs are on {device}; backend {self.name!r} generates code for {self.device} only"
+            return f"the graph's tensors are on {device}; backend {self.name!r} generates code for {self.device} only"
         return None
 
     def _partition_options(self, device: str) -> dict[str, Any]:
