@@ -159,3 +159,19 @@ def test_vendor_statuses_equal_the_reference_where_it_claims_as_much(tmp_path, l
     wrong = {k: v for k, v in differ.items() if v[1] not in ("fallback", "unsupported") or v[0] not in ("pass", "fallback")}
     assert not wrong, f"{len(wrong)} case(s) differ beyond claiming less (reference, vendor): {dict(list(wrong.items())[:20])}"
     assert "fail" not in mine.values(), [k for k, v in mine.items() if v == "fail"][:20]
+
+
+def test_console_script_imports_a_backend_from_the_working_directory(tmp_path):
+    """``torchvendor conformance --backend module:Class`` from a vendor's folder: the console
+    script (whose sys.path has its bin folder, not the working directory) and its workers import
+    the module without an install or a PYTHONPATH."""
+    script = Path(sys.executable).parent / "torchvendor"
+    if not script.exists():
+        pytest.skip("no torchvendor console script beside this interpreter")
+    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    run = subprocess.run([str(script), "conformance", "--device", "cpu", "--backend", "whole_graph:WholeGraph",
+                          "--only", "compile/mutation", "--jobs", "1", "--report", str(tmp_path), "--no-progress"],
+                         cwd=ROOT / "examples" / "whole_graph", env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert [(c["id"], c["status"]) for c in doc["cases"]] == [("compile/mutation", "pass")]
