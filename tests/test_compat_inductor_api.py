@@ -76,6 +76,18 @@ def test_config_patch_drops_unknown_keys() -> None:
     assert config.fx_graph_cache is old
 
 
+def test_config_patch_leaves_settings_in_force_alone() -> None:
+    """A patch nested in one of the same settings patches nothing (the loop level's compiles set
+    Inductor's config once, however deep the lowering sits)."""
+    config = compat.inductor().config
+    old = config.fx_graph_cache
+    outer = compat.inductor_config_patch(fx_graph_cache=not old)
+    assert outer.changes == {"fx_graph_cache": not old}
+    with outer:
+        assert compat.inductor_config_patch(fx_graph_cache=not old).changes == {}
+    assert config.fx_graph_cache is old
+
+
 def test_ensure_device_hooks_keeps_existing() -> None:
     ns = compat.inductor()
     common, di = ns.common, ns.device_interface

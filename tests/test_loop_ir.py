@@ -190,6 +190,26 @@ def _codegen_state() -> tuple[Any, Any, Any]:
             common.custom_backend_codegen_configs.get("cpu"))
 
 
+def test_inductor_config_is_patched_once_per_graph(monkeypatch) -> None:
+    """The loop level's one config patch: the Dynamo backend sets Inductor's settings around
+    compile_fx; the forward lowered inside it patches nothing more, and the backward, compiled
+    after the backend returned, gets them once."""
+    patches = []
+    real = compat.inductor_config_patch
+
+    def recording(**changes: Any) -> Any:
+        patch = real(**changes)
+        patches.append(patch.changes)
+        return patch
+
+    monkeypatch.setattr(compat, "inductor_config_patch", recording)
+    with compat.inductor().config.patch(fx_graph_cache=True):  # a setting ours differs from, whatever the env
+        prog = capture_loop(lambda x: (x.cos() * 3).sum(), [torch.randn(4, 8, requires_grad=True)], training=True)
+    monkeypatch.undo()
+    assert prog.backward is not None
+    assert [bool(p) for p in patches] == [True, False, True], patches  # the backend; the forward; the backward
+
+
 def test_capture_restores_inductor_registration() -> None:
     before = _codegen_state()
     with registered(Lowering("cpu")):
