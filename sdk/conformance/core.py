@@ -292,6 +292,7 @@ AREAS: dict[str, str] = {
     "compile": "compile_cases:feature_cases",
     "models": "compile_cases:model_cases",
     "distributed": "distributed_cases:cases",
+    "training-loop": "training_loop_cases:cases",
 }
 
 #: profile -> areas it runs (each area reads the profile to pick its variants)
@@ -299,10 +300,10 @@ PROFILES: dict[str, tuple[str, ...]] = {
     "minimal": ("runtime", "device", "ops", "compile", "models"),
     "device": ("runtime", "device", "ops", "torch"),
     "inference": ("ops", "compile", "models"),
-    "training": ("ops", "compile", "models", "distributed"),
-    "full": ("runtime", "device", "ops", "torch", "compile", "models", "distributed"),
+    "training": ("ops", "compile", "models", "distributed", "training-loop"),
+    "full": ("runtime", "device", "ops", "torch", "compile", "models", "distributed", "training-loop"),
     # what a vendor's CI runs on every commit: every area, a seeded sample of ops x dtypes
-    "ci": ("runtime", "device", "ops", "compile", "models", "distributed"),
+    "ci": ("runtime", "device", "ops", "compile", "models", "distributed", "training-loop"),
 }
 
 #: the environment variable that carries a run's seed to its worker processes
