@@ -5,7 +5,8 @@ with the stock pattern (2-D and N-d, static and dynamic shapes) and a declared f
     $ python examples/aten_level_fusion.py
     fusions: {'linear_gelu->acme.linear_gelu.default': 1}
     compiled: {'aten.permute.default': 3, 'acme.linear_gelu.default': 1, 'aten.addmm.default': 2, 'aten.relu.default': 1}
-    eager: {'aten._softmax.default': 1, 'aten.mul.Tensor': 1}
+    not claimed (eager): {'aten._softmax.default': 1}
+    claimed, left outside (eager): {'aten.mul.Tensor': {'in a partition of 1 compute node(s), below min_size=3': 1}}
 """
 import torch
 
@@ -42,7 +43,8 @@ def main() -> None:
     report = last_report()
     print(f"fusions: {report.graphs[0].fusions}")
     print(f"compiled: {report.claimed_ops()}")
-    print(f"eager: {report.unsupported()}")
+    print(f"not claimed (eager): {report.unsupported()}")
+    print(f"claimed, left outside (eager): {report.left_outside()}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ form run eagerly.
 
     $ python examples/onnx_engine.py
     engine fused_0: Transpose, Gemm, Relu, Transpose, Gemm, Relu, Mul (7 nodes, opset 18)
-    eager: {'aten.add.Tensor': 1, 'aten.mul.Tensor': 1, 'aten.sort.default': 1, 'operator.getitem': 1}
+    not claimed (eager): {'aten.sort.default': 1}
+    claimed, left outside (eager): {'operator.getitem': {'in an atomic group with unsupported sort (aten.sort.default)': 1}, 'aten.mul.Tensor': {'in a partition of 2 compute node(s), below min_size=3': 1}, 'aten.add.Tensor': {'in a partition of 2 compute node(s), below min_size=3': 1}}
     matches eager: True
 """
 import tempfile
@@ -42,7 +43,8 @@ def main() -> None:
     options = {"cache_dir": tempfile.mkdtemp()}
     with torch.no_grad():
         got = torch.compile(model, backend="example_onnx_engine", options=options)(x)
-        print("eager:", last_report().unsupported())
+        print("not claimed (eager):", last_report().unsupported())
+        print("claimed, left outside (eager):", last_report().left_outside())
         print("matches eager:", torch.allclose(got, model(x), atol=1e-6))
 
 
