@@ -4,7 +4,7 @@ kernels and extern kernels in the scheduler's order, its inputs and outputs — 
 a graph without operations, which Inductor returns uncompiled (:func:`passthrough_program`).
 
     >>> import torch
-    >>> gm = torch.fx.symbolic_trace(lambda x: x)
+    >>> gm = torch.fx.symbolic_trace(lambda x: (x,))
     >>> passthrough_program(gm, [torch.ones(2)], "inference", "cpu").outputs
     (BufferRef(name='x'),)
 """
