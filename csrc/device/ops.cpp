@@ -300,6 +300,17 @@ void record_stream(Tensor& self, c10::Stream stream) {
   device_allocator()->recordStream(self.storage().data_ptr(), stream);
 }
 
+// Whether `self` (a Parameter's tensor) may take `from`'s data in place (`param.data = t`):
+// torch's own rule names CPU, CUDA and a few more dense backends but not PrivateUse1, so
+// `module.to(device)` made new Parameters and broke weight tying (GPT-2's lm_head and wte
+// trained apart on the device). Dense strided tensors of the CPU and the device are compatible.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && (t.device().is_cpu() || t.device().is_privateuseone());
+  };
+  return (dense(self) && dense(from)) || self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 }  // namespace
 
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
@@ -339,6 +350,7 @@ void register_native_kernels(void* library) {
   m.impl("zero_", TORCH_FN(zero_));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 }
 
 }  // namespace torchvendor
