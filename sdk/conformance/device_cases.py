@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from .core import Case, Target
+from .differences import what_differs
 
 __all__ = ["cases"]
 
@@ -22,7 +23,8 @@ DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> None:
-    torch.testing.assert_close(a.cpu(), b.cpu(), equal_nan=True)
+    a, b = a.cpu(), b.cpu()  # compared on the CPU, never with the device under test
+    torch.testing.assert_close(a, b, equal_nan=True, msg=lambda m: f"{what_differs(a, b) or 'they differ'}\n{m}")
 
 
 def _module(device: str) -> Any:
