@@ -30,7 +30,7 @@ import torch
 import torch.fx as fx
 
 __all__ = ["run_graph", "Slot", "Binder", "TensorSpec", "placeholders", "placeholder_specs", "graph_to_json",
-           "graph_from_json"]
+           "graph_from_json", "encode_fx_value", "decode_fx_value"]
 
 
 def placeholders(gm: fx.GraphModule) -> list[fx.Node]:
@@ -78,13 +78,13 @@ class Slot:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-compatible data (a constant's tensor inline, a symbolic size as a string)."""
-        value = str(self.value) if self.kind == "symint" else _encode(self.value, f"slot {self.name}")
+        value = str(self.value) if self.kind == "symint" else encode_fx_value(self.value, f"slot {self.name}")
         return {"kind": self.kind, "name": self.name, "index": self.index, "value": value}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Slot":
         """The inverse of :meth:`to_json`."""
-        value = sympy.sympify(data["value"]) if data["kind"] == "symint" else _decode(data["value"], {})
+        value = sympy.sympify(data["value"]) if data["kind"] == "symint" else decode_fx_value(data["value"], {})
         return cls(data["kind"], data["name"], data["index"], value)
 
 
@@ -212,7 +212,8 @@ class Binder:
 
 # ---- serialization: FX graphs as JSON-compatible data ---------------------------------------------
 
-def _encode(value: Any, where: str) -> Any:
+def encode_fx_value(value: Any, where: str) -> Any:
+    """The JSON form of an FX argument or attribute value (``where`` names it in errors)."""
     if isinstance(value, fx.Node):
         return {"node": value.name}
     if value is None or isinstance(value, (bool, str)):
@@ -222,10 +223,10 @@ def _encode(value: Any, where: str) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else {"float": repr(value)}
     if isinstance(value, (list, tuple)):
-        items = [_encode(v, where) for v in value]
+        items = [encode_fx_value(v, where) for v in value]
         return {"tuple": items} if isinstance(value, tuple) else {"list": items}
     if isinstance(value, dict):
-        return {"dict": {str(k): _encode(v, where) for k, v in value.items()}}
+        return {"dict": {str(k): encode_fx_value(v, where) for k, v in value.items()}}
     if isinstance(value, torch.dtype):
         return {"dtype": str(value).removeprefix("torch.")}
     if isinstance(value, torch.device):
@@ -235,7 +236,7 @@ def _encode(value: Any, where: str) -> Any:
     if isinstance(value, torch.memory_format):
         return {"memory_format": str(value).removeprefix("torch.")}
     if isinstance(value, slice):
-        return {"slice": [_encode(value.start, where), _encode(value.stop, where), _encode(value.step, where)]}
+        return {"slice": [encode_fx_value(value.start, where), encode_fx_value(value.stop, where), encode_fx_value(value.step, where)]}
     if value is Ellipsis:
         return {"ellipsis": True}
     if isinstance(value, torch.Tensor):
@@ -245,16 +246,17 @@ def _encode(value: Any, where: str) -> Any:
                      f"scalars, lists/tuples/dicts, dtypes, devices, layouts, memory formats, slices, tensors")
 
 
-def _decode(value: Any, nodes: dict[str, fx.Node]) -> Any:
+def decode_fx_value(value: Any, nodes: dict[str, fx.Node]) -> Any:
+    """The value of an :func:`encode_fx_value` form, its nodes looked up in ``nodes``."""
     if isinstance(value, dict):
         (tag, payload), = value.items()
         if tag == "node":
             return nodes[payload]
         if tag in ("list", "tuple"):
-            items = [_decode(v, nodes) for v in payload]
+            items = [decode_fx_value(v, nodes) for v in payload]
             return tuple(items) if tag == "tuple" else items
         if tag == "dict":
-            return {k: _decode(v, nodes) for k, v in payload.items()}
+            return {k: decode_fx_value(v, nodes) for k, v in payload.items()}
         if tag == "float":
             return float(payload)
         if tag in ("dtype", "layout", "memory_format"):
@@ -262,7 +264,7 @@ def _decode(value: Any, nodes: dict[str, fx.Node]) -> Any:
         if tag == "device":
             return torch.device(payload)
         if tag == "slice":
-            return slice(*(_decode(v, nodes) for v in payload))
+            return slice(*(decode_fx_value(v, nodes) for v in payload))
         if tag == "ellipsis":
             return Ellipsis
         if tag == "tensor":
@@ -304,9 +306,9 @@ def graph_to_json(gm: fx.GraphModule) -> dict[str, Any]:
     for n in gm.graph.nodes:
         where = f"node %{n.name}"
         target = op_key(n.target) if n.op == "call_function" else str(n.target)
-        nodes.append({"name": n.name, "op": n.op, "target": target, "args": _encode(tuple(n.args), where)["tuple"],
-                      "kwargs": _encode(dict(n.kwargs), where)["dict"], "meta": _meta_json(n)})
-    attrs = {n.target: _encode(_get_attr(gm, n.target), f"attribute {n.target}")
+        nodes.append({"name": n.name, "op": n.op, "target": target, "args": encode_fx_value(tuple(n.args), where)["tuple"],
+                      "kwargs": encode_fx_value(dict(n.kwargs), where)["dict"], "meta": _meta_json(n)})
+    attrs = {n.target: encode_fx_value(_get_attr(gm, n.target), f"attribute {n.target}")
              for n in gm.graph.nodes if n.op == "get_attr"}
     return {"format": "torchvendor.fx/1", "nodes": nodes, "attrs": attrs}
 
@@ -345,15 +347,15 @@ def graph_from_json(data: dict[str, Any]) -> fx.GraphModule:
             if not hasattr(parent, part):
                 parent.add_module(part, torch.nn.Module())
             parent = getattr(parent, part)
-        parent.register_buffer(last, _decode(value, {}))
+        parent.register_buffer(last, decode_fx_value(value, {}))
     graph = fx.Graph()
     nodes: dict[str, fx.Node] = {}
     for rec in data["nodes"]:
         op, target = rec["op"], rec["target"]
         if op == "call_function":
             target = _resolve_target(target)
-        args = tuple(_decode({"list": rec["args"]}, nodes))
-        kwargs = _decode({"dict": rec["kwargs"]}, nodes)
+        args = tuple(decode_fx_value({"list": rec["args"]}, nodes))
+        kwargs = decode_fx_value({"dict": rec["kwargs"]}, nodes)
         if op == "output":
             node = graph.output(args[0])
         else:

@@ -150,3 +150,16 @@ def test_the_check_sees_a_collision(tmp_path):
         a.unlink()
         b.unlink()
     assert found.get("THING") == ["ir._names_probe_a", "ir._names_probe_b"] and "same" not in found
+
+
+def test_ir_modules_share_no_private_names():
+    """A name another module of ``ir/`` needs is public (in the defining module's ``__all__`` or
+    at least without the underscore): no ``from .x import _y`` inside ir/ (the extension module
+    ``torchvendor._C`` aside)."""
+    bad = []
+    for path in sorted((ROOT / "ir").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("torchvendor.")):
+                bad += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name}" for a in node.names
+                        if a.name.startswith("_") and a.name != "_C"]
+    assert not bad, "private names imported across ir/ modules:\n" + "\n".join(bad)

@@ -34,8 +34,8 @@ import sympy
 import torch
 import torch.fx as fx
 
-from ..fx_graph import (Binder, Slot, TensorSpec, _decode, _encode, graph_from_json, graph_to_json, placeholder_specs,
-                        placeholders, run_graph)
+from ..fx_graph import (Binder, Slot, TensorSpec, decode_fx_value, encode_fx_value, graph_from_json, graph_to_json,
+                        placeholder_specs, placeholders, run_graph)
 from ..program import Program, default_grad_outputs, flatten_inputs
 
 __all__ = ["TorchProgram", "OutputSlot", "Trace", "assemble", "describe_inputs", "grad_leaves"]
@@ -58,12 +58,12 @@ class OutputSlot:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-compatible data."""
-        return {"kind": self.kind, "index": self.index, "name": self.name, "value": _encode(self.value, "output")}
+        return {"kind": self.kind, "index": self.index, "name": self.name, "value": encode_fx_value(self.value, "output")}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "OutputSlot":
         """The inverse of :meth:`to_json`."""
-        return cls(data["kind"], data["index"], data["name"], _decode(data["value"], {}))
+        return cls(data["kind"], data["index"], data["name"], decode_fx_value(data["value"], {}))
 
 
 @dataclass
