@@ -91,3 +91,15 @@ def test_byte_mismatches_say_what_differs():
     assert not re.search(r"\b(\w+), not \1\b", msg)
     big = bytes(40 << 20)
     assert mismatch(big[:-1] + b"\x01", big).startswith(f"byte {(40 << 20) - 1} of {40 << 20} reads 0x1")
+
+
+def test_the_reference_code_generators_refusal_keeps_its_cause():
+    """The issue's case: torchvendor_cpu has no ``ops.div_rn`` (Inductor's floor division of floats):
+    the case's reason carried "...CodegenError:" only, the cause was in a warning."""
+    from torchvendor.sdk.conformance import op_cases
+
+    target = Target(device="cpu", backend="torchvendor_cpu")
+    case = next(c for c in op_cases.cases(target, "inference") if c.id == "ops/div.floor_rounding/float32/compiled")
+    r = run_case(case, target)
+    assert r.status == "fallback", r
+    assert "ops.div_rn is not supported by the C++ code generator" in r.reason, r.reason
