@@ -33,7 +33,6 @@ ALLOWLIST: dict[str, str] = {
 PENDING: dict[str, str] = {
     "DTYPES": "conformance (sdk/conformance/device_cases.py, runtime_abi.py)",
     "DeviceProperties": "device layer (sdk/device/module.py) and conformance (sdk/conformance/runtime_abi.py)",
-    "GraphView": "native (pattern_matcher/explain.py aliases it to Any)",
     "Level": "levels (sdk/compile/fx_pattern.py's Literal beside sdk/compile/levels.py's enum)",
     "Unsupported": "native (partitioner/support.py) and conformance (sdk/conformance/core.py)",
     "check": "native (partitioner/support.py) and conformance (sdk/conformance/runtime_probe.py)",
