@@ -6,7 +6,7 @@ reproduce the same losses (docs/training.md). ``python examples/train_on_device.
 [AMP [BACKEND]]]]``, AMP one of bf16, fp16, none.
 
     $ python examples/train_on_device.py
-    acme: 6 steps, loss 5.55 -> 4.78
+    acme: 6 steps, loss 5.55 -> 4.85
     resumed at step 3 in a new process: the same losses
 """
 import itertools, json, os, subprocess, sys, tempfile  # noqa: E401
