@@ -29,6 +29,20 @@ def test_profiler_times_each_operator_on_the_device(acme) -> None:  # noqa: ANN0
     assert times["aten::mm"] > 0 and times["aten::sum"] > 0, prof.key_averages().table(row_limit=10)
 
 
+def test_torch_profiler_puts_the_device_on_its_timeline(acme, tmp_path) -> None:  # noqa: ANN001
+    from torch.profiler import ProfilerActivity
+
+    x = torch.randn(128, 128, device="acme")
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        (x @ x).relu().sum().item()
+    times = device_times(prof)
+    assert times["aten::mm"] > 0 and times["aten::sum"] > 0, prof.key_averages().table(row_limit=10)
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    device = [e for e in events if e.get("cat") == "kernel"]
+    assert any(e["name"] == "aten::mm (acme)" and e["dur"] > 0 for e in device), device[:5]
+
+
 def test_a_runtime_without_timing_events_profiles_the_cpu_with_one_message(tmp_path) -> None:  # noqa: ANN001
     from runtime_mutants import TEMPLATE, sim_path  # the mutation harness's shim over the simulator
 
@@ -43,6 +57,8 @@ def test_a_runtime_without_timing_events_profiles_the_cpu_with_one_message(tmp_p
               "with warnings.catch_warnings(record=True) as w:\n    warnings.simplefilter('always')\n"
               "    with profile() as prof:\n        (x @ x).sum().item()\n"
               "    with torch.autograd.profiler.profile(use_device='acme', use_kineto=False):\n"
+              "        (x @ x).sum().item()\n"
+              "    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.PrivateUse1]):\n"
               "        (x @ x).sum().item()\n"
               "print(sum('no event_elapsed_time' in str(m.message) for m in w), 'aten::mm' in device_times(prof))\n")
     run = subprocess.run([sys.executable, "-c", script, str(lib)], capture_output=True, text=True, timeout=300)

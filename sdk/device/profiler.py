@@ -1,13 +1,20 @@
 """A torchvendor device in torch's profiler.
 
-The device layer (``csrc/device/profiler.cpp``) implements torch's PrivateUse1 extension point
-for device timing (``ProfilerStubs``, ``registerPrivateUse1Methods``) with the runtime table's
-timing events: in the profiler's device-event mode, each operator gets a timing event on the
-current stream when it starts and when it ends, and the time between them is its device time
-(``FunctionEvent.device_time``, the "Self ACME" / "ACME total" columns of ``key_averages()``).
-:func:`profile` opens that mode: ``torch.autograd.profiler.profile(use_device=NAME,
-use_kineto=False)``. A runtime without ``event_elapsed_time`` cannot time the device: profiling
-then records CPU time only, with one warning that says why.
+The device layer (``csrc/device/profiler.cpp``) serves both of torch's PrivateUse1 profiler
+extension points with the runtime table's timing events:
+
+- ``torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1])``
+  (Kineto): a Kineto activity profiler (``REGISTER_PRIVATEUSE1_PROFILER``) records a timing event
+  on the current stream when each operator starts and ends, and puts each operator's own device
+  time on the device's timeline, linked to the operator: its "Self ACME" column in
+  ``key_averages()``, the device's row in ``export_chrome_trace``.
+- the profiler's device-event mode, ``torch.autograd.profiler.profile(use_device=NAME,
+  use_kineto=False)`` (what :func:`profile` opens; also where torch has no Kineto): torch's
+  ``ProfilerStubs`` (``registerPrivateUse1Methods``), the same events around each operator.
+
+On the simulator an operator's device time is the time its stream was busy with it, the CPU
+fallback's copies and host kernel included. A runtime without ``event_elapsed_time`` cannot
+time the device: profiling then records CPU time only, with one warning that says why.
 
 Example::
 
