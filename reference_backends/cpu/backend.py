@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from torchvendor.ir.loop_ir.transforms import merge_neighbours
+from torchvendor.ir.loop_ir import merge_neighbours
 from torchvendor.sdk import CompiledProgram, LoopBackend, LoopKernel
 
 from . import codegen

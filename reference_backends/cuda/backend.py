@@ -12,8 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchvendor.ir.loop_ir import Kernel
-from torchvendor.ir.loop_ir.transforms import host_onto_device, merge_epilogues
+from torchvendor.ir.loop_ir import Kernel, host_onto_device, merge_epilogues
 from torchvendor.sdk import BackendError, CompiledProgram, LoopBackend, loop_kernels
 
 from .codegen import CodegenError, CudaKernel, generate
