@@ -30,6 +30,8 @@ from typing import Any, Callable
 
 import torch
 
+from torchvendor.ir import compat
+
 from .core import Case, Target, Unsupported
 
 __all__ = ["cases"]
@@ -86,7 +88,7 @@ def _optimizer_steps(device: str, name: str, options: dict, step: Callable[[Any]
 def _compiled_optimizer(t: Target, name: str) -> dict[str, Any] | None:
     since = _n_reports()
     for options in OPTIMIZERS[name]:
-        torch._dynamo.reset()
+        compat.dynamo_reset()
         eager = _optimizer_steps(t.device, name, options, None)
         compiled = _optimizer_steps(t.device, name, options, functools.partial(_compile, t))
         for c, e in zip(compiled, eager):  # eager's bias correction is Python (double) math, a kernel's float32
@@ -252,7 +254,7 @@ def _loop(t: Target | None, device: str, steps: range, ckpt: str, resume: bool) 
 def _whole_loop(t: Target) -> dict[str, Any] | None:
     since, n = _n_reports(), 6
     with tempfile.TemporaryDirectory() as ckpt:
-        torch._dynamo.reset()
+        compat.dynamo_reset()
         losses = _loop(t, t.device, range(n), ckpt, False)
         resumed = _loop(t, t.device, range(n // 2, n), ckpt, True)
     if resumed != losses[n // 2:]:

@@ -38,7 +38,9 @@ __all__ = ["profile", "device_times", "times_device"]
 
 
 def _device_name() -> str:
-    name = torch._C._get_privateuse1_backend_name()
+    from torchvendor.ir import compat
+
+    name = compat.privateuse1_backend_name()
     if name == "privateuseone":
         raise RuntimeError("no torchvendor device is registered: call torchvendor.sdk.register_device(name) first")
     return name
