@@ -13,6 +13,13 @@ line: the first suspect of the first failure in that order that nothing explains
     ['memcpy_exact_bytes', 'memset_value_and_size', 'abi_version']
     >>> first_suspect('runtime.h, memcpy: "Copy n bytes": byte 3 differs. Suspect: memcpy, memset.')
     'memcpy'
+    >>> from types import SimpleNamespace as R
+    >>> rows = [R(id="runtime/memset_value_and_size", status="fail", tags={}, reason="byte 0 reads 0x0. Suspect: memset."),
+    ...         R(id="runtime/memcpy_exact_bytes", status="fail", tags={}, reason="byte 64 is 0. Suspect: memcpy.")]
+    >>> explain(rows)[0].reason
+    'blocked by memcpy (see runtime/memcpy_exact_bytes); what it saw: byte 0 reads 0x0.'
+    >>> fix_first(rows)["entry"]
+    'memcpy'
 """
 from __future__ import annotations
 
