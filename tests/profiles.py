@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILES = ("minimal", "device", "inference", "training", "full")
+PROFILES = ("minimal", "ci", "device", "inference", "training", "full")
 COLUMNS = ("pass", "fallback", "fail", "unsupported", "xfail", "skip")
 CPU_MANIFEST = "reference_backends/cpu/manifest.toml"
 CUDA_MANIFEST = "reference_backends/cuda/manifest.toml"
