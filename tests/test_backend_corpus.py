@@ -7,8 +7,8 @@ shapes) on every case, and the reference CPU backend ``torchvendor_cpu`` (genera
 
 Each ``torchvendor_cpu`` case costs a C++ compile per kernel (2-18 s on two cores), so the
 default tier runs it on :data:`CPU_DEFAULT`, a set cover of the corpus: these 17 of the 53 cases
-execute every line and branch of ``reference_backends/cpu/codegen.py`` and ``toolchain.py``
-that all 53 execute, hand the code generator every statement op x dtype, attribute value and
+execute every line and branch of the CPU code generator (then ``reference_backends/cpu/codegen.py``,
+whose walk now lives in ``sdk/compile/c_renderer.py``) and ``toolchain.py`` that all 53 execute, hand the code generator every statement op x dtype, attribute value and
 index function that all 53 do, and include training, dynamic, random and mutating cases
 (measured with coverage.py and a record of each compiled kernel, Nov 2026). ``-m slow`` runs
 the other 36.

@@ -1,7 +1,9 @@
 """``torchvendor_cpu``: the reference CPU backend (loop IR -> C++), registered on import and
 through the ``torch_dynamo_backends`` entry point (``torch.compile(m, backend="torchvendor_cpu")``
-works without an import). Copy it to start a LOOP-level backend: ``codegen.py`` (the kernel
-translator), ``toolchain.py`` (compile and launch), ``backend.py`` (the ``Backend`` subclass).
+works without an import). Read it as a LOOP-level backend on the public SDK API:
+``codegen.py`` (a subclass of the SDK's ``CStyleRenderer``: tables and hooks), ``toolchain.py``
+(compile and launch), ``backend.py`` (the ``LoopBackend`` subclass, with the public
+``merge_neighbours`` transform). A vendor starts from ``torchvendor new NAME --level loop``.
 
     >>> import torchvendor.reference_backends.cpu as cpu
     >>> cpu.CpuBackend.name
