@@ -169,3 +169,17 @@ def test_baselines_are_torchs_backends_not_names(backend):
     for cls in _nimbus_classes():
         register_backend(cls)
     assert _baselines(["eager", backend]) == {"eager"}
+
+
+def test_a_model_no_graph_of_which_reaches_the_backend_is_not_native():
+    """nn.LSTM runs eagerly under Dynamo: a vendor backend that compiled nothing of lstm_lm read
+    "pass, 100 % native" (no compile report, so no coverage); it falls back now, with the reason."""
+    from torchvendor.sdk import register_backend
+    from torchvendor.sdk.conformance.models.check import NO_GRAPH, check_model
+
+    nimbus, _ = _nimbus_classes()
+    register_backend(nimbus)
+    res = check_model("lstm_lm", [nimbus.name], parts=("inference",), timing=False, warm=False)["backends"][nimbus.name]
+    if res.get("coverage", {}).get("compute_ops"):
+        return  # this torch traces the LSTM: the ordinary coverage applies
+    assert res["status"] == "fell back" and res["coverage"]["outside"] == {NO_GRAPH: 1}, res

@@ -36,6 +36,8 @@ from .catalog import SPECS
 __all__ = ["check_model", "relative_error", "coverage", "full_float32", "PARTS", "MULTIPLIER", "TOLERANCE"]
 
 PARTS = ("inference", "dynamic", "training")
+#: what a model case falls back on when no graph of it reached a torchvendor backend
+NO_GRAPH = "no graph reached the backend"
 MULTIPLIER, TOLERANCE = 3.0, 1e-5
 LEARNING_RATE = 0.05
 def relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
@@ -272,6 +274,10 @@ class _Session:
         parts = self.result["parts"].values()
         if self.reports:  # every backend that writes compile reports, whatever its name
             self.result["coverage"] = coverage(self.reports)
+        elif self.backend not in _baselines([self.backend]):  # a torchvendor Backend that got no graph
+            self.result["coverage"] = {"compute_ops": 0, "vendor_ops": 0, "coverage": 0.0, "outside": {NO_GRAPH: 1},
+                                       "fallback_reasons": [f"{NO_GRAPH}: Dynamo ran the model eagerly (graph "
+                                                            f"breaks, or modules it does not trace such as nn.LSTM)"]}
         cov = self.result.get("coverage", {})
         if any("raised" in p for p in parts):
             status = "error"
