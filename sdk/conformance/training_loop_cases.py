@@ -2,8 +2,9 @@
 writes it, each a case of its own, then the whole loop (issue 34).
 
 - ``compiled_optimizer_{sgd,adam,adamw}``: ``torch.compile(optimizer.step)`` with the backend,
-  foreach and single-tensor, capturable and not (SGD: momentum), three steps: parameters as
-  eager's; a partition that fell back makes the case a fallback with the partition's reason.
+  foreach and single-tensor, capturable and not (where torch allows it; SGD: momentum), three
+  steps: parameters as eager's; a partition that fell back makes the case a fallback with the
+  partition's reason.
 - ``amp_grad_scaler``: fp16 autocast with ``torch.amp.GradScaler`` on the device: a step as the
   CPU's, an infinite gradient skips the step and halves the scale.
 - ``profiler_device_time``: torch's profiler times operators on the device
@@ -89,7 +90,12 @@ def _compiled_optimizer(t: Target, name: str) -> dict[str, Any] | None:
     since = _n_reports()
     for options in OPTIMIZERS[name]:
         compat.dynamo_reset()
-        eager = _optimizer_steps(t.device, name, options, None)
+        try:
+            eager = _optimizer_steps(t.device, name, options, None)
+        except (AssertionError, RuntimeError) as e:
+            if options.get("capturable") and "capturable" in str(e):  # torch refuses it here (the CPU): no variant
+                continue
+            raise
         compiled = _optimizer_steps(t.device, name, options, functools.partial(_compile, t))
         for c, e in zip(compiled, eager):  # eager's bias correction is Python (double) math, a kernel's float32
             torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5,
