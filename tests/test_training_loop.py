@@ -100,3 +100,16 @@ def test_the_example_resumes_and_matches_the_cpu(amp: str, tmp_path: Path) -> No
     assert acme["losses"][-1] < acme["losses"][0]
     # float32: the device runs the same kernels as the CPU (compiled C++, the CPU fallback)
     torch.testing.assert_close(torch.tensor(acme["losses"]), torch.tensor(cpu["losses"]), rtol=1e-4, atol=1e-5)
+
+
+def test_the_training_loop_area_passes_on_acme(acme) -> None:  # noqa: ANN001
+    from torchvendor.sdk.conformance.core import Target, cases_for, run_case
+
+    target = Target(device="acme", backend="torchvendor_cpu")
+    ci = [c.id for c in cases_for(target, "ci", areas=["training-loop"])]
+    assert ci == ["training-loop/compiled_optimizer_adamw"]
+    cases = [c for c in cases_for(target, "training", areas=["training-loop"]) if "compiled_optimizer" not in c.id]
+    results = [run_case(c, target) for c in cases]  # the compiled optimizer: tests/test_compiled_optimizer.py
+    assert [r.id.split("/")[1] for r in results] == ["amp_grad_scaler", "profiler_device_time", "dcp_save_resume",
+                                                     "pinned_dataloader", "activation_checkpointing", "whole_loop"]
+    assert all(r.status == "pass" for r in results), [(r.id, r.status, r.reason) for r in results if r.status != "pass"]

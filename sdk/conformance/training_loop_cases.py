@@ -99,7 +99,7 @@ def _compiled_optimizer(t: Target, name: str) -> dict[str, Any] | None:
         compiled = _optimizer_steps(t.device, name, options, functools.partial(_compile, t))
         for c, e in zip(compiled, eager):  # eager's bias correction is Python (double) math, a kernel's float32
             torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5,
-                                       msg=lambda m, o=options: f"{name}({o}) compiled step != eager after 3 steps: {m}")
+                                       msg=lambda m, o=options: f"{name}({o}) compiled != eager after 3 steps: {m}")
     return _fallback_result(_partition_fallbacks(since), f"{name}'s compiled step")
 
 
@@ -125,9 +125,11 @@ def _amp_grad_scaler(t: Target) -> None:
     got, scale = step(t.device, False)
     want, _ = step("cpu", False)
     for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3, msg=lambda m: f"an fp16 GradScaler step off the CPU's: {m}")
+        torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3,
+                                   msg=lambda m: f"an fp16 GradScaler step off the CPU's: {m}")
     skipped, halved = step(t.device, True)
-    if halved != scale / 2 or not all(torch.equal(s, p.detach().cpu()) for s, p in zip(skipped, _mlp("cpu").parameters())):
+    untouched = all(torch.equal(s, p.detach().cpu()) for s, p in zip(skipped, _mlp("cpu").parameters()))
+    if halved != scale / 2 or not untouched:
         raise AssertionError(f"an infinite gradient must skip the step and halve the scale ({scale} -> {halved}): "
                              "check _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_ on the device")
 
