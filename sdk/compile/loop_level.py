@@ -212,9 +212,10 @@ def lower_partition(backend: Any, sub: fx.GraphModule, examples: Sequence[Any], 
             copy.recompile()
         # Several partitions of one graph are lowered, each outside the AOT tracing context;
         # random ops stay ATen calls (Inductor's own random lowering needs its joint-graph
-        # passes, which run before partitioning).
-        with compat.outside_tracing_context(), compat.inductor_config_patch(**options):
-            return lower_graph(copy, examples, device=device, kind=kind)
+        # passes, which run before partitioning). The backend's settings join the lowering's one
+        # Inductor config patch.
+        with compat.outside_tracing_context():
+            return lower_graph(copy, examples, device=device, kind=kind, inductor_config=options)
 
     return backend.cache.get_or_build_value(key, lower, lambda p: p.to_json().encode(),
                                             lambda b: LoopProgram.from_json(b.decode()), ".loop.json")
