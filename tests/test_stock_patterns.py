@@ -240,12 +240,12 @@ _BACKENDS: dict = {}
 
 
 def _stock_backend(table):
-    from torchvendor.sdk import Backend, register_backend
+    from torchvendor.sdk import AtenBackend, register_backend
 
     name = "tvtest_stock" if table is None else "tvtest_stock_gelu_decomposed"
     if name not in _BACKENDS:
         rules = [r for stock_name in patterns.names() for r in patterns.rules(stock_name, FUSED[stock_name].key)]
-        _BACKENDS[name] = type("Stock", (Backend,), {"name": name, "patterns": tuple(rules), "decompositions": table,
+        _BACKENDS[name] = type("Stock", (AtenBackend,), {"name": name, "patterns": tuple(rules), "decompositions": table,
                                                      "compile": lambda self, gm, example_inputs: gm})
         register_backend(_BACKENDS[name])
     return name
