@@ -120,7 +120,8 @@ def test_the_reports_first_line_names_the_entry_to_fix_first(tmp_path):
     ])
     run = SuiteRun(Target(device="acme"), "minimal", results, 1.0, str(tmp_path))
     doc = to_dict(run)
-    assert summary_table(doc).splitlines()[0] == "Fix first: memcpy (runtime/memcpy_exact_bytes)"
+    assert summary_table(doc).splitlines()[0] == \
+        "Fix first: memcpy (runtime/memcpy_exact_bytes); 1 failure of other areas may follow from it"
     assert [c["id"] for c in doc["failures"]][0] == "runtime/memcpy_exact_bytes"
     blocked = next(c for c in doc["failures"] if c["id"] == "runtime/allocations_disjoint")
     assert blocked["reason"].startswith("blocked by memcpy (see runtime/memcpy_exact_bytes); what it saw:")

@@ -140,13 +140,21 @@ def fix_first_line(doc: dict[str, Any]) -> str:
 
     >>> fix_first_line({"fix_first": {"case": "runtime/memcpy_exact_bytes", "entry": "memcpy", "reason": "x"}})
     'Fix first: memcpy (runtime/memcpy_exact_bytes)'
+    >>> fix_first_line({"fix_first": {"case": "runtime/memcpy_exact_bytes", "entry": "memcpy", "reason": "x"},
+    ...                 "failures": [{"id": "runtime/memcpy_exact_bytes"}, {"id": "models/gpt2/inference"}]})
+    'Fix first: memcpy (runtime/memcpy_exact_bytes); 1 failure of other areas may follow from it'
     >>> fix_first_line({"fix_first": None})
     'Nothing to fix: no case failed'
     """
     first = doc.get("fix_first")
     if not first:
         return "Nothing to fix: no case failed"
-    return f"Fix first: {first['entry']} ({first['case']})" if first["entry"] else f"Fix first: {first['case']}"
+    line = f"Fix first: {first['entry']} ({first['case']})" if first["entry"] else f"Fix first: {first['case']}"
+    # a runtime entry underlies every other area: their failures may be its
+    others = [c for c in doc.get("failures", []) if not c["id"].startswith("runtime/")]
+    if first["case"].startswith("runtime/") and others:
+        line += f"; {len(others)} failure{'s' if len(others) > 1 else ''} of other areas may follow from it"
+    return line
 
 
 def _seed(doc: dict[str, Any]) -> str:
