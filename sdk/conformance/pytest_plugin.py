@@ -59,9 +59,12 @@ def _setup(config: Any) -> tuple[Target, Manifest | None, list[Case]]:
     cached = getattr(config, "_tv_conformance", None)
     if cached is None:
         opt = config.getoption
-        target = Target(device=opt("--tv-device"), backend=opt("--tv-backend"), runtime=opt("--tv-runtime"))
-        target.setup()
+        # the manifest's kernel libraries load as they do for the CLI (else the vendor's own
+        # kernels would be judged through the CPU fallback)
         manifest = load_manifest(opt("--tv-manifest")) if opt("--tv-manifest") else None
+        target = Target(device=opt("--tv-device"), backend=opt("--tv-backend"), runtime=opt("--tv-runtime"),
+                        kernels=tuple(manifest.kernels) if manifest else ())
+        target.setup()
         cached = config._tv_conformance = (target, manifest, cases_for(target, opt("--tv-profile"), manifest))
     return cached
 
