@@ -45,6 +45,8 @@ def relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
 
     >>> relative_error(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0], dtype=torch.float64))
     0.0
+    >>> relative_error(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0], dtype=torch.float64))
+    inf
     """
     t = truth.detach().double().cpu()
     d = value.detach().double().cpu() - t
@@ -53,6 +55,8 @@ def relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
         if not torch.equal(torch.isfinite(value.detach().cpu()), finite):
             return float("inf")
         t, d = t[finite], d[finite]
+    elif not bool(torch.isfinite(d).all()):  # a NaN or Inf where the truth has none
+        return float("inf")
     scale = float(t.norm())
     err = float(d.norm())
     return err / scale if scale else err
@@ -188,7 +192,9 @@ class _Reference:
         self.initial = copy.deepcopy(model).cpu()
         self.model = model.to(device).eval()
         cpu_model = copy.deepcopy(self.initial).eval()
-        self.truth_model = copy.deepcopy(self.initial).double()
+        # the truth runs in eval mode like the model it judges (dropout off; models such as
+        # XLNet return other outputs in training mode); _train_step sets train() itself
+        self.truth_model = copy.deepcopy(self.initial).double().eval()
         self.inputs = [inputs, spec.make_inputs(model, 1)]
         self.eager: dict[str, Any] = {}
         self.truth: dict[str, Any] = {}
