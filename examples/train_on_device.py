@@ -25,7 +25,7 @@ data = (torch.randint(0, 256, (steps * 8, 1)) + 3 * torch.arange(32)) % 256  # l
 loader = torch.utils.data.DataLoader(data, batch_size=8, pin_memory=device != "cpu")  # pinned for the accelerator
 model = GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=64, resid_pdrop=0,
                                    embd_pdrop=0, attn_pdrop=0)).to(device)
-model.activation_checkpointing_enable()  # torch.utils.checkpoint, non-reentrant
+getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()  # older name before 5.2x
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
 scaler = torch.amp.GradScaler(device, enabled=amp == "fp16")
 state = lambda: dict(zip(("model", "optim"), get_state_dict(model, opt)), scaler=scaler.state_dict())  # noqa: E731

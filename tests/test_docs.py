@@ -15,12 +15,19 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
-BLOCK = re.compile(r"(<!-- no-run: (?P<why>[^>]*?) -->\s*)?```python\n(?P<code>.*?)```", re.S)
+BLOCK = re.compile(r"(<!-- no-run: (?P<why>[^>]*?) -->\s*)?(<!-- needs torch (?P<needs>\d+\.\d+): (?P<because>[^>]*?) -->\s*)?"
+                   r"```python\n(?P<code>.*?)```", re.S)
+_TORCH = tuple(int(p) for p in re.findall(r"\d+", __import__("torch").__version__)[:2])
 
 
 def blocks(path: Path) -> list[str]:
+    """The blocks to run; a block preceded by ``<!-- needs torch 2.13: reason -->`` runs only there and later."""
     out = []
     for m in BLOCK.finditer(path.read_text()):
+        if m.group("needs") is not None:
+            assert m.group("because").strip(), f"{path.name}: a needs-torch block must say why"
+            if _TORCH < tuple(int(p) for p in m.group("needs").split(".")):
+                continue
         if m.group("why") is not None:
             assert m.group("why").strip(), f"{path.name}: a no-run block must say why"
             continue

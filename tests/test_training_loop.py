@@ -92,6 +92,13 @@ def _train(device: str, steps: int, amp: str, tmp_path: Path) -> dict:
     return json.loads(out.read_text())
 
 
+#: torch 2.11's DCP FileSystemWriter refuses device tensors ("Tensor must be on CPU"): the example
+#: and the area's DCP case need 2.13 (measured: 2.11 fails, 2.13 passes)
+needs_dcp_on_device = pytest.mark.skipif(tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13),
+                                         reason="torch 2.11's DCP writer refuses device tensors")
+
+
+@needs_dcp_on_device
 @pytest.mark.parametrize("amp", ["none"])
 def test_the_example_resumes_and_matches_the_cpu(amp: str, tmp_path: Path) -> None:
     acme, cpu = _train("acme", 4, amp, tmp_path), _train("cpu", 4, amp, tmp_path)
@@ -102,6 +109,7 @@ def test_the_example_resumes_and_matches_the_cpu(amp: str, tmp_path: Path) -> No
     torch.testing.assert_close(torch.tensor(acme["losses"]), torch.tensor(cpu["losses"]), rtol=1e-4, atol=1e-5)
 
 
+@needs_dcp_on_device
 def test_the_training_loop_area_passes_on_acme(acme) -> None:  # noqa: ANN001
     from torchvendor.sdk.conformance.core import Target, cases_for, run_case
 
