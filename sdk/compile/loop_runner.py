@@ -159,16 +159,17 @@ def _on_device(fn: Callable[..., Any], moved: tuple[int, ...], back: tuple[int, 
     span they address (strides and offset kept), and those at ``back`` (written) copied back.
     Inductor lets a device kernel read a 0-d host tensor (its own wrapper passes it by value);
     a device cannot dereference host memory."""
+    def flat(t: torch.Tensor, offset: int) -> torch.Tensor:  # the storage span ``t`` addresses
+        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+        return t.as_strided((span,), (1,), offset)
+
     copies = list(args)
     for i in moved:
         t = args[i]
-        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
-        copies[i] = t.as_strided((span,), (1,), t.storage_offset()).to(device).as_strided(t.shape, t.stride(), 0)
+        copies[i] = flat(t, t.storage_offset()).to(device).as_strided(t.shape, t.stride(), 0)
     fn(*copies)
     for i in back:
-        t, c = args[i], copies[i]
-        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
-        t.as_strided((span,), (1,), t.storage_offset()).copy_(c.as_strided((span,), (1,), 0))
+        flat(args[i], args[i].storage_offset()).copy_(flat(copies[i], 0))
 
 
 def _constant(value: Any, size: tuple[int, ...], dtype: torch.dtype, device: Any) -> torch.Tensor:
