@@ -73,7 +73,10 @@ def test_the_yardstick_is_eagers_own_distance_to_float64_truth():
     assert check._compare([eager[0] * (1 + 1e-6)], eager, truth)[0]       # within 3x eager + 1e-5
     ok, err, base = check._compare([eager[0] * (1 + 1e-3)], eager, truth)  # bfloat16-sized error
     assert not ok and err > 1e-4 > base
-    assert not check._compare([eager[0][:10]], eager, truth)[0]           # a wrong shape
+    with pytest.raises(AssertionError, match="output 0 has shape"):       # a wrong shape, said as such
+        check._compare([eager[0][:10]], eager, truth)
+    with pytest.raises(AssertionError, match="returned 2 floating-point"):  # an extra output
+        check._compare([eager[0], eager[0]], eager, truth)
     nan = torch.tensor([1.0, float("nan")], dtype=torch.float64)
     assert check.relative_error(torch.tensor([1.0, float("nan")]), nan) == 0.0
     assert check.relative_error(torch.tensor([1.0, 2.0]), nan) == float("inf")
