@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -46,6 +46,7 @@ import sympy
 
 from torchvendor.ir.loop_ir import Buffer, Kernel, LoopNest, Stmt, parse_expr
 from torchvendor.sdk import CodegenError, CStyleRenderer, LoopKernel
+from torchvendor.sdk.compile.c_renderer import Scope
 
 from .segments import C, Part, X, accesses, canonical, classify, post_names, prod, row_col_steps
 
@@ -199,25 +200,14 @@ def _field_type(kind: str, fieldname: str, acc: str) -> str:
 
 
 @dataclass
-class _Scope:
-    """Where :meth:`CudaRenderer._stmts` emits a body, and the C name of each SSA value so far."""
+class _Scope(Scope):
+    """The renderer's :class:`Scope` with this launch model's part: the nest and its place in the
+    segment, the buffers never stored (their loads recompute the value), and whether the
+    statements run once per row (after a reduction: every thread computes, thread 0 stores)."""
 
-    part: Part                        # the nest and its place in the segment
-    names: dict[str, str]              # loop variable or indirect index -> its C name
-    indent: str
-    local_buffers: Mapping[str, Any]   # buffers never stored: their loads recompute the value
-    lanes: tuple[set[str], str] | None = None   # (buffers in vector registers, the lane variable)
-    prefix: str = ""                   # prefix of C names (a recomputed local buffer's own values)
-    once_per_row: bool = False         # statements after a reduction: thread 0 stores
-    values: dict[str, str] = field(default_factory=dict)   # SSA name -> C expression
-    recompute: bool = False            # recomputing a local buffer's value: no stores
-    top_level: bool = True             # not inside a ``masked`` body
-
-    def arg(self, name: str) -> str:
-        return self.values.get(name, self.prefix + name)
-
-    def args(self, st: Stmt) -> list[str]:
-        return [self.arg(x) for x in st.args]
+    part: Part | None = None
+    local_buffers: Mapping[str, Any] = field(default_factory=dict)
+    once_per_row: bool = False
 
 
 def _fold(fn: str, args: list[str]) -> str:
@@ -250,6 +240,18 @@ class CudaRenderer(CStyleRenderer):
                    "randint64": "tv_randint64({0}, {1}, {2}, {3})"}
     unsupported_ops = {k: v for k, v in CStyleRenderer.unsupported_ops.items()
                        if k not in ("rand", "randn", "randint64", "load_seed")}
+    declaration = "const {t} {name} = {expr};"
+    cast_code = "static_cast<{t}>({0})"
+    load_code = {"*": cast_code}
+    store_code: Mapping[str, str] = {}
+    to_dtype_code = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))", "float16": "__half2float(__float2half({0}))"}
+    bitcast_code = "{t} {name}; {{ {s} tmp_ = {0}; memcpy(&{name}, &tmp_, sizeof({name})); }}"
+    cast_operands = (frozenset(_UNARY) - {"logical_not", "isnan", "isinf", "signbit", "bitwise_not", "identity"}) | _CAST_ARGS
+    yield_code = "{name} = {value};"
+    fail_code = "tv_fail({check}, {value});"   # the host reads the record after the launches
+    atomic_add_code = "atomicAdd(&{target}, {value});"
+    atomic_add_dtypes = frozenset(CTYPES)
+    index_type = "idx_t"                       # each function's typedef: int, or long long for big tensors
 
     def int_literal(self, v: int) -> str:
         return f"{v}LL" if abs(v) >= 2**31 else str(v)
@@ -285,11 +287,10 @@ class CudaRenderer(CStyleRenderer):
         self.knobs = _knobs()
 
     def _start(self, lk: Any) -> None:
-        """The state of one kernel's rendering."""
-        self.lk, self.kernel, self.size_vars = lk, lk.kernel, tuple(lk.size_vars)
-        self.buffers = {b.name: b for b in lk.buffers}
+        """The state of one kernel's rendering: the renderer's, and this launch model's."""
+        self.begin(lk)
+        self.kernel, self.size_vars = lk.kernel, tuple(lk.size_vars)
         self.order = [b.name for b in lk.buffers]
-        self.lines: list[str] = []
         self.launches: list[Launch] = []
         self.counter = 0
         self.static = not self.size_vars
@@ -300,7 +301,6 @@ class CudaRenderer(CStyleRenderer):
         self.cache_decl: list[str] = []
         self.row_vals: dict[tuple[str, str], str] | None = None  # in a row segment: stored per-row values
         self.red_seen: dict[tuple, str] = {}
-        self.checks: list[str] = []     # the message of each bounds check, by number (tv_fail)
 
     # -- segments --
     def segments(self) -> list[tuple[tuple[Any, Any] | None, list[Part]]]:
@@ -554,18 +554,18 @@ class CudaRenderer(CStyleRenderer):
             return head + f"if (const idx_t C = {lo} + k * {step}; C < {hi}) {{"
         return f"{ind}#pragma unroll 4\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{"
 
-    def _cached_load(self, c: Part, st: Stmt, t: str, nm: str, expr: str) -> str | None:
+    def _cached_load(self, c: Part, st: Stmt, expr: str) -> str:
         """In a persistent row segment, a load of a buffer the kernel never writes is read once per
-        (buffer, element) and kept in a register array for the later nests."""
+        (buffer, element) and kept in a register array for the later nests (else ``expr``)."""
         buf = st.attr("buffer")
         if not self.persist or buf in self._written():
-            return None
+            return expr
         key = (buf, str(canonical(st.attr("index"), c.env)))
         if "C" not in key[1]:
-            return None
+            return expr
         arr = self.cache.get(key)
         if arr is not None:
-            return f"const {t} {nm} = static_cast<{t}>({arr}[k]);"
+            return f"{arr}[k]"
         arr = f"reg{len(self.cache)}"
         self.cache[key] = arr
         if self.knobs["stream"] and expr.startswith(f"{buf}[") and X in canonical(st.attr("index"), c.env).free_symbols:
@@ -574,7 +574,7 @@ class CudaRenderer(CStyleRenderer):
             # back while it reads: var_mean 4096x4096 34.2 -> 28.9 us on the H100)
             expr = f"tv_ldcs(&{expr})"
         self.cache_decl.append(f"  {CTYPES[self.buffers[buf].dtype]} {arr}[{self.persist}];")
-        return f"const {t} {nm} = static_cast<{t}>({arr}[k] = {expr});"
+        return f"{arr}[k] = {expr}"
 
     def _same_reduction(self, c: Part, red: Stmt) -> tuple | None:
         """A key for a reduction of a plain load inside a row segment (None elsewhere): two
@@ -666,164 +666,83 @@ class CudaRenderer(CStyleRenderer):
         self.launches.append(Launch(name, "split", rows=str(rows), rlen=str(rlen), threads=threads, splits=splits,
                                     workspace=tuple(ftypes)))
 
-    # -- statements --
+    # -- statements: the renderer's, in a scope of this launch model (hooks below) --
     def _nest_body(self, c: Part, coords: Mapping[str, str], ind: str, locals_: Mapping[str, Any],
                    lanes: tuple[set[str], str] | None = None, prefix: str = "",
                    recompute: bool = False) -> dict[str, str]:
         """Bind the nest's loop variables from ``coords`` (X: row or flat index, C: column), then
         emit its body; returns the C value of each SSA name."""
-        names: dict[str, str] = {}
-        for v in (*c.row_vars, *c.col_vars):
-            self.lines.append(f"{ind}const idx_t {prefix}{v} = {self.print_index(c.env[v], coords)};")
-            names[v] = prefix + v
-        return self._stmts(_Scope(c, names, ind, locals_, lanes, prefix, recompute=recompute), c.nest.body)
+        names = self._bind(ind, (*c.row_vars, *c.col_vars), c, coords, prefix=prefix)
+        scope = _Scope(names=names, lanes=lanes, prefix=prefix, stores=not recompute, part=c, local_buffers=locals_)
+        return self._stmts(scope, c.nest.body, ind)
 
-    def _stmts(self, scope: _Scope, body: Sequence[Stmt], include: set[int] | None = None) -> dict[str, str]:
-        """Emit the statements of ``body`` (those in ``include``, if given) as C; returns the C
-        value of each SSA name."""
-        for st in body:
-            if include is not None and id(st) not in include:
-                continue
-            if scope.recompute and st.op in ("store", "store_reduction"):
-                continue
-            self.statement(st, scope)
-            if st.name and st.name not in scope.values:
-                scope.values[st.name] = scope.prefix + st.name
-        return scope.values
+    def _bind(self, ind: str, variables: Sequence[str], c: Part, coords: Mapping[str, str],
+              names: dict[str, str] | None = None, prefix: str = "") -> dict[str, str]:
+        """Declare loop variables as expressions of the coordinates, at indent ``ind``."""
+        names = {} if names is None else names
+        depth, self.depth = self.depth, len(ind) // 2
+        for v in variables:
+            names[v] = self.bind_index(prefix + v, c.env[v], coords)
+        self.depth = depth
+        return names
 
-    def _declare(self, scope: _Scope, st: Stmt, expr: str) -> None:
-        t = self.value_type(st.dtype)
-        self.lines.append(f"{scope.indent}const {t} {scope.prefix}{st.name} = {expr};")
+    def _stmts(self, scope: _Scope, body: Sequence[Stmt], ind: str, include: set[int] | None = None) -> dict[str, str]:
+        """The renderer's :meth:`render_body` at indent ``ind``."""
+        depth, self.depth = self.depth, len(ind) // 2
+        try:
+            return self.render_body(scope, body, include)
+        finally:
+            self.depth = depth
 
-    # -- statements (dispatched by ``statement``) --
-    def stmt_load(self, st: Stmt, scope: _Scope) -> None:
+    def load_source(self, st: Stmt) -> str | None:
         """A load: recomputed (a local buffer), from the vector registers, from a value this row
         computed earlier, from the persistent row cache, or from memory."""
-        buf, ind, nm, t = st.attr("buffer"), scope.indent, scope.prefix + st.name, self.value_type(st.dtype)
+        scope, buf = self.scope, st.attr("buffer")
         if buf in scope.local_buffers:
-            part, store = scope.local_buffers[buf]
-            self.counter += 1
-            p = f"l{self.counter}_"
-            self.lines += [f"{ind}{t} {nm};", f"{ind}{{"]
-            sub = self._nest_body(part, {"X": "X", "C": "C"}, ind + "  ", scope.local_buffers, prefix=p,
-                                  recompute=True)
-            self.lines += [f"{ind}  {nm} = {sub.get(store.args[0], p + store.args[0])};", f"{ind}}}"]
-            scope.values[st.name] = nm
-            return
-        if scope.lanes and buf in scope.lanes[0]:
-            expr = f"vl_{buf}.v[{scope.lanes[1]}]"
-        else:
-            expr = f"{buf}[{self.index(st.attr('index'), scope.names)}]"
+            self._recompute(st)
+            return None
+        expr = super().load_source(st)
         key = (buf, str(canonical(st.attr("index"), scope.part.env)))
         if self.row_vals is not None and key in self.row_vals:
             expr = self.row_vals[key]   # a value this row computed earlier in the kernel
-        cached = self._cached_load(scope.part, st, t, nm, expr) if scope.top_level and not scope.once_per_row else None
-        self.lines.append(f"{ind}{cached or f'const {t} {nm} = static_cast<{t}>({expr});'}")
+        return self._cached_load(scope.part, st, expr) if scope.top_level and not scope.once_per_row else expr
 
-    def stmt_store(self, st: Stmt, scope: _Scope) -> None:
-        """A store: to the vector registers, atomic, or plain (once per row: thread 0 stores, and
-        the value is kept for later loads of the row)."""
-        buf, ind = st.attr("buffer"), scope.indent
+    def _recompute(self, st: Stmt) -> None:
+        """A load of a buffer never stored: the nest that computes the element, rendered again."""
+        scope = self.scope
+        part, store = scope.local_buffers[st.attr("buffer")]
+        t, nm = self.value_type(st.dtype), scope.prefix + st.name
+        self.counter += 1
+        p = f"l{self.counter}_"
+        self.emit(f"{t} {nm};")
+        self.emit("{")
+        sub = self._nest_body(part, {"X": "X", "C": "C"}, "  " * (self.depth + 1), scope.local_buffers, prefix=p,
+                              recompute=True)
+        self.emit(f"  {nm} = {sub.get(store.args[0], p + store.args[0])};")
+        self.emit("}")
+        scope.values[st.name] = nm
+
+    def store(self, st: Stmt, target: str, value: str) -> None:
+        """A plain store: none for a local buffer; once per row, thread 0 stores, and the value is
+        kept for later loads of the row."""
+        scope, buf = self.scope, st.attr("buffer")
         if buf in scope.local_buffers:
             return
-        bt = CTYPES[self.buffers[buf].dtype]
-        val = f"static_cast<{bt}>({scope.arg(st.args[0])})"
-        target = f"{buf}[{self.index(st.attr('index'), scope.names)}]"
-        if scope.lanes and buf in scope.lanes[0]:
-            self.lines.append(f"{ind}vs_{buf}.v[{scope.lanes[1]}] = {val};")
-        elif st.attr("mode") == "atomic_add":
-            self.lines.append(f"{ind}atomicAdd(&{target}, {val});")
-        elif st.attr("mode"):
-            raise CodegenError(f"store mode {st.attr('mode')!r} is not supported")
-        else:
-            key = (buf, str(canonical(st.attr("index"), scope.part.env)))
-            if scope.once_per_row and scope.top_level and self.row_vals is not None and "C" not in key[1]:
-                rv = f"rv{len(self.row_vals)}"
-                self.cache_decl.append(f"  {bt} {rv};")
-                self.row_vals[key] = rv
-                self.lines.append(f"{ind}{rv} = {val};")
-                val = rv
-            guard = "if (tid == 0) " if scope.once_per_row else ""
-            self.lines.append(f"{ind}{guard}{target} = {val};")
+        key = (buf, str(canonical(st.attr("index"), scope.part.env)))
+        if scope.once_per_row and scope.top_level and self.row_vals is not None and "C" not in key[1]:
+            rv = f"rv{len(self.row_vals)}"
+            self.cache_decl.append(f"  {self.storage_type(self.buffers[buf].dtype)} {rv};")
+            self.row_vals[key] = rv
+            self.emit(f"{rv} = {value};")
+            value = rv
+        self.emit(f"{'if (tid == 0) ' if scope.once_per_row else ''}{target} = {value};")
 
-    stmt_store_reduction = stmt_store
-
-    def stmt_masked(self, st: Stmt, scope: _Scope) -> None:
-        ind, nm = scope.indent, scope.prefix + st.name
-        self.lines += [f"{ind}{self.value_type(st.dtype)} {nm} = {self.literal(st.attr('other'), st.dtype)};",
-                       f"{ind}if ({scope.arg(st.args[0])}) {{"]
-        inner = replace(scope, names=dict(scope.names), indent=ind + "  ", lanes=None, values=dict(scope.values),
-                        top_level=False)
-        self.lines += [f"{ind}  {nm} = {self._stmts(inner, st.body)['__yield']};", f"{ind}}}"]
-
-    def stmt_yield(self, st: Stmt, scope: _Scope) -> None:
-        scope.values["__yield"] = scope.arg(st.args[0])
-
-    def stmt_indirect_indexing(self, st: Stmt, scope: _Scope) -> None:
-        ind, nm = scope.indent, scope.prefix + st.name
-        size = self.index(st.attr("size"), scope.names)
-        self.lines.append(f"{ind}idx_t {nm} = (idx_t)({scope.arg(st.args[0])});")
-        if st.attr("wrap_neg", True):
-            self.lines.append(f"{ind}if ({nm} < 0) {nm} += {size};")
-        if st.attr("check", True):   # recorded for the host, and no access outside the buffer
-            check = self.message(f"{self.indexed(st.name)} at index {st.name} = {st.args[0]}: outside [0, {st.attr('size')})")
-            self.lines.append(f"{ind}if ({nm} < 0 || {nm} >= {size}) {{ tv_fail({check}, {nm}); {nm} = 0; }}")
-        scope.names[st.name] = scope.values[st.name] = nm
-
-    def stmt_reduction(self, st: Stmt, scope: _Scope) -> None:
-        scope.values[st.name] = scope.prefix + st.name  # the accumulator: set by _reduce_nest
-
-    def stmt_check_bounds(self, st: Stmt, scope: _Scope) -> None:
-        pass
-
-    def stmt_device_assert(self, st: Stmt, scope: _Scope) -> None:
-        """``torch._assert_async``: a false condition records the message for the host (checks.py)."""
-        check = self.message(f"{self.assertion}{st.attr('msg')}")
-        self.lines.append(f"{scope.indent}if (!({scope.arg(st.args[0])})) tv_fail({check}, 0);")
-
-    def stmt_constant(self, st: Stmt, scope: _Scope) -> None:
-        self._declare(scope, st, self.literal(st.attr("value"), st.attr("dtype") or st.dtype))
-
-    def stmt_index_expr(self, st: Stmt, scope: _Scope) -> None:
-        t = self.value_type(st.dtype)
-        self._declare(scope, st, f"static_cast<{t}>({self.index(st.attr('expr'), scope.names)})")
-
-    def stmt_to_dtype(self, st: Stmt, scope: _Scope) -> None:
-        conv = {"bfloat16": "__bfloat162float(__float2bfloat16({0}))",
-                "float16": "__half2float(__float2half({0}))"}.get(st.attr("dtype"), "static_cast<{t}>({0})")
-        self._declare(scope, st, conv.format(scope.arg(st.args[0]), t=self.value_type(st.dtype)))
-
-    def stmt_to_dtype_bitcast(self, st: Stmt, scope: _Scope) -> None:
-        nm, src = scope.prefix + st.name, self.value_type(st.attr("src_dtype"))
-        self.lines.append(f"{scope.indent}{self.value_type(st.dtype)} {nm}; {{ {src} tmp_ = {scope.arg(st.args[0])}; "
-                          f"memcpy(&{nm}, &tmp_, sizeof({nm})); }}")
-
-    def stmt_load_seed(self, st: Stmt, scope: _Scope) -> None:
-        off = scope.arg(st.args[0]) if st.args else str(st.attr("offset"))
-        self.lines.append(f"{scope.indent}const long long {scope.prefix}{st.name} = "
-                          f"(long long){st.attr('buffer')}[{off}];")
-
-    def stmt_getitem(self, st: Stmt, scope: _Scope) -> None:
-        red = next((s for s in scope.part.nest.body if s.name == st.args[0]), None)
+    def reduction_value(self, name: str, k: int) -> tuple[str, str | None]:
+        """A field of a reduction's accumulator (``auto``-typed)."""
+        red = next((s for s in self.scope.part.nest.body if s.name == name), None)
         if red is None or red.op != "reduction":
-            raise CodegenError(f"getitem of {st.args[0]} is not supported")
-        field_name = _RED[red.attr("kind")][0][st.attr("index")]
-        self.lines.append(f"{scope.indent}const auto {scope.prefix}{st.name} = acc_{scope.prefix}{red.name}_{field_name};")
-
-    def stmt_compute(self, st: Stmt, scope: _Scope) -> None:
-        """Math: unary ops compute in their result type (``float`` for an unknown one), the
-        arithmetic of :data:`_CAST_ARGS` casts its operands to it."""
-        a, t, op = self.operands(st, scope.arg), self.value_type(st.dtype), st.op
-        if op.removeprefix("libdevice_") in _UNARY:
-            tt = t if t != "auto" else "float"
-            x = a[0] if op in ("logical_not", "isnan", "isinf", "signbit", "bitwise_not", "identity") \
-                else f"static_cast<{tt}>({a[0]})"
-            expr = self.compute(op, [x], st.dtype, tt)
-        elif op in _CAST_ARGS and t != "auto":
-            expr = self.compute(op, [f"static_cast<{t}>({x})" for x in a], st.dtype, t)
-        else:
-            expr = self.compute(op, a, st.dtype, t)
-        self._declare(scope, st, expr)
+            raise CodegenError(f"getitem of {name} is not supported")
+        return f"acc_{self.scope.prefix}{red.name}_{_RED[red.attr('kind')][0][k]}", None
 
     def _reduce_nest(self, c: Part, threads: int, ind: str, locals_: Mapping[str, Any], warp: bool,
                      loop: tuple[str, str] | None = None, partial: bool = False,
@@ -834,9 +753,7 @@ class CudaRenderer(CStyleRenderer):
         workspace slices instead of reading the row (split second pass)."""
         reds = [st for st in c.nest.body if st.op == "reduction"]
         names: dict[str, str] = {}
-        for v in c.row_vars:
-            self.lines.append(f"{ind}const idx_t {v} = {self.print_index(c.env[v], {'X': 'X'})};")
-            names[v] = v
+        self._bind(ind, c.row_vars, c, {"X": "X"}, names)
         infos, dups = self._accumulators(c, reds, ind)
         two = final is None and loop is None and not column and self._two_pass_kind(infos)
         if two:
@@ -867,7 +784,8 @@ class CudaRenderer(CStyleRenderer):
         vals = {red.name: f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else _RED[kind][0][0]}"
                 for red, kind, *_ in infos}
         vals.update({name: f"acc_{name}_{'i' if 'i' in fields else fields[0]}" for name, _, fields, _ in dups})
-        self._stmts(_Scope(c, names, ind, locals_, once_per_row=not column, values=vals), c.nest.body, after_set)
+        self._stmts(_Scope(names=names, values=vals, part=c, local_buffers=locals_, once_per_row=not column),
+                    c.nest.body, ind, after_set)
 
     def _accumulators(self, c: Part, reds: list[Stmt], ind: str) -> tuple[list[tuple], list[tuple]]:
         """Declare and initialise each reduction's accumulator fields; a reduction equal to one
@@ -918,10 +836,8 @@ class CudaRenderer(CStyleRenderer):
             roots = pre_stores if k == 0 else []   # stores before the reduction run in the first pass
             include = _closure(c.nest.body, list(red.args), roots)
             self.lines.append(self._col_loop(ind, "tid", "L", threads))
-            for v in c.col_vars:
-                self.lines.append(f"{ind}  const idx_t {v} = {self.print_index(c.env[v], {'C': 'C'})};")
-                names[v] = v
-            vals = self._stmts(_Scope(c, names, ind + "  ", locals_), c.nest.body, include)
+            self._bind(ind + "  ", c.col_vars, c, {"C": "C"}, names)
+            vals = self._stmts(_Scope(names=names, part=c, local_buffers=locals_), c.nest.body, ind + "  ", include)
             v = f"({acc_t}){vals.get(red.args[0], red.args[0])}"
             self.lines += [ind + "  " + update[k].format(a=a, v=v, t=acc_t), f"{ind}}}"]
             self._combine((red, kind, acc_t, (fld,), (acc_t,), None, comb), threads, warp, ind)
@@ -938,10 +854,8 @@ class CudaRenderer(CStyleRenderer):
         unroll = self.knobs["col_unroll"] if column else 4
         self.lines.append(self._col_loop(ind, lo, hi, step) if not column and loop is None else
                           f"{ind}#pragma unroll {unroll}\n{ind}for (idx_t C = {lo}; C < {hi}; C += {step}) {{")
-        for v in c.col_vars:
-            self.lines.append(f"{ind}  const idx_t {v} = {self.print_index(c.env[v], {'C': 'C'})};")
-            names[v] = v
-        vals = self._stmts(_Scope(c, names, ind + "  ", locals_), c.nest.body, loop_set)
+        self._bind(ind + "  ", c.col_vars, c, {"C": "C"}, names)
+        vals = self._stmts(_Scope(names=names, part=c, local_buffers=locals_), c.nest.body, ind + "  ", loop_set)
         for red, kind, acc_t, fields, ftypes, upd, comb in infos:
             args = [vals.get(x, x) for x in red.args]
             self.lines.append(ind + "  " + upd.format(a=f"acc_{red.name}_", v=args[0], i="C", t=acc_t,

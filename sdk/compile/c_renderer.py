@@ -86,14 +86,14 @@ Example: the base renders a whole kernel; a dialect overrides table entries::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Mapping, Sequence, Union
 
 import sympy
 
 from torchvendor.ir.loop_ir import COMPUTE_OPS, STATEMENT_OPS, LoopNest, Stmt, parse_expr
 
-__all__ = ["CStyleRenderer", "CodegenError", "Loop", "OpCode"]
+__all__ = ["CStyleRenderer", "CodegenError", "Loop", "OpCode", "Scope"]
 
 
 class CodegenError(NotImplementedError):
@@ -130,6 +130,33 @@ class Loop:
     innermost: bool = False
     vector: bool = False
     reductions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+@dataclass
+class Scope:
+    """Where statements render (:meth:`CStyleRenderer.render_body`): what the walk of one loop
+    over elements needs is the default; a GPU-style launch model, which renders a nest's body for
+    a thread, a vector lane or a value recomputed where it is read, says how here.
+
+    ``names``: loop variable or indirect index -> its C name (the index printer renames through
+    it); ``values``: SSA name -> its C expression so far; ``prefix``: prepended to the C names of
+    the values defined here (a body rendered twice in one function); ``lanes``: (the buffers held
+    in vector registers, the lane variable), whose loads and stores go through
+    :attr:`CStyleRenderer.lane_load_code` and :attr:`CStyleRenderer.lane_store_code`;
+    ``stores``: False renders values only (a recomputation); ``top_level``: not inside a
+    ``masked`` body.
+    """
+
+    names: dict[str, str] = field(default_factory=dict)
+    values: dict[str, str] = field(default_factory=dict)
+    prefix: str = ""
+    lanes: tuple[Any, str] | None = None
+    stores: bool = True
+    top_level: bool = True
+
+    def arg(self, name: str) -> str:
+        """The C expression of SSA value ``name``."""
+        return self.values.get(name, self.prefix + name)
 
 
 def _infix(op: str) -> str:
@@ -242,6 +269,31 @@ class CStyleRenderer:
     }
     #: an ``atomic_add`` store (lines split on ``\\n``); a target with parallel loops adds its pragma
     atomic_add_code: ClassVar[str] = "{target} += {value};"
+    #: the dtypes an ``atomic_add`` store may write (16-bit floats are converted, so not atomically)
+    atomic_add_dtypes: ClassVar[frozenset[str]] = frozenset(STORAGE) - {"float16", "bfloat16"}
+    #: how an SSA value is declared (``t`` its C type) and a value converted to C type ``t``
+    declaration: ClassVar[str] = "{t} {name} = {expr};"
+    cast_code: ClassVar[str] = "({t})({0})"
+    #: storage dtype -> how an element read from memory becomes a value (``*``: any other dtype;
+    #: else :attr:`cast_code`), how a value becomes an element, and ``to_dtype``'s conversions
+    load_code: ClassVar[Mapping[str, str]] = {"float16": "tv_h2f({0})", "bfloat16": "tv_b2f({0})", "*": "{0}"}
+    store_code: ClassVar[Mapping[str, str]] = {"float16": "tv_f2h((float)({0}))", "bfloat16": "tv_f2b((float)({0}))"}
+    to_dtype_code: ClassVar[Mapping[str, str]] = {"bool": "({0} != 0)", "float16": "tv_h2f(tv_f2h((float)({0})))",
+                                                  "bfloat16": "tv_b2f(tv_f2b((float)({0})))"}
+    #: a bitcast of ``{0}`` from C type ``s`` to ``t``, declaring ``name``
+    bitcast_code: ClassVar[str] = "{t} {name} = tv_bitcast<{t}, {s}>({0});"
+    #: ops whose operands are converted to the result's compute type first (C's usual arithmetic
+    #: conversions do it for the base; a target with overloaded math functions lists its own)
+    cast_operands: ClassVar[frozenset[str]] = frozenset()
+    #: what a ``masked`` body's ``yield`` assigns (``name`` of C type ``t``)
+    yield_code: ClassVar[str] = "{name} = ({t})({value});"
+    #: what a failed check does (``check``: the message's number, ``value``: what it saw)
+    fail_code: ClassVar[str] = "tv_fail({check}, {value}); tv_status = 3;"
+    #: the C type of index variables (indirect indices, :meth:`bind_index`)
+    index_type: ClassVar[str] = "int64_t"
+    #: a load and a store of a buffer held in vector registers (see :class:`Scope`)
+    lane_load_code: ClassVar[str] = "vl_{buffer}.v[{lane}]"
+    lane_store_code: ClassVar[str] = "vs_{buffer}.v[{lane}] = {value};"
     #: how a failed ``device_assert``'s message starts
     assertion: ClassVar[str] = "device assertion failed: "
     #: accumulators per row of an outer reduction (the vector lanes); work worth a parallel loop
@@ -277,14 +329,19 @@ class CStyleRenderer:
         self.emit("int32_t tv_status = 0;")
 
     # -- the walk --------------------------------------------------------------------------------
-    def render(self, lk: Any) -> str:
-        """The C translation unit of one kernel: :meth:`prelude`, the error function when the
-        kernel has checks, then the function :meth:`kernel_entry` opens, its nests as loops."""
+    def begin(self, lk: Any) -> None:
+        """Reset the state of one kernel's rendering (a launch model's own ``render`` calls it)."""
         self.lk, self.lines, self.depth = lk, [], 1
-        self.dtypes: dict[str, str] = {}  # SSA name -> dtype
+        self.dtypes: dict[str, str | None] = {}  # SSA name -> dtype
         self.buffers = {b.name: b for b in lk.buffers}
         self.masked_value: tuple[str, str] | None = None  # (name, C type) a ``yield`` assigns
         self.checks: list[str] = []  # the message of each check, by number (``tv_fail``)
+        self.scope = Scope()  # where statements render now
+
+    def render(self, lk: Any) -> str:
+        """The C translation unit of one kernel: :meth:`prelude`, the error function when the
+        kernel has checks, then the function :meth:`kernel_entry` opens, its nests as loops."""
+        self.begin(lk)
         self.kernel_entry()
         for group in _groups(lk):
             self._group(group)
@@ -432,7 +489,7 @@ class CStyleRenderer:
         if name is None:
             raise CodegenError(f"statement defines no value: {expr}")
         self.dtypes[name] = dtype
-        self.emit(f"{self.value_type(dtype)} {name} = {expr};")
+        self.emit(self.declaration.format(t=self.value_type(dtype), name=self.scope.prefix + name, expr=expr))
 
     def loop(self, loop: Loop) -> None:
         """Open ``loop``, with the lines :meth:`annotate_loop` gives above it."""
@@ -448,46 +505,84 @@ class CStyleRenderer:
         return self.checks.index(message)
 
     # -- statements ----------------------------------------------------------------------------
-    def statement(self, st: Stmt, *context: Any) -> Any:
-        """Render one statement: ``stmt_<op>``, or ``stmt_compute`` for a compute op."""
+    def statement(self, st: Stmt) -> None:
+        """Render one statement in :attr:`scope`: ``stmt_<op>``, or ``stmt_compute`` for a compute
+        op; a value it defines is then known by its C name (``scope.prefix + name``)."""
         if st.op in self.unsupported_ops:
             self.unsupported(st.op)
         handler = getattr(self, f"stmt_{st.op}", None) if st.op in STATEMENT_OPS else None
-        return (handler or self.stmt_compute)(st, *context)
+        (handler or self.stmt_compute)(st)
+        if st.name and st.name not in self.scope.values:
+            self.scope.values[st.name] = self.scope.prefix + st.name
 
-    def loaded(self, buffer: str, index: str) -> tuple[str, str]:
-        """(C expression, dtype) of an element: 16-bit floats widen to float."""
-        dtype = self.buffers[buffer].dtype
-        ref = f"{buffer}[{self.index(index)}]"
-        if dtype == "float16":
-            return f"tv_h2f({ref})", dtype
-        if dtype == "bfloat16":
-            return f"tv_b2f({ref})", dtype
-        return ref, dtype
+    def render_body(self, scope: Scope, body: Sequence[Stmt], include: set[int] | None = None) -> dict[str, str]:
+        """Render the statements of ``body`` (those whose ``id`` is in ``include``, if given) in
+        ``scope``, at the current depth; returns the C expression of each SSA value. A launch
+        model that renders one nest several times (per thread, per lane, recomputed) calls this."""
+        outer, self.scope = self.scope, scope
+        try:
+            for st in body:
+                if include is None or id(st) in include:
+                    self.statement(st)
+        finally:
+            self.scope = outer
+        return scope.values
 
-    def stored(self, buffer: str, value: str) -> str:
-        """``value`` converted to the element type of ``buffer`` (16-bit floats rounded)."""
-        dtype = self.buffers[buffer].dtype
-        if dtype == "float16":
-            return f"tv_f2h((float)({value}))"
-        if dtype == "bfloat16":
-            return f"tv_f2b((float)({value}))"
-        return f"({self.storage_type(dtype)})({value})"
+    def bind_index(self, name: str, expr: Any, coords: Mapping[str, str] | None = None) -> str:
+        """Declare index variable ``name`` as a sympy expression of launch coordinates (a loop
+        variable as a function of a thread's flat index, say); returns ``name``."""
+        self.emit(f"const {self.index_type} {name} = {self.print_index(expr, coords)};")
+        return name
+
+    def convert(self, table: Mapping[str, str], dtype: str, value: str, ctype: str) -> str:
+        """``value`` converted by ``table``'s entry for ``dtype`` (else ``*``, else :attr:`cast_code`)."""
+        return table.get(dtype, table.get("*", self.cast_code)).format(value, t=ctype)
+
+    def element(self, buffer: str, index: str) -> str:
+        """The C reference to element ``index`` (an index expression of the schema) of ``buffer``."""
+        return f"{buffer}[{self.index(index, self.scope.names)}]"
+
+    def load_source(self, st: Stmt) -> str | None:
+        """What load ``st`` reads: its vector lane (see :class:`Scope`) or its element. A launch
+        model that keeps values elsewhere (registers, a value computed earlier) returns its own
+        expression, or None after defining the value itself."""
+        buffer, lanes = st.attr("buffer"), self.scope.lanes
+        if lanes and buffer in lanes[0]:
+            return self.lane_load_code.format(buffer=buffer, lane=lanes[1])
+        return self.element(buffer, st.attr("index"))
+
+    def store(self, st: Stmt, target: str, value: str) -> None:
+        """Emit a plain store of ``value`` (converted to the element type) to ``target``; a launch
+        model whose threads share an output (one thread of a row stores) guards it here."""
+        self.emit(f"{target} = {value};")
 
     def stmt_load(self, st: Stmt) -> None:
-        expr, dtype = self.loaded(st.attr("buffer"), st.attr("index"))
-        self.define(st.name, dtype, expr)
+        source = self.load_source(st)
+        if source is None:
+            return
+        stored = self.buffers[st.attr("buffer")].dtype
+        dtype = st.dtype or stored
+        self.define(st.name, dtype, self.convert(self.load_code, stored, source, self.value_type(dtype)))
 
     def stmt_store(self, st: Stmt) -> None:
-        buffer = st.attr("buffer")
-        target = f"{buffer}[{self.index(st.attr('index'))}]"
-        if st.attr("mode") == "atomic_add":
-            if self.buffers[buffer].dtype in ("float16", "bfloat16"):
-                raise CodegenError("atomic_add into a 16-bit float buffer is not supported")
-            for line in self.atomic_add_code.format(target=target, value=self.stored(buffer, st.args[0])).split("\n"):
+        if not self.scope.stores:
+            return
+        buffer, lanes, mode = st.attr("buffer"), self.scope.lanes, st.attr("mode")
+        dtype = self.buffers[buffer].dtype
+        value = self.convert(self.store_code, dtype, self.scope.arg(st.args[0]), self.storage_type(dtype))
+        if lanes and buffer in lanes[0]:
+            self.emit(self.lane_store_code.format(buffer=buffer, lane=lanes[1], value=value))
+            return
+        target = self.element(buffer, st.attr("index"))
+        if mode == "atomic_add":
+            if dtype not in self.atomic_add_dtypes:
+                raise CodegenError(f"atomic_add into a {dtype} buffer is not supported by the {self.language} code generator")
+            for line in self.atomic_add_code.format(target=target, value=value).split("\n"):
                 self.emit(line)
+        elif mode:
+            raise CodegenError(f"store mode {mode!r} is not supported")
         else:
-            self.emit(f"{target} = {self.stored(buffer, st.args[0])};")
+            self.store(st, target, value)
 
     stmt_store_reduction = stmt_store
 
@@ -497,51 +592,59 @@ class CStyleRenderer:
 
     def stmt_index_expr(self, st: Stmt) -> None:
         dtype = st.attr("dtype") or st.dtype or "int64"
-        self.define(st.name, dtype, f"({self.value_type(dtype)})({self.index(st.attr('expr'))})")
+        expr = self.index(st.attr("expr"), self.scope.names)
+        self.define(st.name, dtype, self.cast_code.format(expr, t=self.value_type(dtype)))
 
     def stmt_to_dtype(self, st: Stmt) -> None:
-        dtype, src = st.attr("dtype"), st.args[0]
-        if dtype == "bool":
-            expr = f"({src} != 0)"
-        elif dtype == "float16":
-            expr = f"tv_h2f(tv_f2h((float)({src})))"
-        elif dtype == "bfloat16":
-            expr = f"tv_b2f(tv_f2b((float)({src})))"
-        else:
-            expr = f"({self.value_type(dtype)})({src})"
-        self.define(st.name, dtype, expr)
+        dtype = st.attr("dtype")
+        self.define(st.name, dtype, self.convert(self.to_dtype_code, dtype, self.scope.arg(st.args[0]),
+                                                 self.value_type(dtype)))
 
     def stmt_to_dtype_bitcast(self, st: Stmt) -> None:
         dtype, src_dtype = st.attr("dtype"), st.attr("src_dtype")
         if {dtype, src_dtype} & {"float16", "bfloat16"}:
             raise CodegenError("bitcasts of 16-bit floats are not supported")
-        self.define(st.name, dtype, f"tv_bitcast<{self.value_type(dtype)}, {self.value_type(src_dtype)}>({st.args[0]})")
+        self.dtypes[st.name] = dtype
+        self.emit(self.bitcast_code.format(self.scope.arg(st.args[0]), name=self.scope.prefix + st.name,
+                                           t=self.value_type(dtype), s=self.value_type(src_dtype)))
+
+    def stmt_load_seed(self, st: Stmt) -> None:
+        """The seed of a random op (a target that renders random ops leaves ``load_seed`` out of
+        :attr:`unsupported_ops`)."""
+        off = self.scope.arg(st.args[0]) if st.args else str(st.attr("offset"))
+        self.define(st.name, "int64", f"({self.value_type('int64')}){st.attr('buffer')}[{off}]")
+
+    def reduction_value(self, name: str, k: int) -> tuple[str, str | None]:
+        """(C expression, dtype) of part ``k`` of multi-result reduction ``name`` (``getitem``)."""
+        return f"{name}_{k}", self.dtypes[f"{name}_{k}"]
 
     def stmt_getitem(self, st: Stmt) -> None:
-        src, k = st.args[0], int(st.attr("index"))
-        self.define(st.name, self.dtypes[f"{src}_{k}"], f"{src}_{k}")
+        expr, dtype = self.reduction_value(st.args[0], int(st.attr("index")))
+        self.define(st.name, dtype, expr)  # type: ignore[arg-type]
 
     def stmt_indirect_indexing(self, st: Stmt) -> None:
         """A value used as an index: negative values wrap (as eager indexing does), and where
         Inductor asks for the check, a value outside ``[0, size)`` is recorded (see
-        :meth:`error_function`), the kernel returns 3 and the index becomes 0 (no wild access)."""
-        size, name = self.index(st.attr("size")), st.name
-        self.emit(f"int64_t {name} = (int64_t)({st.args[0]});")
+        :meth:`error_function`), :attr:`fail_code` runs and the index becomes 0 (no wild access)."""
+        scope, t = self.scope, self.index_type
+        size, name = self.index(st.attr("size"), scope.names), scope.prefix + st.name
+        self.emit(f"{t} {name} = ({t})({scope.arg(st.args[0])});")
         if st.attr("wrap_neg", True):
             self.emit(f"if ({name} < 0) {name} += {size};")
         if st.attr("check", True):
-            check = self.message(f"{self.indexed(name)} at index {name} = {st.args[0]}: outside [0, {st.attr('size')})")
-            self.emit(f"if ({name} < 0 || {name} >= {size}) {{ tv_fail({check}, {name}); tv_status = 3; {name} = 0; }}")
+            check = self.message(f"{self.indexed(st.name)} at index {st.name} = {st.args[0]}: outside [0, {st.attr('size')})")
+            self.emit(f"if ({name} < 0 || {name} >= {size}) {{ {self.fail_code.format(check=check, value=name)} {name} = 0; }}")
+        scope.names[st.name] = scope.values[st.name] = name
 
     def stmt_check_bounds(self, st: Stmt) -> None:
-        expr, size = self.index(st.attr("expr")), self.index(st.attr("size"))
+        expr, size = self.index(st.attr("expr"), self.scope.names), self.index(st.attr("size"), self.scope.names)
         check = self.message(f"index {st.attr('expr')}: outside [0, {st.attr('size')})")
-        self.emit(f"if (({expr}) < 0 || ({expr}) >= {size}) {{ tv_fail({check}, {expr}); tv_status = 3; }}")
+        self.emit(f"if (({expr}) < 0 || ({expr}) >= {size}) {{ {self.fail_code.format(check=check, value=expr)} }}")
 
     def stmt_device_assert(self, st: Stmt) -> None:
-        """``torch._assert_async``: where the condition is false the kernel returns 3 with the message."""
+        """``torch._assert_async``: where the condition is false :attr:`fail_code` records the message."""
         check = self.message(f"{self.assertion}{st.attr('msg')}")
-        self.emit(f"if (!({st.args[0]})) {{ tv_fail({check}, 0); tv_status = 3; }}")
+        self.emit(f"if (!({self.scope.arg(st.args[0])})) {{ {self.fail_code.format(check=check, value=0)} }}")
 
     def indexed(self, symbol: str) -> str:
         """The buffers whose loads or stores use the indirect index ``symbol``."""
@@ -550,27 +653,35 @@ class CStyleRenderer:
         return "buffer " + ", ".join(dict.fromkeys(used)) if used else "an index expression"
 
     def stmt_masked(self, st: Stmt) -> None:
-        dtype = st.dtype or "float32"
-        other = st.attr("other")
-        self.define(st.name, dtype, self.literal(other, dtype) if other is not None else f"({self.value_type(dtype)})0")
-        self.open(f"if ({st.args[0]})")
-        outer, self.masked_value = self.masked_value, (st.name, self.value_type(dtype))
-        for inner in st.body:
-            self.statement(inner)
+        """``if (mask)`` around the body, in a scope of its own (no vector lanes: a masked body
+        reads element by element); its ``yield`` assigns the value, else ``other``."""
+        dtype, other = st.dtype or "float32", st.attr("other")
+        ct, name = self.value_type(dtype), self.scope.prefix + st.name
+        self.dtypes[st.name] = dtype
+        self.emit(f"{ct} {name} = {self.literal(other, dtype) if other is not None else f'({ct})0'};")
+        self.open(f"if ({self.scope.arg(st.args[0])})")
+        inner = replace(self.scope, names=dict(self.scope.names), values=dict(self.scope.values), lanes=None,
+                        top_level=False)
+        outer, self.masked_value = self.masked_value, (name, ct)
+        self.render_body(inner, st.body)
         self.masked_value = outer
         self.close()
 
     def stmt_yield(self, st: Stmt) -> None:
         name, ctype = self.masked_value  # type: ignore[misc]
-        self.emit(f"{name} = ({ctype})({st.args[0]});")
+        self.emit(self.yield_code.format(name=name, t=ctype, value=self.scope.arg(st.args[0])))
 
     def stmt_reduction(self, st: Stmt) -> None:
         raise AssertionError("reductions are emitted by the nest")
 
     def stmt_compute(self, st: Stmt) -> None:
-        a = self.operands(st)
+        """A compute op in its result's type; the operands of :attr:`cast_operands` ops are first
+        converted to it."""
+        a = self.operands(st, self.scope.arg)
         dtype = st.dtype or "float32"
-        expr = self.compute(st.op, a, dtype, self.value_types.get(dtype, "float"))
+        ct = self.value_types.get(dtype, "float")
+        args = [self.cast_code.format(x, t=ct) for x in a] if st.op.removeprefix("libdevice_") in self.cast_operands else a
+        expr = self.compute(st.op, args, dtype, ct)
         kinds = [self.dtypes.get(x, "float32") for x in a]
         promoted = next((k for k in kinds if k in FLOAT_DTYPES), kinds[0] if kinds else "float32")
         self.define(st.name, st.dtype or promoted, expr)

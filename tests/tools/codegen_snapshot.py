@@ -11,11 +11,17 @@ fuses). Run ``write`` before and after a change and ``diff -r`` the two folders:
     ... change a code generator ...
     python tests/tools/codegen_snapshot.py write /tmp/programs.json /tmp/after
     diff -r /tmp/before /tmp/after
+    python tests/tools/codegen_snapshot.py nvcc /tmp/after      # every .cu compiles (no GPU needed)
+
+``nvcc`` compiles every CUDA file of a snapshot with ``nvcc -arch=sm_90 -cubin`` in a few
+translation units (each module's prelude once, its ``__global__`` functions renamed apart).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 import types
 from dataclasses import replace
@@ -98,10 +104,41 @@ def write_snapshot(programs_path: str, out: str) -> None:
     print(len(os.listdir(out)), "files in", out)
 
 
+def nvcc_snapshot(folder: str, units: int = 8) -> int:
+    """Compile every ``.cu`` file of a snapshot folder with nvcc; the number of failed units."""
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".cu"))
+    sources = [(f, open(os.path.join(folder, f)).read()) for f in files]
+    sources = [(f, s) for f, s in sources if not s.startswith("ERROR")]
+    head = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+    chunks: list[list[str]] = [[] for _ in range(units)]
+    for k, (name, src) in enumerate(sources):
+        start = src.index('extern "C"')
+        if not chunks[k % units]:
+            chunks[k % units].append(head + re.sub(r"#include <[^>]+>\n", "", src[:start]))
+        body, tag = src[start:], re.sub(r"\W", "_", name)
+        for fn in set(re.findall(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', body)):
+            body = re.sub(rf"\b{fn}\b", f"{tag}__{fn}", body)
+        chunks[k % units].append(body)
+    failed = 0
+    for k, chunk in enumerate(chunks):
+        path = os.path.join("/tmp", f"codegen_snapshot_{os.getpid()}_{k}.cu")
+        with open(path, "w") as f:
+            f.write("\n".join(chunk))
+        done = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", path[:-3] + ".cubin", path],
+                              capture_output=True, text=True)
+        failed += done.returncode != 0
+        print(f"unit {k}: {len(chunk) - 1} modules, nvcc exit {done.returncode}",
+              done.stderr[-2000:] if done.returncode else "")
+    print(len(sources), "modules,", failed, "units failed")
+    return failed
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["capture"] and len(sys.argv) == 3:
         capture_corpus(sys.argv[2])
     elif sys.argv[1:2] == ["write"] and len(sys.argv) == 4:
         write_snapshot(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["nvcc"] and len(sys.argv) == 3:
+        sys.exit(nvcc_snapshot(sys.argv[2]) != 0)
     else:
         sys.exit(__doc__)
