@@ -13,6 +13,11 @@ is named); vendor coverage (compute ops that ran in the vendor's compiled code, 
 reports); inference time beside eager's and Inductor's (interleaved, min of N, ``no_grad``);
 compile time cold (fresh caches for every model) and warm (after a Dynamo reset, disk caches
 kept). ``--render`` rewrites the Markdown from the JSON files without running anything.
+
+``--size real`` runs the real-size tier instead (``bench/bench_models_real.py``: eight
+architectures at published sizes, inference and a training step, fp32 and bf16, with its own
+flags; ``--size real --help`` lists them); its runs live in ``docs/bench_models/real/`` and
+make the first section of the page.
 """
 from __future__ import annotations
 
@@ -217,9 +222,14 @@ def merge(shards: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _write_markdown() -> Path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_models_real
+
     runs = [json.loads(p.read_text()) for p in sorted(RUNS.glob("*.json"))]
     path = ROOT / "docs" / "bench_models.md"
-    path.write_text(render(runs))
+    head, sep, rest = render(runs).partition("\n## ")  # the real-size section first, after the intro
+    real = bench_models_real.render(bench_models_real.load_runs())
+    path.write_text(head + "\n" + "\n".join(real) + sep.lstrip("\n") + rest if real else head + sep + rest)
     return path
 
 
@@ -229,6 +239,8 @@ _CUDA_TABLE = "torchvendor.reference_backends.cuda.runtime:build_runtime"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="small", choices=("small", "real"),
+                   help="real: the real-size tier (bench/bench_models_real.py, its own flags)")
     p.add_argument("--backend", default="torchvendor_cpu",
                    help="torchvendor backend(s), a comma list run side by side (the first heads the summary)")
     p.add_argument("--device", default="cpu")
@@ -262,7 +274,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    args = _parser().parse_args()
+    size = argparse.ArgumentParser(add_help=False)
+    size.add_argument("--size", choices=("small", "real"), default="small")
+    known, rest = size.parse_known_args()
+    if known.size == "real":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_models_real
+
+        return bench_models_real.main(rest)
+    args = _parser().parse_args(rest)
     if args.from_conformance:
         run = from_conformance(args.from_conformance, f"{platform.node()} {os.cpu_count()} cores",
                                " ".join(f"{x:.1f}" for x in os.getloadavg()))
