@@ -16,6 +16,7 @@ A torch release that moves something breaks one module here, and its test
 ``distributed``     ProcessGroup internals, gloo, functional collectives
 ``autograd``        the autograd engine
 ``testing``         ``torch.testing._internal``: OpInfo database, device-generic tests
+``triton_api``      Triton and Inductor's Triton code generation: the Triton level's kernels
 ==================  ==========================================================================
 
 Every public name of every module is re-exported here, so ``compat.X`` works for all of them.
@@ -29,7 +30,7 @@ Example::
 from __future__ import annotations
 
 from . import (aot_autograd, autograd, decompositions, dispatch, distributed, dynamo, fake_tensor, fx, inductor_api,
-               privateuse1, testing, version)
+               privateuse1, testing, triton_api, version)
 from .aot_autograd import *  # noqa: F401,F403
 from .autograd import *  # noqa: F401,F403
 from .decompositions import *  # noqa: F401,F403
@@ -41,10 +42,11 @@ from .fx import *  # noqa: F401,F403
 from .inductor_api import *  # noqa: F401,F403
 from .privateuse1 import *  # noqa: F401,F403
 from .testing import *  # noqa: F401,F403
+from .triton_api import *  # noqa: F401,F403
 from .version import *  # noqa: F401,F403
 
 #: the subsystem modules, in the order of the table above
 MODULES = (version, dispatch, fx, fake_tensor, dynamo, aot_autograd, decompositions, inductor_api, privateuse1,
-           distributed, autograd, testing)
+           distributed, autograd, testing, triton_api)
 
 __all__ = [name for module in MODULES for name in module.__all__]

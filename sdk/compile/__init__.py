@@ -5,8 +5,9 @@
 - one class per level, each owning its hooks and its part of the flow: ``torch_level``
   (:class:`TorchBackend`), ``aten_level`` (:class:`AtenBackend`), ``loop_level``
   (:class:`LoopBackend`: lowering, ``transforms``, ``compile_program``, the ``finish`` build
-  barrier, the program runner), ``onnx_level`` (:class:`OnnxBackend`); ``aot_flow``: the
-  AOTAutograd part the ATen, LOOP and ONNX levels share; ``levels``: :class:`Level`, the errors
+  barrier, the program runner), ``onnx_level`` (:class:`OnnxBackend`), ``triton_level``
+  (:class:`TritonBackend`: Inductor's Triton kernels launched through the device's runtime);
+  ``aot_flow``: the AOTAutograd part the ATen, LOOP, ONNX and TRITON levels share; ``levels``: :class:`Level`, the errors
 - ``registry``: :func:`register_backend`, :func:`get_backend`; ``partition_call``: one partition
   at run time; ``inductor_fallback``: the ``fallback="inductor"`` option
 - ``patterns`` / ``fx_pattern`` / ``vendor_ops``: fusion patterns and the vendor ops they become
@@ -36,6 +37,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(("LoopBackend", "CompiledProgram"), "loop_level"),
     **dict.fromkeys(("LoopKernel", "loop_kernels"), "loop_kernel"),
     **dict.fromkeys(("OnnxBackend",), "onnx_level"),
+    **dict.fromkeys(("TritonBackend",), "triton_level"),
     **dict.fromkeys(("register_backend", "get_backend", "registered_backends"), "registry"),
     **dict.fromkeys(("CompileReport", "GraphReport", "PartitionRecord", "last_report", "reports"), "report"),
     **dict.fromkeys(("ArtifactCache",), "cache"),

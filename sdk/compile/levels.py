@@ -27,6 +27,7 @@ class Level(str, enum.Enum):
     ATEN = "aten"    #: AOTAutograd's ATen/prims graphs: forward, backward, inference (``AtenBackend``)
     LOOP = "loop"    #: Inductor's loop IR, one program per partition (``LoopBackend``)
     ONNX = "onnx"    #: ATen partitions exported as ``onnx.ModelProto`` (``OnnxBackend``)
+    TRITON = "triton"  #: Inductor's Triton kernels for the vendor's device and Triton target (``TritonBackend``)
 
 
 class BackendError(RuntimeError):

@@ -32,11 +32,12 @@ from .levels import BackendDefinitionError, BackendError
 from .loop_level import LoopBackend
 from .onnx_level import OnnxBackend
 from .torch_level import TorchBackend
+from .triton_level import TritonBackend
 
 __all__ = ["register_backend", "get_backend", "registered_backends", "LEVEL_CLASSES"]
 
 #: the classes a vendor's backend subclasses, one per level
-LEVEL_CLASSES: tuple[type[Backend], ...] = (TorchBackend, AtenBackend, LoopBackend, OnnxBackend)
+LEVEL_CLASSES: tuple[type[Backend], ...] = (TorchBackend, AtenBackend, LoopBackend, OnnxBackend, TritonBackend)
 
 #: name -> (the newest class registered under it, its Dynamo compiler function)
 _REGISTERED: dict[str, tuple[type[Backend], Callable[..., Any]]] = {}

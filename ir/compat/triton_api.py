@@ -1,0 +1,472 @@
+"""Triton (``triton``) and Inductor's Triton code generation (``torch._inductor.codegen.triton``,
+``torch._inductor.runtime.triton_heuristics``): everything the Triton level needs.
+
+Inductor generates one Python module per Triton kernel; its wrapper defines each kernel with
+``async_compile.triton(name, source, device_str=...)`` and launches it with
+``kernel.run(*args, stream=...)``, through Triton's own driver. For a torchvendor device the
+wrapper (:func:`triton_wrapper_class`) defines each kernel with :func:`kernel_runtime` instead:
+:class:`TritonRuntimeKernel` hands the source to the vendor's hook, compiles each of Inductor's
+configurations with ``triton.compile`` for the vendor's target (:class:`KernelBinary`), and
+launches the binary through the functions a :class:`TritonHooks` gives it (the device's runtime
+table). Triton is imported lazily; without it :func:`triton_unavailable` says why.
+
+    >>> triton_unavailable("no-such-target") is not None
+    True
+"""
+from __future__ import annotations
+
+import contextlib as _contextlib
+import dataclasses as _dataclasses
+import json as _json
+import os as _os
+import struct as _struct
+import tempfile as _tempfile
+from typing import Any as _Any, Callable as _Callable, Iterator as _Iterator, Sequence as _Sequence
+
+__all__ = ["triton_unavailable", "triton_version", "TritonHooks", "KernelBinary", "TritonRuntimeKernel",
+           "kernel_runtime", "register_kernel_runtime", "scoped_triton_backend", "triton_wrapper_class",
+           "pack_format"]
+
+
+def triton_version() -> str | None:
+    """The installed Triton's version, or None when Triton cannot be imported.
+
+    >>> triton_version() is None or triton_version()[0].isdigit()
+    True
+    """
+    try:
+        import triton
+    except Exception:  # noqa: BLE001 - any import failure means no Triton
+        return None
+    return str(triton.__version__)
+
+
+def triton_unavailable(target: str) -> str | None:
+    """Why Triton cannot compile for ``target`` (a ``GPUTarget`` backend name such as ``"cuda"``):
+    Triton missing, or no installed ``triton.backends`` entry whose compiler accepts the
+    target; None when it can.
+
+    >>> "Triton" in triton_unavailable("no-such-target")
+    True
+    """
+    if triton_version() is None:
+        return "Triton is not installed (pip install triton, or the vendor's Triton wheel)"
+    import triton.backends as tb
+    from triton.backends.compiler import GPUTarget
+
+    for backend in tb.backends.values():
+        try:
+            if backend.compiler.supports_target(GPUTarget(target, 0, 32)):
+                return None
+        except Exception:  # noqa: BLE001 - a backend that cannot answer does not claim it
+            continue
+    return (f"no installed Triton backend compiles for target {target!r} (triton.backends entries: "
+            f"{sorted(tb.backends)})")
+
+
+@_dataclasses.dataclass
+class TritonHooks:
+    """What a kernel needs from the SDK level: the target, the vendor's hooks and the runtime.
+
+    ``load(image, device_index, function_name) -> function handle`` and ``launch(function, grid, block, args,
+    pointer_offsets, shared_memory_bytes)`` are the runtime table's module load/get function and
+    launch; ``extern(name, fn) -> fn`` may replace one of Inductor's extern kernels (matmul,
+    convolution); ``build(key, make) -> KernelBinary`` caches a compiled binary by content key.
+    """
+
+    target: str
+    arch: _Any
+    warp_size: int
+    binary_format: str
+    source: _Callable[[str, str], str]
+    ir: _Callable[[str, str], "str | None"]
+    load: _Callable[[bytes, int, str], _Any]
+    launch: _Callable[..., None]
+    extern: _Callable[[str, _Any], _Any] = lambda name, fn: fn
+    build: _Callable[[str, _Callable[[], "KernelBinary"]], "KernelBinary"] = lambda key, make: make()
+    options: dict = _dataclasses.field(default_factory=dict)
+
+
+@_dataclasses.dataclass
+class KernelBinary:
+    """One compiled configuration of a kernel: the image the runtime loads and what a launch needs."""
+
+    image: bytes
+    name: str                 #: the function's name in the image
+    num_warps: int
+    warp_size: int
+    shared: int               #: dynamic shared memory, bytes
+    scratch: tuple            #: (global scratch size, align) or () when the kernel takes none
+    profile_scratch: tuple    #: (size, align) or () when the kernel takes none
+    ttir: str = ""
+
+    def encode(self) -> bytes:
+        head = {k: v for k, v in _dataclasses.asdict(self).items() if k != "image"}
+        text = _json.dumps(head).encode()
+        return _struct.pack("<Q", len(text)) + text + self.image
+
+    @classmethod
+    def decode(cls, data: bytes) -> "KernelBinary":
+        (n,) = _struct.unpack_from("<Q", data)
+        head = _json.loads(data[8:8 + n])
+        head["scratch"], head["profile_scratch"] = tuple(head["scratch"]), tuple(head["profile_scratch"])
+        return cls(image=data[8 + n:], **head)
+
+
+_RUNTIMES: dict[str, TritonHooks] = {}
+
+
+def register_kernel_runtime(key: str, hooks: TritonHooks) -> None:
+    """Make ``hooks`` the runtime of the generated wrappers that name ``key``."""
+    _RUNTIMES[key] = hooks
+
+
+class _Runtime:
+    """What a generated wrapper holds as ``_tv_triton``: its kernels' loader and extern kernels."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def hooks(self) -> TritonHooks:
+        if self.key not in _RUNTIMES:
+            raise RuntimeError(f"no Triton runtime {self.key!r} is registered in this process (the backend that "
+                               f"generated this code registers it when it compiles)")
+        return _RUNTIMES[self.key]
+
+    def kernel(self, name: str, source: str, device_str: str = "") -> "TritonRuntimeKernel":
+        return TritonRuntimeKernel(name, source, self.hooks())
+
+    def extern_kernels(self, namespace: _Any) -> _Any:
+        return _Externs(namespace, self.hooks())
+
+
+class _Externs:
+    def __init__(self, namespace: _Any, hooks: TritonHooks) -> None:
+        self._namespace, self._hooks = namespace, hooks
+
+    def __getattr__(self, name: str) -> _Any:
+        fn = self._hooks.extern(name, getattr(self._namespace, name))
+        setattr(self, name, fn)
+        return fn
+
+
+def kernel_runtime(key: str) -> _Runtime:
+    """The runtime of wrappers generated for backend ``key`` (generated code calls this)."""
+    return _Runtime(key)
+
+
+# ---- one kernel -------------------------------------------------------------------------------
+
+#: struct codes of Triton's scalar argument types (pointers are "Q")
+_SCALARS = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u1": "B", "u8": "B", "u16": "H",
+            "u32": "I", "u64": "Q", "fp32": "f", "f32": "f", "fp64": "d", "fp16": "e", "bf16": "H"}
+
+
+def pack_format(types: _Sequence[str]) -> tuple[str, tuple[int, ...]]:
+    """(struct format, offsets of the pointers) of a packed argument buffer for Triton argument
+    types (``"*fp32"``, ``"i32"``...), each at its natural C alignment.
+
+    >>> pack_format(["*fp32", "i32", "*i64", "i32"])
+    ('<QixxxxQi', (0, 16))
+    """
+    fmt, offset, pointers = "<", 0, []
+    for ty in types:
+        code = "Q" if ty.startswith("*") else _SCALARS[ty]
+        size = _struct.calcsize("<" + code)
+        pad = -offset % size
+        fmt += "x" * pad + code
+        offset += pad
+        if code == "Q" and ty.startswith("*"):
+            pointers.append(offset)
+        offset += size
+    return fmt, tuple(pointers)
+
+
+def _bf16(value: float) -> int:
+    return _struct.unpack("<I", _struct.pack("<f", value))[0] >> 16
+
+
+class TritonRuntimeKernel:
+    """One Inductor Triton kernel, compiled for the hooks' target and launched through them;
+    the generated wrapper calls ``run(*args, stream=...)`` as on Inductor's own kernels. With
+    several configurations the first call times each on the device and keeps the fastest."""
+
+    def __init__(self, name: str, source: str, hooks: TritonHooks) -> None:
+        self.name, self.hooks = name, hooks
+        self.source = hooks.source(name, source)
+        # Inductor's module selects Triton's active driver; launches here are the runtime's
+        module = _load_source(self.source.replace("triton_helpers.set_driver_to_gpu()", "pass"))
+        self.autotuner = getattr(module, name)
+        self.launchers = [self._launcher(cfg) for cfg in self.autotuner.configs]
+        self._chosen = self.launchers[0] if len(self.launchers) == 1 else None
+
+    def run(self, *args: _Any, stream: _Any = None, **_: _Any) -> None:
+        launcher = self._chosen if self._chosen is not None else self._autotune(args)
+        launcher(*args)
+
+    # ---- compile ----
+    def _binary(self, cfg: _Any) -> tuple[KernelBinary, dict]:
+        at = self.autotuner
+        meta = at._create_compile_meta(cfg)
+        options = {k: meta[k] for k in ("num_warps", "num_stages", "debug") if k in meta}
+        options.update(self.hooks.options)
+        key = _json.dumps([self.source, repr(cfg), self.hooks.target, repr(self.hooks.arch), self.hooks.warp_size,
+                           sorted(options.items(), key=str), triton_version()], default=str)
+        return self.hooks.build(key, lambda: self._compile(meta, options)), meta
+
+    def _compile(self, meta: dict, options: dict) -> KernelBinary:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        target = GPUTarget(self.hooks.target, self.hooks.arch, self.hooks.warp_size)
+        src = ASTSource(self.autotuner.fn, meta["signature"], meta["constants"], meta["configs"][0])
+        binary = triton.compile(src, target=target, options=options)
+        ttir = binary.asm.get("ttir", "")
+        rewritten = self.hooks.ir(self.name, ttir)
+        if rewritten is not None and rewritten != ttir:
+            with _tempfile.TemporaryDirectory() as tmp:
+                path = _os.path.join(tmp, f"{self.name}.ttir")
+                with open(path, "w") as f:
+                    f.write(rewritten)
+                binary = triton.compile(path, target=target, options=options)
+            ttir = rewritten
+        if self.hooks.binary_format not in binary.asm:
+            raise RuntimeError(f"Triton's {self.hooks.target!r} compiler produced {sorted(binary.asm)}, not the "
+                               f"binary format {self.hooks.binary_format!r} the runtime loads")
+        md = binary.metadata
+        image = binary.asm[self.hooks.binary_format]
+        scratch = (md.global_scratch_size, getattr(md, "global_scratch_align", 1)) \
+            if hasattr(md, "global_scratch_size") else ()
+        profile = (md.profile_scratch_size, getattr(md, "profile_scratch_align", 1)) \
+            if hasattr(md, "profile_scratch_size") else ()
+        if getattr(md, "num_ctas", 1) != 1:
+            raise RuntimeError(f"kernel {self.name}: num_ctas={md.num_ctas} (clusters) is not launched here")
+        return KernelBinary(image if isinstance(image, bytes) else image.encode(), md.name, md.num_warps,
+                            getattr(md, "warp_size", self.hooks.warp_size), md.shared, scratch, profile, ttir)
+
+    def _launcher(self, cfg: _Any) -> _Callable[..., None]:
+        from torch._inductor.runtime.triton_heuristics import GridExpr
+
+        at = self.autotuner
+        kb, meta = self._binary(cfg)
+        fn = at.fn
+        names = list(fn.arg_names)
+        declared = {names[i] for i in _constexpr_indices(fn)}
+        implicit = ({"num_warps", "num_stages"} | declared) & set(meta["constants"])
+        def_args = [a for a in names if a not in implicit] + list(at.inductor_meta.get("extra_launcher_args", ()))
+        packed = [a for a in names if meta["signature"].get(a, "constexpr") != "constexpr"]
+        types = [meta["signature"][a] for a in packed] + ["*i8"] * (bool(kb.scratch) + bool(kb.profile_scratch))
+        fmt, pointers = pack_format(types)
+        values = ", ".join(_value_expr(a, meta["signature"][a]) for a in packed)
+        grid = GridExpr.from_meta(at.inductor_meta, cfg)
+        lines = [f"def launcher({', '.join(def_args)}):", *[f"    {line}" for line in grid.prefix],
+                 f"    go(({grid.x_grid}, {grid.y_grid}, {grid.z_grid}), ({values}{',' if values else ''}))"]
+        scope: dict[str, _Any] = {"go": _Go(self, kb, fmt, pointers, meta), "_ptr": _ptr, "_bf16": _bf16}
+        exec("\n".join(lines), scope)  # noqa: S102 - Inductor builds its launchers the same way
+        launcher = scope["launcher"]
+        launcher.config, launcher.binary = cfg, kb
+        return launcher
+
+    # ---- autotune ----
+    def _autotune(self, args: _Sequence[_Any]) -> _Callable[..., None]:
+        import torch
+
+        mutated = set(self.autotuner.inductor_meta.get("mutated_arg_names", ()))
+        names = [a for a in self.autotuner.fn.arg_names]
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        times = []
+        for launcher in self.launchers:
+            trial = [a.clone() if isinstance(a, torch.Tensor) and name in mutated else a
+                     for name, a in zip(names, args)]
+            times.append(_time_launch(launcher, trial, device))
+        self._chosen = self.launchers[min(range(len(times)), key=times.__getitem__)]
+        return self._chosen
+
+
+class _Go:
+    """Packs one configuration's arguments and launches it (the launcher's last line)."""
+
+    def __init__(self, kernel: TritonRuntimeKernel, kb: KernelBinary, fmt: str, pointers: tuple, meta: dict) -> None:
+        self.kernel, self.kb, self.fmt, self.pointers = kernel, kb, fmt, pointers
+        self.device = int(getattr(meta.get("device"), "index", None) or 0)
+        self.block = (kb.num_warps * kb.warp_size, 1, 1)
+        self.function: _Any = None
+        self.extra = tuple(0 for _ in range(bool(kb.scratch) + bool(kb.profile_scratch)))
+        self.launch = kernel.hooks.launch
+
+    def __call__(self, grid: tuple, values: tuple) -> None:
+        if self.function is None:
+            self.function = self.kernel.hooks.load(self.kb.image, self.device, self.kb.name)
+        if grid[0] <= 0 or grid[1] <= 0 or grid[2] <= 0:
+            return
+        extra, keep = self.extra, None
+        if self.kb.scratch and self.kb.scratch[0] > 0:
+            keep = _scratch(self.kb.scratch[0] * grid[0] * grid[1] * grid[2], values)
+            extra = (keep.data_ptr(), *extra[1:])
+        self.launch(self.function, grid, self.block, _struct.pack(self.fmt, *values, *extra), self.pointers,
+                    self.kb.shared)
+
+
+def _scratch(nbytes: int, values: tuple) -> _Any:
+    import torch
+
+    return torch.empty(nbytes, dtype=torch.int8, device=torch._C._get_privateuse1_backend_name())
+
+
+def _ptr(value: _Any) -> int:
+    return value.data_ptr() if hasattr(value, "data_ptr") else int(value or 0)
+
+
+def _value_expr(name: str, ty: str) -> str:
+    if ty.startswith("*"):
+        return f"_ptr({name})"
+    if ty == "bf16":
+        return f"_bf16({name})"
+    if ty.startswith(("fp", "f3")):
+        return f"float({name})"
+    return f"int({name})"
+
+
+def _constexpr_indices(fn: _Any) -> list[int]:
+    """Indices of the ``tl.constexpr`` parameters of a ``triton.jit`` function."""
+    found = getattr(fn, "constexprs", None)
+    if found is None:  # pragma: no cover - releases whose JITFunction names them otherwise
+        from torch._inductor.runtime.triton_helpers import get_constexprs
+
+        found = get_constexprs(fn)
+    return list(found)
+
+
+def _time_launch(launcher: _Callable[..., None], args: _Sequence[_Any], device: _Any, reps: int = 10) -> float:
+    import torch
+
+    launcher(*args)  # warm: module load, first-launch costs
+    start, end = torch.Event(device=device, enable_timing=True), torch.Event(device=device, enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        launcher(*args)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def _load_source(source: str) -> _Any:
+    from torch._inductor.codecache import PyCodeCache
+
+    return PyCodeCache.load(source)
+
+
+# ---- registration with Inductor ---------------------------------------------------------------
+
+def triton_wrapper_class(key: str) -> type:
+    """Inductor's Python wrapper, with each Triton kernel defined through :func:`kernel_runtime`
+    (``key``) and its extern kernels through the runtime's ``extern`` hook."""
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    class TritonRuntimeWrapper(PythonWrapperCodegen):
+        @classmethod
+        def create(cls, is_subgraph: bool, subgraph_name: _Any, parent_wrapper: _Any,
+                   partition_signatures: _Any = None) -> _Any:
+            if is_subgraph:  # a subgraph's kernels are defined by its parent: this class
+                return PythonWrapperCodegen.create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures)
+            return cls()
+
+        def write_header(self) -> None:
+            super().write_header()
+            self.imports.writeline("from torchvendor.ir.compat.triton_api import kernel_runtime as _tv_kernel_runtime")
+            self.header.writeline(f"_tv_triton = _tv_kernel_runtime({key!r})")
+            self.header.writeline("extern_kernels = _tv_triton.extern_kernels(extern_kernels)")
+
+        def define_kernel(self, kernel_name: str, kernel_body: str, metadata: _Any = None, gpu: bool = True,
+                          cpp_definition: _Any = None) -> None:
+            if kernel_body.lstrip().startswith("async_compile.triton("):
+                kernel_body = kernel_body.replace("async_compile.triton(", "_tv_triton.kernel(", 1)
+            super().define_kernel(kernel_name, kernel_body, metadata, gpu, cpp_definition)
+
+    TritonRuntimeWrapper.__qualname__ = TritonRuntimeWrapper.__name__ = "TritonRuntimeWrapper"
+    return TritonRuntimeWrapper
+
+
+@_contextlib.contextmanager
+def scoped_triton_backend(device: str, key: str, custom_pass: _Any, properties: _Any) -> _Iterator[None]:
+    """Inside the block Inductor generates Triton kernels for ``device`` (its ``TritonScheduling``)
+    with :func:`triton_wrapper_class` (``key``), and sees the device through a Dynamo
+    ``DeviceInterface`` answering from ``properties`` (what ``torch.<device>`` reports, plus
+    ``warp_size``); what was registered before is put back after."""
+    from torch._inductor.codegen.triton import TritonScheduling
+    from torch._inductor.runtime.hints import DeviceProperties
+
+    from .inductor_api import ensure_device_hooks, inductor, scoped_inductor_backend
+
+    ensure_device_hooks(device)
+    di = inductor().device_interface
+    saved = di.device_interfaces.get(device)
+    di.register_interface_for_device(device, _gpu_like_interface(device, properties, saved))
+    DeviceProperties.create.cache_clear()
+    try:
+        with _target_driver(_RUNTIMES[key]), \
+                scoped_inductor_backend(device, TritonScheduling, triton_wrapper_class(key), custom_pass):
+            yield
+    finally:
+        if saved is not None:
+            di.device_interfaces[device] = saved
+        else:
+            di.device_interfaces.pop(device, None)
+        DeviceProperties.create.cache_clear()
+
+
+@_contextlib.contextmanager
+def _target_driver(hooks: TritonHooks) -> _Iterator[None]:
+    """Triton's active driver, inside the block, answers with the vendor's target: Inductor's
+    code generation asks it for the target whose backend hash keys each kernel
+    (``torch.utils._triton.triton_backend``). Kernels are launched by the runtime table, never
+    by a Triton driver, so this also serves a machine where no Triton driver is active."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class TargetDriver:
+        @staticmethod
+        def get_current_target() -> _Any:
+            return GPUTarget(hooks.target, hooks.arch, hooks.warp_size)
+
+        @staticmethod
+        def get_current_device() -> int:
+            return 0
+
+        @staticmethod
+        def get_current_stream(device: _Any = None) -> int:
+            return 0
+
+    previous = driver._active
+    driver._active = TargetDriver()
+    try:
+        yield
+    finally:
+        driver._active = previous
+
+
+def _gpu_like_interface(device: str, properties: _Any, base: _Any) -> type:
+    """A DeviceInterface for ``device`` reporting ``properties`` (for Inductor's Triton heuristics)."""
+    from .inductor_api import _host_like_interface
+
+    parent = base if base is not None else _host_like_interface(device)
+    cc = int(properties.major) * 10 + int(properties.minor)
+
+    class _Worker(parent.Worker):  # type: ignore[misc, name-defined]
+        @staticmethod
+        def get_device_properties(index: _Any = None) -> _Any:
+            return properties
+
+    class TritonDeviceInterface(parent):  # type: ignore[misc, valid-type]
+        Worker = _Worker
+
+        @staticmethod
+        def get_device_properties(device: _Any = None) -> _Any:
+            return properties
+
+        @staticmethod
+        def get_compute_capability(device: _Any = None) -> int:
+            return cc
+
+    return TritonDeviceInterface

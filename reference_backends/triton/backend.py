@@ -1,0 +1,33 @@
+"""``TritonCudaBackend``: the Triton level on a PrivateUse1 GPU device over the reference CUDA
+runtime (``reference_backends/cuda/runtime``), with NVIDIA's Triton backend as the vendor's
+Triton target: Inductor's Triton kernels, compiled to cubins by ``triton.compile`` for target
+``cuda``, loaded by the runtime's ``module_load_data`` (``cuModuleLoadData``) and launched by its
+``launch`` (``cuLaunchKernel`` on the device's current stream). Extern kernels (matmul,
+convolution) run by cuBLAS/cuDNN on aliases of the device's memory, as the CUDA LOOP backend's
+do (:mod:`.externs`).
+
+    >>> TritonCudaBackend.triton_target, TritonCudaBackend.binary_format
+    ('cuda', 'cubin')
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from torchvendor.sdk import TritonBackend
+
+__all__ = ["TritonCudaBackend"]
+
+
+class TritonCudaBackend(TritonBackend):
+    """The reference Triton-level backend: NVIDIA's Triton compiler, the CUDA runtime table."""
+
+    name = "torchvendor_triton"
+    triton_target = "cuda"      # NVIDIA's triton.backends entry compiles GPUTarget("cuda", cc, 32)
+    binary_format = "cubin"     # what cuModuleLoadData, behind the table's module_load_data, takes
+    warp_size = 32
+    version = "1"
+
+    def extern_kernel(self, name: str, fn: Callable[..., Any], device: str) -> Callable[..., Any]:
+        from .externs import on_cuda
+
+        return on_cuda(fn, device)
