@@ -12,31 +12,51 @@
    graph for the next warm compile;
 3. with the option ``fallback="inductor"``, the ops outside the vendor's partitions are compiled
    by Inductor (:mod:`.inductor_fallback`).
+
+In training, AOTAutograd splits the joint forward+backward graph into the forward and backward
+graphs the vendor compiles; the option ``aot_partition`` (default: the class attribute
+:attr:`AotFlow.aot_partition`) picks how. ``"min_cut"`` (Inductor's choice) saves for the backward a
+minimum cut of what it needs and recomputes cheap pointwise ops there, so a backend that fuses
+reads the saved inputs of a fused kernel instead of each intermediate: fewer bytes held between
+forward and backward, fewer written by the forward. ``"default"`` saves what the forward
+computed, each graph's kernels stay as written. The LOOP level defaults to ``"min_cut"``.
 """
 from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch.fx as fx
 
 from torchvendor.ir import aten_ir_hook
 
 from . import warm
-from .backend import Backend
+from .backend import Backend, BackendError
 from .inductor_fallback import inductor_fallback
 from .report import CompileReport
 
 __all__ = ["AotFlow"]
 
+_AOT_PARTITIONS = ("default", "min_cut")
+
 
 class AotFlow(Backend):
     """The AOTAutograd part of the flow, shared by the ATen, LOOP and ONNX level classes."""
 
+    #: how AOTAutograd splits a training graph (the module docstring): ``"default"`` or
+    #: ``"min_cut"``; the option ``aot_partition`` overrides it per backend object
+    aot_partition: ClassVar[str] = "default"
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        if self.options["aot_partition"] not in _AOT_PARTITIONS:
+            raise BackendError(f"backend {self.name!r}: option aot_partition={self.options['aot_partition']!r}; "
+                               f"use one of {list(_AOT_PARTITIONS)}")
         self._table: Any = None
+
+    def _level_options(self) -> dict[str, Any]:
+        return {"aot_partition": type(self).aot_partition}
 
     # ---- what the level class decides ----------------------------------------------------------
 
@@ -60,7 +80,7 @@ class AotFlow(Backend):
         hook = aten_ir_hook(partial(self._aot_graph, "forward", report, started),
                             partial(self._aot_graph, "backward", report, started),
                             partial(self._inference_graph, report, started, key),
-                            decompositions=self._decomposition_table())
+                            decompositions=self._decomposition_table(), partition=self.options["aot_partition"])
         return hook(gm, example_inputs)
 
     def _decomposition_table(self) -> Any:

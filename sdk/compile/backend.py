@@ -105,7 +105,7 @@ class Backend:
     version: ClassVar[str] = "0"
 
     def __init__(self, **options: Any) -> None:
-        known = {**SDK_OPTIONS, **self.default_options}
+        known = {**SDK_OPTIONS, **self._level_options(), **self.default_options}
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise BackendError(f"backend {self.name!r}: unknown option(s) {unknown}; it accepts {sorted(known)}")
@@ -145,6 +145,10 @@ class Backend:
     def _level_rule(self, rule: SupportRule) -> SupportRule:
         """The rule the partitioner applies: the backend's own, narrowed to what the level can express."""
         return rule
+
+    def _level_options(self) -> dict[str, Any]:
+        """Options the level class adds to :data:`SDK_OPTIONS`, with their defaults."""
+        return {}
 
     def _partition_options(self, device: str) -> dict[str, Any]:
         """Extra :class:`~torchvendor.partitioner.PartitionOptions` for a graph on ``device``."""

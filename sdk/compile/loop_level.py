@@ -71,6 +71,8 @@ class LoopBackend(AotFlow):
     """Subclass for ``Level.LOOP``: ``compile(kernel: LoopKernel) -> fn(*buffers, *sizes)``."""
 
     level: ClassVar[Level] = Level.LOOP
+    #: a loop backend fuses, so recomputing pointwise ops in the backward is cheap (see AotFlow)
+    aot_partition: ClassVar[str] = "min_cut"
     #: Inductor config keys set while the SDK lowers a graph to loop IR, e.g.
     #: ``{"layout_optimization": False}`` to keep convolutions in the model's own memory format
     #: (override :meth:`lowering_config` to decide per graph)
