@@ -251,3 +251,20 @@ def test_a_models_dynamic_case_is_handed_out_after_every_inference_case():
     parts = [i.rsplit("/", 1)[1] for i in order]
     assert parts == sorted(parts, key=("training", "inference", "dynamic").index)
     assert len(cases) == 3 * len(catalog.names())
+
+
+@pytest.mark.parametrize("name", ["lstm_lm", "gru_tagger"])
+def test_a_model_dynamo_runs_eagerly_falls_back_with_dynamos_reason(name):
+    """Dynamo gives up on a frame that calls ``nn.LSTM`` / ``nn.GRU`` (``allow_rnn`` off, its
+    default): no graph of the model reaches the backend. The case falls back (not "100 %
+    native") and says what Dynamo said, its hint included."""
+    from torch._dynamo import config
+
+    if getattr(config, "allow_rnn", False):
+        pytest.skip("this torch traces RNN modules")
+    res = check.check_model(name, ["torchvendor_cpu"], parts=("inference",), timing=False,
+                            warm=False)["backends"]["torchvendor_cpu"]
+    assert res["status"] == "fell back" and res["coverage"]["outside"] == {check.NO_GRAPH: 1}, res
+    (reason,) = res["coverage"]["fallback_reasons"]
+    assert reason.startswith(f"{check.NO_GRAPH}: Dynamo ran the model eagerly: ") and "RNN" in reason, reason
+    assert "allow_rnn" in reason, reason

@@ -225,6 +225,8 @@ class _Session:
         self.model = ref.fresh()
         self.compiled = self._compile()
         self.reports: list[Any] = []
+        #: why Dynamo ran code of the model eagerly during this session (its first lines)
+        self.skips: dict[str, None] = {}
         self.result: dict[str, Any] = {"parts": {}, "compile_s": {}}
 
     def _compile(self) -> Callable[..., Any]:
@@ -243,6 +245,7 @@ class _Session:
         from torchvendor.sdk import reports
 
         before = {id(r) for r in reports()}
+        skipped = _dynamo_skips()
         started = time.perf_counter()
         try:
             if part == "training":
@@ -261,6 +264,7 @@ class _Session:
         self.result["compile_s"][part] = time.perf_counter() - started
         self.result["parts"][part] = out
         self._collect(before)
+        self.skips.update(dict.fromkeys(k for k, n in _dynamo_skips().items() if n > skipped.get(k, 0)))
 
     def warm_compile(self) -> None:
         """Compile again after a Dynamo reset (the disk caches kept): the first call's time."""
@@ -282,9 +286,9 @@ class _Session:
         if self.reports:  # every backend that writes compile reports, whatever its name
             self.result["coverage"] = coverage(self.reports)
         elif self.backend not in _baselines([self.backend]):  # a torchvendor Backend that got no graph
+            why = "; ".join(self.skips) or "no reason recorded"
             self.result["coverage"] = {"compute_ops": 0, "vendor_ops": 0, "coverage": 0.0, "outside": {NO_GRAPH: 1},
-                                       "fallback_reasons": [f"{NO_GRAPH}: Dynamo ran the model eagerly (graph "
-                                                            f"breaks, or modules it does not trace such as nn.LSTM)"]}
+                                       "fallback_reasons": [f"{NO_GRAPH}: Dynamo ran the model eagerly: {why}"]}
         cov = self.result.get("coverage", {})
         if any("raised" in p for p in parts):
             status = "error"
@@ -348,6 +352,20 @@ def _timing(ref: _Reference, sessions: dict[str, _Session], budget: float) -> di
         if error is not None and b in sessions:
             sessions[b].result["parts"]["timing"] = {"ok": False, "raised": error}
     return {b: t for b, t in zip(runners, ms) if t is not None}
+
+
+def _dynamo_skips() -> dict[str, int]:
+    """Dynamo's count of each reason it ran code eagerly so far (a graph break, or a frame it
+    gave up on, such as one calling ``nn.LSTM``), by the reason's first line."""
+    counters = compat.dynamo_counters()
+    out: dict[str, int] = {}
+    for kind in ("graph_break", "unimplemented"):
+        for reason, n in counters.get(kind, {}).items():
+            lines = [line.strip() for line in str(reason).strip().splitlines() if line.strip()] or [kind]
+            hints = [line[len("Hint:"):].strip() for line in lines[1:] if line.startswith("Hint:")]
+            said = f"{lines[0]} (Dynamo's hint: {hints[0]})" if hints else lines[0]
+            out[said] = out.get(said, 0) + n
+    return out
 
 
 def _baselines(backends: Sequence[str]) -> set[str]:
