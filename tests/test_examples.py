@@ -49,6 +49,8 @@ def expected_output(path: Path) -> list[str]:
 NEEDS_TORCH = {"train_on_device": ((2, 13), "torch 2.11's DCP FileSystemWriter refuses device tensors ('Tensor must "
                                             "be on CPU'); measured to pass on 2.13")}
 _TORCH = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2])
+#: examples that need an NVIDIA GPU and Triton (the reference Triton target), and why
+NEEDS_GPU = {"triton_level": "the Triton level's example builds with NVIDIA's Triton backend and launches on the GPU"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[_id(p) for p in EXAMPLES])
@@ -56,11 +58,19 @@ def test_example_runs_and_prints_what_it_says(path):
     needs = NEEDS_TORCH.get(_id(path))
     if needs and _TORCH < needs[0]:
         pytest.skip(needs[1])
+    if _id(path) in NEEDS_GPU and not (torch.cuda.is_available() and _has_triton()):
+        pytest.skip(f"no CUDA GPU with Triton: {NEEDS_GPU[_id(path)]}")
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, env=env,
                          cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     assert [line.strip() for line in run.stdout.strip().splitlines()] == expected_output(path)
+
+
+def _has_triton() -> bool:
+    from torchvendor.ir.compat import triton_version
+
+    return triton_version() is not None
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[_id(p) for p in EXAMPLES])

@@ -438,19 +438,26 @@ def _target_driver(hooks: TritonHooks) -> _Iterator[None]:
         def get_current_stream(device: _Any = None) -> int:
             return 0
 
+    from torch.utils import _triton
+
+    cached = (_triton.triton_backend, _triton.triton_hash_with_backend)  # keyed by the active target
     previous = driver._active
     driver._active = TargetDriver()
+    for fn in cached:
+        fn.cache_clear()
     try:
         yield
     finally:
         driver._active = previous
+        for fn in cached:
+            fn.cache_clear()
 
 
 def _gpu_like_interface(device: str, properties: _Any, base: _Any) -> type:
     """A DeviceInterface for ``device`` reporting ``properties`` (for Inductor's Triton heuristics)."""
-    from .inductor_api import _host_like_interface
+    from .inductor_api import inductor
 
-    parent = base if base is not None else _host_like_interface(device)
+    parent = base if base is not None else inductor().DeviceInterface  # ensure_device_hooks registered one
     cc = int(properties.major) * 10 + int(properties.minor)
 
     class _Worker(parent.Worker):  # type: ignore[misc, name-defined]
