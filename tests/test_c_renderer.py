@@ -38,6 +38,16 @@ def test_every_loop_ir_op_is_rendered_or_declared_unsupported(renderer):
     assert issubclass(renderer, CStyleRenderer)
 
 
+def test_the_cuda_reference_renders_statements_with_the_renderers_code():
+    """The CUDA generator supplies its launch model and tables: no statement of its own."""
+    own = {k for k in vars(cuda.CudaRenderer) if k.startswith("stmt_") or k in ("statement", "render_body", "define")}
+    assert not own, own
+    assert {"load_source", "store", "reduction_value"} <= set(vars(cuda.CudaRenderer))   # its hooks
+    gpu_style = ("begin", "render_body", "needed", "bind_index", "open_lanes", "close_lanes", "load_source", "store",
+                 "reduction_value")
+    assert all(callable(getattr(CStyleRenderer, h)) for h in gpu_style)
+
+
 def test_the_cpu_reference_changes_only_tables_and_the_named_hooks():
     """What a vendor gets is what the reference uses: the CPU generator overrides no part of the walk."""
     hooks = {"prelude", "symbol", "annotate_loop", "kernel_entry"}
@@ -235,7 +245,7 @@ def _compiled(source: str, path: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(path))
 
 
-def _run(lib: ctypes.CDLL, lk: LoopKernel, values: dict) -> int:
+def _run(lib: ctypes.CDLL, lk: LoopKernel, values: dict, prefix: str = "nimbus_") -> int:
     """Call the kernel's function (the renderer's default launch model: pointers, then sizes)."""
     sizes = {s: values[b.name].shape[d] for b in lk.program.buffers if b.name in values
              for d, s in enumerate(b.size) if s.isidentifier()}   # a bare symbol is that input's size
@@ -245,7 +255,7 @@ def _run(lib: ctypes.CDLL, lk: LoopKernel, values: dict) -> int:
     for b in lk.buffers:
         if b.name not in values:
             values[b.name] = torch.empty_strided(ints(b.size), ints(b.stride), dtype=getattr(torch, b.dtype))
-    fn = getattr(lib, f"nimbus_{lk.name}")
+    fn = getattr(lib, f"{prefix}{lk.name}")
     fn.restype = ctypes.c_int32
     return fn(*[ctypes.c_void_p(values[b.name].data_ptr()) for b in lk.buffers],
               *[ctypes.c_int64(sizes[s]) for s in lk.size_vars])
@@ -274,3 +284,93 @@ def test_the_vendor_dialect_compiles_with_the_system_compiler_and_matches_eager(
         error.restype, value = ctypes.c_char_p, ctypes.c_int64()
         assert re.fullmatch(r"buffer arg0_1 at index ind\d+ = t\d+: outside \[0, 40\)", error(ctypes.byref(value)).decode())
         assert value.value == 40
+
+
+# ---- a GPU-style launch model (docs/loop_ir.md shows this class) ------------------------------
+
+class GridRenderer(CStyleRenderer):
+    """A GPU-style launch model, run on the host: a "thread" function computes LANES elements of
+    a pointwise nest (in vector registers where a buffer is read and written at the flat index),
+    and the kernel runs it over the grid."""
+
+    language = "Grid C++"
+    LANES = 4
+    helpers = CStyleRenderer.helpers + "template <class T, int N> struct tv_vec { T v[N]; };\n"
+    declaration = "const {t} {name} = {expr};"      # values are per thread and never reassigned
+    fail_code = "tv_fail({check}, {value});"       # the kernel returns 3 after the grid
+
+    def render(self, lk) -> str:
+        self.begin(lk)
+        (nest,) = lk.kernel.nests
+        if nest.reduction_ranges:
+            raise CodegenError("the grid renders pointwise nests only")
+        accesses = [s for s in nest.stmts() if s.op in ("load", "store")]
+        loaded, stored = ({s.attr("buffer") for s in accesses if s.op == op} for op in ("load", "store"))
+        flat = (loaded | stored) - {s.attr("buffer") for s in accesses if s.attr("index") != "i0"}
+        whole = len(nest.ranges) == 1 and nest.ranges[0].isdigit() and int(nest.ranges[0]) % self.LANES == 0
+        lanes = sorted(flat) if whole and all(s.op != "masked" for s in nest.stmts()) else []
+        n = self.LANES if lanes else 1
+        params = ", ".join([f"{self.storage_type(b.dtype)}* __restrict__ {b.name}" for b in lk.buffers] +
+                           [f"const int64_t {s}" for s in lk.size_vars])
+        self.lines.append(f"static inline void thread_{lk.name}(const int64_t base, {params}) {{")
+        self.open_lanes(lanes, n, "base", loaded, stored)
+        self.open(f"for (int k = 0; k < {n}; ++k)")
+        self.emit("const int64_t x = base + k;")
+        names = {v: self.bind_index(v, digit) for v, digit in zip(nest.iter_vars, self.digits(nest.ranges, "x"))}
+        self.render_body(self.Scope(names=names, lanes=(set(lanes), "k") if lanes else None), nest.body)
+        self.close()
+        self.close_lanes(lanes, n, "base", stored)
+        self.lines.append("}")
+        self.lines.append(f'extern "C" int32_t {self.symbol(lk.name)}({params}) {{')
+        numel, args = self.index("*".join(f"({r})" for r in nest.ranges)), [b.name for b in lk.buffers]
+        self.emit(f"for (int64_t base = 0; base < {numel}; base += {n}) "
+                  f"thread_{lk.name}(base, {', '.join(args + list(lk.size_vars))});")
+        self.emit("return tv_error[0] < 0 ? 0 : 3;" if self.checks else "return 0;")
+        self.lines.append("}")
+        return self.prelude() + (self.error_function() if self.checks else "") + "\n".join(self.lines) + "\n"
+
+    @staticmethod
+    def digits(ranges, flat: str) -> list[str]:
+        """Each loop variable as a digit of the flat index (row-major)."""
+        inner = ["*".join(f"({r})" for r in ranges[k + 1:]) or "1" for k in range(len(ranges))]
+        return [f"FloorDiv({flat}, {inner[0]})" if k == 0 else f"ModularIndexing({flat}, {inner[k]}, {r})"
+                for k, r in enumerate(ranges)]
+
+
+GRID_CASES = {  # vector lanes; a masked load and two loop variables; an indirect index; a transposed read
+    "relu_mul": (lambda x: x.relu() * 2, lambda: [torch.randn(64)]),
+    "pad": (lambda x: torch.nn.functional.pad(x, (1, 2)), lambda: [torch.randn(6, 8)]),
+    "gather": (lambda x, i: x[i] * 2, lambda: [torch.randn(40), torch.tensor([1, -2, 3, 39])]),
+    "transpose_add": (lambda x, y: x.t() + y, lambda: [torch.randn(8, 12), torch.randn(12, 8)]),
+}
+
+
+def test_a_gpu_style_launch_model_uses_only_public_hooks_and_is_the_documented_one():
+    import inspect
+    mine = {k for k in vars(GridRenderer) if not k.startswith("__")} - {"LANES", "digits"}
+    assert mine <= set(dir(CStyleRenderer)), mine - set(dir(CStyleRenderer))
+    assert inspect.getsource(GridRenderer) in DOC.read_text()
+
+
+@pytest.mark.parametrize("case", list(GRID_CASES))
+def test_a_gpu_style_launch_model_renders_threads_that_match_eager(case, tmp_path):
+    fn, inputs = GRID_CASES[case]
+    torch.manual_seed(0)
+    args = inputs()
+    prog = capture(fn, args, level="loop").inference
+    values = dict(zip(prog.inputs, args))
+    for lk in loop_kernels(prog):
+        source = GridRenderer().render(lk)
+        assert "for (int64_t i" not in source   # loop variables are digits of the thread's index
+        assert ("vl_" in source) == (case in ("relu_mul", "gather"))                 # vector lanes
+        assert bool(re.search(r"if \(t\d+\) \{", source)) == (case == "pad")     # a masked load
+        assert _run(_compiled(source, tmp_path / f"{lk.name}.so"), lk, values, prefix="") == 0
+    expected = fn(*args)
+    torch.testing.assert_close(values[prog.outputs[0].name], expected)
+    if case == "gather":   # an index out of range: status 3, and the error function says which
+        (lk,) = loop_kernels(prog)
+        lib = _compiled(GridRenderer().render(lk), tmp_path / "again.so")
+        assert _run(lib, lk, {**dict(zip(prog.inputs, args)), "arg1_1": torch.tensor([1, 2, 40, 0])}, prefix="") == 3
+        error = getattr(lib, f"{lk.name}_error")
+        error.restype, value = ctypes.c_char_p, ctypes.c_int64()
+        assert error(ctypes.byref(value)).decode() == "buffer arg0_1 at index ind0 = t0: outside [0, 40)"

@@ -20,6 +20,11 @@ Nests that cannot share a segment (a read of another row, a different iteration 
 new one; stream order keeps them correct. Tiling (warp or block per row, threads per row,
 vector width) is chosen from the shapes.
 
+This module is that launch model and CUDA's tables (types, op spellings, math functions,
+conversions, ``prelude.cuh``); the statements inside a segment (loads, stores, masks, indirect
+indices, compute, vector lanes) are rendered by the SDK's :class:`~torchvendor.sdk.CStyleRenderer`,
+as a vendor's GPU-style generator would render them.
+
 Example (codegen needs no GPU)::
 
     >>> from torchvendor.ir.loop_ir import Buffer, Kernel, LoopNest, Stmt
@@ -46,7 +51,6 @@ import sympy
 
 from torchvendor.ir.loop_ir import Buffer, Kernel, LoopNest, Stmt, parse_expr
 from torchvendor.sdk import CodegenError, CStyleRenderer, LoopKernel
-from torchvendor.sdk.compile.c_renderer import Scope
 
 from .segments import C, Part, X, accesses, canonical, classify, post_names, prod, row_col_steps
 
@@ -200,8 +204,8 @@ def _field_type(kind: str, fieldname: str, acc: str) -> str:
 
 
 @dataclass
-class _Scope(Scope):
-    """The renderer's :class:`Scope` with this launch model's part: the nest and its place in the
+class _Scope(CStyleRenderer.Scope):
+    """The renderer's ``Scope`` with this launch model's part: the nest and its place in the
     segment, the buffers never stored (their loads recompute the value), and whether the
     statements run once per row (after a reduction: every thread computes, thread 0 stores)."""
 
@@ -219,11 +223,14 @@ _TYPE_OF_INDEX = {"TruncToInt": "trunc", "FloorToInt": "floor", "CeilToInt": "ce
 
 class CudaRenderer(CStyleRenderer):
     """Emits the CUDA C of one kernel: the SDK's C-style renderer with CUDA's tables (``long long``
-    indices, CUDA math, ``__half``/``__nv_bfloat16`` storage, :data:`_RED` reductions) and its
-    launch model (segments of a thread per element, a warp or block per row, split and column
-    reductions), which replaces the base's walk: :meth:`render` returns a :class:`CudaKernel`
-    (the source and its launches), and statements render in a :class:`_Scope` (a row's thread,
-    a vector lane, a recomputed local buffer)."""
+    indices, CUDA math, ``__half``/``__nv_bfloat16`` storage, ``const`` values, ``static_cast``
+    conversions, :data:`_RED` reductions) and its launch model (segments of a thread per element,
+    a warp or block per row, split and column reductions), which replaces the base's walk:
+    :meth:`render` returns a :class:`CudaKernel` (the source and its launches). Statements are
+    the renderer's, rendered in a :class:`_Scope` (a row's thread, a vector lane, a recomputed
+    local buffer); this launch model's hooks say where values live: :meth:`load_source`
+    (recomputed, a row's earlier value, the row's registers), :meth:`store` (thread 0 of a row)
+    and :meth:`reduction_value` (an accumulator's field)."""
 
     language = "CUDA"
     storage_types = CTYPES
@@ -447,12 +454,9 @@ class CudaRenderer(CStyleRenderer):
             self.lines.append("  if (base >= n) return;")
             if v > 1:
                 self.lines.append(f"  if (base + {v} <= n) {{")
-                for b in vec_bufs:
-                    t = CTYPES[self.buffers[b].dtype]
-                    if any(st.op == "load" and st.attr("buffer") == b for st in nests[0].nest.stmts()):
-                        self.lines.append(f"    const tv_vec<{t}, {v}> vl_{b} = *reinterpret_cast<const tv_vec<{t}, {v}>*>({b} + base);")
-                    if b in written:
-                        self.lines.append(f"    tv_vec<{t}, {v}> vs_{b};")
+                self.depth = 2
+                loaded = {st.attr("buffer") for st in nests[0].nest.stmts() if st.op == "load"}
+                self.open_lanes(vec_bufs, v, "base", loaded, written)
                 self.lines.append(f"    #pragma unroll\n    for (int k = 0; k < {v}; k++) {{")
                 self.lines.append("      const idx_t X = base + k;")
                 for c in nests:
@@ -460,10 +464,7 @@ class CudaRenderer(CStyleRenderer):
                     self._nest_body(c, {"X": "X"}, "        ", locals_, lanes=(set(vec_bufs), "k"))
                     self.lines.append("      }")
                 self.lines.append("    }")
-                for b in vec_bufs:
-                    if b in written:
-                        t = CTYPES[self.buffers[b].dtype]
-                        self.lines.append(f"    *reinterpret_cast<tv_vec<{t}, {v}>*>({b} + base) = vs_{b};")
+                self.close_lanes(vec_bufs, v, "base", written)
                 self.lines.append("    return;\n  }")
             self.lines.append(f"  for (idx_t X = base; X < n && X < base + {v}; X++) {{")
             for c in nests:
@@ -780,7 +781,7 @@ class CudaRenderer(CStyleRenderer):
         post = post_names(c.nest)
         after_roots = [st for st in c.nest.body if st.op != "reduction" and (
             st.name in post or st.op == "store_reduction" or (st.op == "store" and st.args[0] in post))]
-        after_set = _closure(c.nest.body, [], after_roots, stop={id(r) for r in reds})
+        after_set = self.needed(c.nest.body, [], after_roots, stop={id(r) for r in reds})
         vals = {red.name: f"acc_{red.name}_{'i' if kind in ('argmax', 'argmin') else _RED[kind][0][0]}"
                 for red, kind, *_ in infos}
         vals.update({name: f"acc_{name}_{'i' if 'i' in fields else fields[0]}" for name, _, fields, _ in dups})
@@ -834,7 +835,7 @@ class CudaRenderer(CStyleRenderer):
         pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post_names(c.nest)]
         for k, (fld, comb) in enumerate((first, second)):
             roots = pre_stores if k == 0 else []   # stores before the reduction run in the first pass
-            include = _closure(c.nest.body, list(red.args), roots)
+            include = self.needed(c.nest.body, list(red.args), roots)
             self.lines.append(self._col_loop(ind, "tid", "L", threads))
             self._bind(ind + "  ", c.col_vars, c, {"C": "C"}, names)
             vals = self._stmts(_Scope(names=names, part=c, local_buffers=locals_), c.nest.body, ind + "  ", include)
@@ -848,7 +849,7 @@ class CudaRenderer(CStyleRenderer):
                     ind: str, locals_: Mapping[str, Any], loop: tuple[str, str] | None, column: bool) -> None:
         """The loop over this thread's columns of the row, updating the accumulators."""
         pre_stores = [st for st in c.nest.body if st.op == "store" and st.args[0] not in post_names(c.nest)]
-        loop_set = _closure(c.nest.body, [a for r in reds for a in r.args], pre_stores)
+        loop_set = self.needed(c.nest.body, [a for r in reds for a in r.args], pre_stores)
         lo, hi = loop or ("0" if column else "tid", "L")
         step = 1 if column else threads
         unroll = self.knobs["col_unroll"] if column else 4
@@ -880,32 +881,6 @@ class CudaRenderer(CStyleRenderer):
         out.append(f"{ind}for (int w = 1; w < {threads // 32}; w++) {{")
         out += [f"{ind}  const {ft} o_{f} = sh_{red.name}_{f}[w];" for f, ft in zip(fields, ftypes)]
         out += [ind + "  " + comb.format(a=a, o="o_"), f"{ind}}}"]
-
-
-def _uses(st: Stmt) -> set[str]:
-    """SSA names a statement reads: its arguments, the values its masked body reads, and the
-    indirect indices (``ind<k>``) its index expressions use."""
-    out = set(st.args)
-    for key in ("index", "expr", "size"):
-        text = st.attr(key)
-        if isinstance(text, str):
-            out |= {sym.name for sym in parse_expr(text).free_symbols if sym.name.startswith("ind")}
-    for sub in st.body or ():
-        out |= _uses(sub)
-    return out
-
-
-def _closure(body: Sequence[Stmt], names: Sequence[str], roots: Sequence[Stmt], stop: set[int] = frozenset()) -> set[int]:
-    """ids of ``roots`` and of every statement they (or the ``names``) transitively read."""
-    by_name = {st.name: st for st in body if st.name}
-    todo, seen = list(roots) + [by_name[n] for n in names if n in by_name], set()
-    while todo:
-        st = todo.pop()
-        if id(st) in seen or id(st) in stop:
-            continue
-        seen.add(id(st))
-        todo += [by_name[n] for n in _uses(st) if n in by_name]
-    return seen
 
 
 def _in_masked(body: Sequence[Stmt], buf: str) -> bool:

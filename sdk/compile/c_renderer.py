@@ -16,8 +16,9 @@ or anything with its ``kernel``, ``buffers`` and ``size_vars``) into one C++ tra
   ``<kernel>_error`` name what was indexed); SSA values become typed locals, 16-bit floats are
   computed in ``float``. Extern kernels (library calls) are not rendered: a backend calls them.
 
-A target (the reference CPU backend's OpenMP C++, a vendor's dialect) subclasses it and changes
-**tables**, in the manner of tinygrad's C-style renderers, and **four named hooks**, never the walk:
+A target (the reference CPU backend's OpenMP C++, the reference CUDA backend, a vendor's
+dialect) subclasses it and changes **tables**, in the manner of tinygrad's C-style renderers, and
+**named hooks**, never the statement code:
 
 - tables: :attr:`~CStyleRenderer.storage_types` and :attr:`~CStyleRenderer.value_types`
   (dtypes in memory and in registers), :attr:`~CStyleRenderer.index_code` (the index printer,
@@ -27,24 +28,35 @@ A target (the reference CPU backend's OpenMP C++, a vendor's dialect) subclasses
   and :attr:`~CStyleRenderer.unsupported_ops` (op -> why; every op of ``COMPUTE_OPS`` and
   ``STATEMENT_OPS`` is in exactly one, :meth:`~CStyleRenderer.coverage` lists those in neither),
   :attr:`~CStyleRenderer.reduction_init` and :attr:`~CStyleRenderer.reduction_update` (an
-  accumulator's start and its update per reduction kind),
-  :attr:`~CStyleRenderer.atomic_add_code`, :attr:`~CStyleRenderer.includes` and
-  :attr:`~CStyleRenderer.helpers` (the C text the tables call);
+  accumulator's start and its update per reduction kind), the spelling of statements
+  (:attr:`~CStyleRenderer.declaration`, :attr:`~CStyleRenderer.cast_code`,
+  :attr:`~CStyleRenderer.load_code`, :attr:`~CStyleRenderer.store_code`,
+  :attr:`~CStyleRenderer.to_dtype_code`, :attr:`~CStyleRenderer.bitcast_code`,
+  :attr:`~CStyleRenderer.cast_operands`, :attr:`~CStyleRenderer.yield_code`,
+  :attr:`~CStyleRenderer.fail_code`, :attr:`~CStyleRenderer.index_type`,
+  :attr:`~CStyleRenderer.atomic_add_code` and the vector lanes' ``lane*_code``), and
+  :attr:`~CStyleRenderer.includes` and :attr:`~CStyleRenderer.helpers` (the C text the tables call);
 - hooks: :meth:`~CStyleRenderer.prelude` (the text before the kernel),
   :meth:`~CStyleRenderer.symbol` (the name of every symbol the module exports),
   :meth:`~CStyleRenderer.annotate_loop` (lines above each loop, e.g. pragmas, from a
   :class:`Loop` that says what the walk knows of it) and :meth:`~CStyleRenderer.kernel_entry`
-  (the launch model: the function's head and how its arguments arrive); literals go through
-  :meth:`~CStyleRenderer.int_literal`, :meth:`~CStyleRenderer.rational_literal`,
-  :meth:`~CStyleRenderer.render_pow`, :meth:`~CStyleRenderer.inf_literal` and
-  :meth:`~CStyleRenderer.literal_type`.
+  (the launch model of "one function of loops": the function's head and how its arguments
+  arrive); literals go through :meth:`~CStyleRenderer.int_literal`,
+  :meth:`~CStyleRenderer.rational_literal`, :meth:`~CStyleRenderer.render_pow`,
+  :meth:`~CStyleRenderer.inf_literal` and :meth:`~CStyleRenderer.literal_type`.
 
 Statements are dispatched by op (:meth:`~CStyleRenderer.statement`) to ``stmt_<op>`` methods,
-compute ops to ``stmt_compute``. A target whose launch model is not "one function of loops"
-(the reference CUDA backend: segments of threads, warps and blocks, statements rendered per
-thread, lane or recomputed value) keeps the tables, the index printer, the literals, the
-statement dispatch, :meth:`~CStyleRenderer.prelude`, :meth:`~CStyleRenderer.symbol` and the
-check messages, and replaces :meth:`~CStyleRenderer.render` and the ``stmt_<op>`` methods.
+compute ops to ``stmt_compute``, and render in a :class:`Scope`: the C names of the loop
+variables and SSA values, a prefix for values rendered twice, the buffers held in vector
+registers. A **GPU-style launch model** (threads, warps, blocks; the reference CUDA backend)
+replaces :meth:`~CStyleRenderer.render`: it calls :meth:`~CStyleRenderer.begin`, binds loop
+variables to a thread's coordinates (:meth:`~CStyleRenderer.bind_index`), loads and stores a
+thread's vector lanes (:meth:`~CStyleRenderer.open_lanes`, :meth:`~CStyleRenderer.close_lanes`)
+and renders a nest's statements for a thread, a lane or a recomputed value
+(:meth:`~CStyleRenderer.render_body`); where its values live elsewhere than in memory it says so
+through :meth:`~CStyleRenderer.load_source` (registers, a value computed earlier),
+:meth:`~CStyleRenderer.store` (one thread of a row stores) and
+:meth:`~CStyleRenderer.reduction_value` (the parts of its accumulators).
 
 Example: the base renders a whole kernel; a dialect overrides table entries::
 
@@ -145,6 +157,23 @@ class Scope:
     :attr:`CStyleRenderer.lane_load_code` and :attr:`CStyleRenderer.lane_store_code`;
     ``stores``: False renders values only (a recomputation); ``top_level``: not inside a
     ``masked`` body.
+
+    Example: a nest's body for one thread, its loop variable a digit of the thread's index::
+
+        >>> import types
+        >>> from torchvendor.ir.loop_ir import Buffer, Kernel, Stmt
+        >>> x = Buffer("x", "float32", ("64",), ("1",), "cpu", "input")
+        >>> r = CStyleRenderer()
+        >>> r.begin(types.SimpleNamespace(kernel=Kernel("k", ()), buffers=(x,), size_vars=()))
+        >>> body = (Stmt("t0", "load", (), (("buffer", "x"), ("index", "2*i0")), "float32"),
+        ...         Stmt("t1", "exp", ("t0",), (), "float32"))
+        >>> names = {"i0": r.bind_index("a_i0", "ModularIndexing(tid, 1, 32)", {"tid": "threadIdx.x"})}
+        >>> r.render_body(Scope(names=names, prefix="a_"), body)
+        {'t0': 'a_t0', 't1': 'a_t1'}
+        >>> print("\\n".join(r.lines))
+          const int64_t a_i0 = tv_floormod(tv_floordiv(threadIdx.x, 1L), 32L);
+          float a_t0 = x[2L*a_i0];
+          float a_t1 = std::exp(a_t0);
     """
 
     names: dict[str, str] = field(default_factory=dict)
@@ -200,6 +229,8 @@ class CStyleRenderer:
 
     #: name used in error messages ("... is not supported by the CUDA code generator")
     language: ClassVar[str] = "C++"
+    #: where statements render (:class:`Scope`; a launch model subclasses it for fields of its own)
+    Scope: ClassVar[type[Scope]] = Scope
     #: loop-IR dtype -> C type of an element in memory
     storage_types: ClassVar[Mapping[str, str]] = STORAGE
     #: loop-IR dtype -> C type values are computed in (16-bit floats compute in float)
@@ -291,9 +322,16 @@ class CStyleRenderer:
     fail_code: ClassVar[str] = "tv_fail({check}, {value}); tv_status = 3;"
     #: the C type of index variables (indirect indices, :meth:`bind_index`)
     index_type: ClassVar[str] = "int64_t"
-    #: a load and a store of a buffer held in vector registers (see :class:`Scope`)
+    #: vector registers (:class:`Scope` ``lanes``, :meth:`open_lanes`): a load and a store of one
+    #: lane, the registers of a buffer read (``n`` lanes of C type ``t`` from ``{buffer} + {base}``),
+    #: of a buffer written, and their write-back; ``tv_vec<T, N>`` (a struct of ``N`` elements
+    #: aligned to its size) is the target's prelude's
     lane_load_code: ClassVar[str] = "vl_{buffer}.v[{lane}]"
     lane_store_code: ClassVar[str] = "vs_{buffer}.v[{lane}] = {value};"
+    lanes_load_code: ClassVar[str] = \
+        "const tv_vec<{t}, {n}> vl_{buffer} = *reinterpret_cast<const tv_vec<{t}, {n}>*>({buffer} + {base});"
+    lanes_declare_code: ClassVar[str] = "tv_vec<{t}, {n}> vs_{buffer};"
+    lanes_store_code: ClassVar[str] = "*reinterpret_cast<tv_vec<{t}, {n}>*>({buffer} + {base}) = vs_{buffer};"
     #: how a failed ``device_assert``'s message starts
     assertion: ClassVar[str] = "device assertion failed: "
     #: accumulators per row of an outer reduction (the vector lanes); work worth a parallel loop
@@ -528,11 +566,47 @@ class CStyleRenderer:
             self.scope = outer
         return scope.values
 
+    @staticmethod
+    def needed(body: Sequence[Stmt], names: Sequence[str], roots: Sequence[Stmt] = (),
+               stop: set[int] | frozenset[int] = frozenset()) -> set[int]:
+        """The ``id`` of ``roots`` and of every statement of ``body`` they or the values ``names``
+        read, transitively (through operands, masked bodies and indirect indices), not going
+        past the statements in ``stop``: the ``include`` of :meth:`render_body` for a launch
+        model that renders a nest's body in parts (before a reduction, after it)."""
+        by_name = {st.name: st for st in body if st.name}
+        todo, seen = list(roots) + [by_name[n] for n in names if n in by_name], set()
+        while todo:
+            st = todo.pop()
+            if id(st) in seen or id(st) in stop:
+                continue
+            seen.add(id(st))
+            todo += [by_name[n] for n in _reads(st) if n in by_name]
+        return seen
+
     def bind_index(self, name: str, expr: Any, coords: Mapping[str, str] | None = None) -> str:
-        """Declare index variable ``name`` as a sympy expression of launch coordinates (a loop
-        variable as a function of a thread's flat index, say); returns ``name``."""
+        """Declare index variable ``name`` as an index expression (a string of the schema, or
+        sympy) of launch coordinates, renamed through ``coords``: a loop variable as a digit of a
+        thread's flat index, say (``ModularIndexing(x, 8, 4)``); returns ``name``."""
+        expr = parse_expr(expr) if isinstance(expr, str) else expr
         self.emit(f"const {self.index_type} {name} = {self.print_index(expr, coords)};")
         return name
+
+    def open_lanes(self, buffers: Sequence[str], n: int, base: str, loaded: set[str], written: set[str]) -> None:
+        """Vector registers for ``n`` consecutive elements from ``base`` of each of ``buffers``: one
+        wide load of those in ``loaded``, a declaration for those in ``written`` (a thread that
+        moves ``n`` elements per buffer; then :class:`Scope` ``lanes`` names them and the lane)."""
+        for b in buffers:
+            t = self.storage_type(self.buffers[b].dtype)
+            if b in loaded:
+                self.emit(self.lanes_load_code.format(t=t, n=n, buffer=b, base=base))
+            if b in written:
+                self.emit(self.lanes_declare_code.format(t=t, n=n, buffer=b))
+
+    def close_lanes(self, buffers: Sequence[str], n: int, base: str, written: set[str]) -> None:
+        """One wide store of the vector registers of each of ``buffers`` in ``written``."""
+        for b in buffers:
+            if b in written:
+                self.emit(self.lanes_store_code.format(t=self.storage_type(self.buffers[b].dtype), n=n, buffer=b, base=base))
 
     def convert(self, table: Mapping[str, str], dtype: str, value: str, ctype: str) -> str:
         """``value`` converted by ``table``'s entry for ``dtype`` (else ``*``, else :attr:`cast_code`)."""
@@ -954,6 +1028,19 @@ def _uses(st: Stmt) -> set[str]:
     used = set(st.args)
     for inner in st.body or ():
         used |= _uses(inner)
+    return used
+
+
+def _reads(st: Stmt) -> set[str]:
+    """What a statement reads: its operands, what its masked body reads, the symbols of its index
+    expressions (the indirect indices among them)."""
+    used = set(st.args)
+    for key in ("index", "expr", "size"):
+        text = st.attr(key)
+        if isinstance(text, str):
+            used |= _index_symbols(text)
+    for inner in st.body or ():
+        used |= _reads(inner)
     return used
 
 
