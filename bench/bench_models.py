@@ -229,7 +229,7 @@ def _write_markdown() -> Path:
     path = ROOT / "docs" / "bench_models.md"
     head, sep, rest = render(runs).partition("\n## ")  # the real-size section first, after the intro
     real = bench_models_real.render(bench_models_real.load_runs())
-    path.write_text(head + "\n" + "\n".join(real) + sep.lstrip("\n") + rest if real else head + sep + rest)
+    path.write_text(head + "\n" + "\n".join(real) + "\n\n" + sep.lstrip("\n") + rest)
     return path
 
 

@@ -78,6 +78,8 @@ class RealSpec:
         for key in _dropout_keys():
             if isinstance(getattr(cfg, key, None), float):
                 setattr(cfg, key, 0.0)
+        if hasattr(cfg, "use_cache"):  # a forward over the whole sequence, as in training: no KV cache out
+            cfg.use_cache = False
         torch.manual_seed(0)
         with torch.device(device):
             model = getattr(transformers, self.model)(cfg)
@@ -353,8 +355,8 @@ def _compile(model: Any, backend: str) -> Callable[..., Any]:
     if backend in BASELINES:
         kwargs = BASELINES[backend]
         return model if kwargs is None else torch.compile(model, **kwargs)
-    name, _, opts = backend.partition(":")  # torchvendor_cuda:aot_partition=default,cuda_graphs=False
-    options = {k: _literal(v) for k, v in (kv.split("=", 1) for kv in opts.split(",") if kv)}
+    name, _, opts = backend.partition(":")  # torchvendor_cuda:aot_partition=default+cuda_graphs=False
+    options = {k: _literal(v) for k, v in (kv.split("=", 1) for kv in opts.split("+") if kv)}
     return torch.compile(model, backend=name, options=options or None)
 
 
@@ -495,33 +497,57 @@ def _assemble(name: str, events: list[dict[str, Any]], died: str | None) -> list
             current = None
     if died and current:
         row(current[0], current[1])["backends"][current[2]] = {"raised": f"the process died: {died}"[:1500]}
+    if died and not rows:  # before its first backend (building the model, say)
+        return [{"model": name, "what": spec.what, "not_run": f"the process died: {died}"[:1500], "backends": {}}]
     return list(rows.values())
 
 
-def _child_command(name: str, args: argparse.Namespace, events: Path, backends: list[str]) -> list[str]:
+def _child_command(unit: tuple[str, str, str], args: argparse.Namespace, events: Path, backends: list[str]) -> list[str]:
+    name, part, dtype = unit
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--events", str(events),
-           "--backends", ",".join(backends), "--device", args.device, "--parts", args.parts, "--dtypes", args.dtypes,
+           "--backends", ",".join(backends), "--device", args.device, "--parts", part, "--dtypes", dtype,
            "--scale", args.scale, "--iters", str(args.iters), "--warmup", str(args.warmup),
            "--profile-calls", str(args.profile_calls), "--workdir", args.workdir]
     return cmd + (["--no-warm"] if args.no_warm else []) + (["--tf32"] if args.tf32 else [])
 
 
-def _run_child(name: str, args: argparse.Namespace, backends: list[str], deadline: float) -> list[dict[str, Any]]:
-    events = Path(args.workdir) / f"{name}.events.jsonl"
+@dataclass
+class _Running:
+    unit: tuple[str, str, str]
+    proc: subprocess.Popen
+    events: Path
+    stderr: Path
+    started: float
+
+
+def _launch(unit: tuple[str, str, str], slot: int, args: argparse.Namespace, backends: list[str]) -> _Running:
+    """One model, part and dtype in a child process (on GPU ``slot`` when ``--gpus`` > 1)."""
+    stem = Path(args.workdir) / "-".join(unit)
+    events, stderr = stem.with_suffix(".events.jsonl"), stem.with_suffix(".stderr.txt")
     events.unlink(missing_ok=True)
-    limit = max(1.0, min(args.timeout, deadline - time.time()))
-    died = None
-    try:
-        proc = subprocess.run(_child_command(name, args, events, backends), capture_output=True, text=True,
-                              timeout=limit, cwd=ROOT)
-        if proc.returncode != 0:
-            died = f"exit {proc.returncode}: {proc.stderr[-1200:]}"
-    except subprocess.TimeoutExpired:
-        died = f"stopped after {limit:.0f} s (--timeout/--stop)"
-    parsed = [json.loads(line) for line in events.read_text().splitlines() if line.strip()] if events.exists() else []
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    if args.gpus > 1:
+        env["CUDA_VISIBLE_DEVICES"] = str(slot)
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen(_child_command(unit, args, events, backends), stdout=subprocess.DEVNULL, stderr=err,
+                                cwd=ROOT, env=env)
+    return _Running(unit, proc, events, stderr, time.time())
+
+
+def _collect(r: _Running, stopped: str | None) -> list[dict[str, Any]]:
+    lines = r.events.read_text().splitlines() if r.events.exists() else []
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            continue  # cut short
+    died = stopped
+    if died is None and r.proc.returncode != 0:
+        died = f"exit {r.proc.returncode}: {r.stderr.read_text()[-1200:] if r.stderr.exists() else ''}"
     if died is None and not any(e.get("done") for e in parsed):
         died = "no end event"
-    return _assemble(name, parsed, died)
+    return _assemble(r.unit[0], parsed, died)
 
 
 def _run_record(args: argparse.Namespace, vendors: list[str], backends: list[str], started: float,
@@ -542,36 +568,64 @@ def _run_record(args: argparse.Namespace, vendors: list[str], backends: list[str
             "seconds": time.time() - started, "note": args.note or "", "rows": rows}
 
 
+def _units(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    models = args.models.split(",") if args.models else list(SPECS)
+    bad = [m for m in models if m not in SPECS]
+    if bad:
+        raise SystemExit(f"unknown model(s) {bad}; choose from {sorted(SPECS)}")
+    return [(m, p, d) for m in models for p in args.parts.split(",") for d in args.dtypes.split(",")]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Every model in its own process; the run's JSON rewritten after each model."""
+    """Each model, part and dtype in its own child process, ``--gpus`` of them at once (one per
+    GPU); the run's JSON rewritten after each."""
     vendors = [b for b in args.backend.split(",") if b]
     baselines = [] if args.baseline == "none" else args.baseline.split(",")
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
         raise SystemExit(f"unknown baseline(s) {unknown}; choose from {sorted(BASELINES)}")
     backends = [*baselines, *vendors]  # ours last: a crash then costs no baseline its result
-    models = args.models.split(",") if args.models else list(SPECS)
-    bad = [m for m in models if m not in SPECS]
-    if bad:
-        raise SystemExit(f"unknown model(s) {bad}; choose from {sorted(SPECS)}")
+    pending = _units(args)
+    order = {u: i for i, u in enumerate(pending)}
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench_real_")
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
     started = time.time()
     deadline = started + (args.stop or 1e9)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.name or args.device + '_' + '_'.join(vendors or ['baselines'])}.json"
-    rows: list[dict[str, Any]] = []
-    record: dict[str, Any] = {}
-    for name in models:
-        if time.time() >= deadline:
-            rows.append({"model": name, "what": SPECS[name].what, "not_run": "--stop reached", "backends": {}})
-            continue
-        print(f"[real] {name} ...", file=sys.stderr, flush=True)
-        rows += _run_child(name, args, backends, deadline)
+    done: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    running: dict[int, _Running] = {}
+
+    def write() -> dict[str, Any]:
+        rows = [r for u in sorted(done, key=order.__getitem__) for r in done[u]]
         record = _run_record(args, vendors, backends, started, rows)
         path.write_text(json.dumps(record, indent=1, default=str))
-    record = _run_record(args, vendors, backends, started, rows)
-    path.write_text(json.dumps(record, indent=1, default=str))
+        return record
+
+    while pending or running:
+        now = time.time()
+        for slot in range(args.gpus):
+            if slot not in running and pending and now < deadline:
+                print(f"[real] {' '.join(pending[0])} (slot {slot}) ...", file=sys.stderr, flush=True)
+                running[slot] = _launch(pending.pop(0), slot, args, backends)
+        if now >= deadline:
+            for u in pending:
+                done[u] = [{"model": u[0], "what": SPECS[u[0]].what, "part": u[1], "dtype": u[2],
+                            "not_run": "--stop reached", "backends": {}}]
+            pending = []
+        for slot, r in list(running.items()):
+            stopped = None
+            if r.proc.poll() is None and (now >= deadline or now - r.started > args.timeout):
+                r.proc.kill()
+                stopped = f"stopped after {now - r.started:.0f} s (--stop/--timeout)"
+            if r.proc.poll() is not None or stopped:
+                r.proc.wait()
+                done[r.unit] = _collect(r, stopped)
+                del running[slot]
+                write()
+        time.sleep(0.2)
+    record = write()
     print(f"[real] wrote {path}", file=sys.stderr)
     return record
 
@@ -631,9 +685,11 @@ def _problems(run: dict[str, Any]) -> list[str]:
 
 
 def render(runs: list[dict[str, Any]]) -> list[str]:
-    """The real-size section of ``docs/bench_models.md`` (empty without runs)."""
-    if not runs:
-        return []
+    """The real-size section of ``docs/bench_models.md``.
+
+    >>> render([])[-1]
+    'No run is recorded yet: `bench/bench_models.py --size real` on a GPU writes one (its `--help` lists the flags).'
+    """
     out = ["## Real sizes (`--size real`)", "",
            "Written by `bench/bench_models.py --size real` from `docs/bench_models/real/*.json`: published sizes "
            "built from `transformers` configs with random weights (`bench/bench_models_real.py`); a process per "
@@ -643,7 +699,12 @@ def render(runs: list[dict[str, Any]]) -> list[str]:
            "AdamW state included). Cold: the first call with empty disk caches (Inductor's later modes keep the "
            "kernels it compiled earlier in the process in memory); warm: the first call after a Dynamo reset. "
            "Extern mm share: GPU time in library matmul/convolution kernels over all GPU time (torch.profiler). "
-           "Rel. error: the second call's loss (after one AdamW step) or output against eager at the same dtype.", ""]
+           "Rel. error: the second call's loss (after one AdamW step) or output against eager at the same dtype.", "",
+           "Models: " + "; ".join(f"`{s.name}` ({s.what}, {s.params / 1e6:.1f}M parameters)" for s in SPECS.values())
+           + ". Dropout off, no KV cache returned; training computes the model's own loss from `labels`.", ""]
+    if not runs:
+        return out + ["No run is recorded yet: `bench/bench_models.py --size real` on a GPU writes one (its `--help` "
+                      "lists the flags)."]
     for run in runs:
         out += [f"### {' and '.join(run['vendors']) or 'baselines'} on `{run['device']}` ({run['machine']}), "
                 f"scale {run['scale']}", "",
@@ -664,8 +725,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], prog="bench_models.py --size real")
     p.add_argument("--device", default="cpu")
     p.add_argument("--backend", default="torchvendor_cpu",
-                   help="torchvendor backend(s), comma list; NAME:key=value,... sets options "
-                        "(torchvendor_cuda:aot_partition=default); '' for baselines only")
+                   help="torchvendor backend(s), comma list; NAME:key=value+key=value sets options "
+                        "(torchvendor_cuda:aot_partition=default+cuda_graphs=False); '' for baselines only")
     p.add_argument("--baseline", default="eager,inductor",
                    help=f"comma list of {', '.join(BASELINES)}, or 'none'")
     p.add_argument("--models", help=f"comma list of {', '.join(SPECS)} (default: all)")
@@ -677,7 +738,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-calls", type=int, default=3, help="calls profiled for the kernel shares (0: none)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm compile")
     p.add_argument("--tf32", action="store_true", help="TF32 matmuls and convolutions for float32 (off: torch's default)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per model")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per model, part and dtype")
+    p.add_argument("--gpus", type=int, default=1, help="children at once, each on its own GPU (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--stop", type=float, help="start no model and end the running one after this many seconds")
     p.add_argument("--workdir", help="folder of the children's events and caches (default: a fresh temp folder)")
     p.add_argument("--name", help="the run JSON's stem")

@@ -99,3 +99,14 @@ def test_bench_cli_smoke_with_the_cpu_backend(tmp_path):
         assert ours["rel_second"] < 1e-4 and ours["compile_s"]["warm"] > 0
         assert ours["coverage"]["coverage"] == 1.0
     assert "torchvendor_cpu × eager" in "\n".join(real.render([run]))
+
+
+def test_stop_ends_the_children_and_still_writes_the_run(tmp_path):
+    args = real.parser().parse_args(["--scale", "tiny", "--backend", "", "--baseline", "eager", "--models",
+                                     "gpt2_124m,resnet50", "--parts", "inference", "--dtypes", "fp32", "--stop", "0.5",
+                                     "--out", str(tmp_path), "--name", "cut", "--workdir", str(tmp_path / "w")])
+    run = real.run(args)
+    assert json.loads((tmp_path / "cut.json").read_text())["rows"] == run["rows"]
+    assert [r["model"] for r in run["rows"]] == ["gpt2_124m", "resnet50"]
+    assert all("not_run" in r for r in run["rows"]), run["rows"]
+    assert "not run" in "\n".join(real.render([run]))
