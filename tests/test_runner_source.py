@@ -112,3 +112,88 @@ def test_a_view_of_an_extern_result_is_made_from_it_and_reads_its_values():
     assert f"_view({mm.outputs[0]}, " in source
     for got, want in zip(runner(x, w), g(x, w)):
         torch.testing.assert_close(got, want)
+
+
+# ---- memory plan and the C++ replay (sdk/compile/runner_replay.py, csrc/device/replay.cpp) ----
+
+
+def _late_reader(x, w):
+    # `a` stays live to the end while same-sized intermediates come and go: storage reuse that
+    # ignored its last use would hand `a`'s storage to one of them and change the result
+    a = x.sin()
+    b = (a @ w).cos()
+    c = (b @ w).tanh()
+    d = (c @ w).relu()
+    return d * 3 + a
+
+
+def _uses_after(ops, k, name, roots):
+    """Whether an operation after index ``k`` touches ``name``'s storage (through any view)."""
+    tree = {n for n, r in roots.items() if r == name} | {name}
+    for op in ops[k + 1:]:
+        names = op[2] if op[0] == "kernel" else op[2] + op[3] if op[0] == "call" else ()
+        if tree & set(names):
+            return True
+    return False
+
+
+def test_memory_plan_peaks_below_naive_and_never_reuses_a_live_buffer():
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+    prog, runner = _runner(_late_reader, [x, w])
+    want = _late_reader(x, w)
+    torch.testing.assert_close(runner(x, w)[0], want)
+    memory = runner.memory(x, w)
+    assert memory["planned"] < memory["naive"], memory
+    assert memory["allocations"] < memory["buffers"], memory  # some buffers took over dead storage
+    written, _ = runner._written_call({})
+    ops = written.ops
+    roots = {op[1]: op[2] for op in ops if op[0] == "view"}
+    reused = [(k, op[2]) for k, op in enumerate(ops) if op[0] == "reuse"]
+    assert reused, ops
+    for k, donor in reused:  # liveness recomputed here from the operations themselves
+        assert not _uses_after(ops, k, donor, roots), (donor, ops)
+    a = prog.ops[0].writes()[0]  # `a`: written by the first kernel, read by the last
+    assert a not in {donor for _, donor in reused}
+    fast = runner.replay(x, w)
+    if fast is not None:
+        torch.testing.assert_close(fast(x, w)[0], want)
+
+
+def test_replay_runs_what_the_python_call_runs_and_declines_other_layouts():
+    def f(x, w):
+        a = (x @ w).relu()
+        return (a @ w).sin() * 2, a.t(), x.sum()
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    _, runner = _runner(f, [x, w])
+    fast = runner.replay(x, w)
+    if fast is None:
+        import pytest
+
+        pytest.skip("this build of torchvendor._C has no Replay")
+    for _ in range(3):
+        got = fast(x, w)
+        assert isinstance(got, list) and len(got) == 3
+        for g, want, py in zip(got, f(x, w), runner(x, w)):
+            torch.testing.assert_close(g, want)
+            assert g.shape == py.shape and g.stride() == py.stride()
+    assert fast(torch.randn(4, 8).t().contiguous().t(), w) is None      # other strides
+    assert fast(torch.randn(4, 9), w) is None                            # other sizes
+    assert fast(x.double(), w) is None                                   # other dtype
+    assert fast(x, w, x) is None                                          # other arity
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert fast(x.as_subclass(Sub), w) is None                           # not a plain tensor
+    tuple_form = runner.replay(x, w, form=1)
+    assert isinstance(tuple_form(x, w), tuple)
+
+
+def test_replay_is_not_made_for_size_symbols():
+    x = torch.randn(6, 8)
+    prog, runner = _runner(lambda t: t.softmax(-1), [x], dynamic=True)
+    assert prog.size_vars
+    scalars = dict(prog.scalar_inputs)
+    args = [6 if n in scalars else x for n in prog.inputs]
+    assert runner.replay(*args) is None

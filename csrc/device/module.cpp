@@ -240,6 +240,10 @@ void bind_collectives(py::module_& m) {
 
 }  // namespace
 
+namespace torchvendor {
+void bind_replay(py::module_& m);  // replay.cpp: a LOOP partition's call without per-call Python
+}  // namespace torchvendor
+
 PYBIND11_MODULE(_C, m) {
   py::module_::import("torch");  // torch's pybind11 types must exist before ours
   m.doc() = "torchvendor device layer (internal; use torchvendor.sdk and torch.<device>)";
@@ -250,4 +254,5 @@ PYBIND11_MODULE(_C, m) {
   bind_modules(m);
   bind_kernels(m);
   bind_collectives(m);
+  torchvendor::bind_replay(m);
 }

@@ -133,7 +133,18 @@ static PyObject* HostCall_get_name(HostCall* self, void* closure) {
     return self->name;
 }
 
+/* native(device, sizes): the kernel's native form for the SDK runner's C++ replay
+ * (torchvendor.sdk.compile.runner_replay): one host launch of the same entry and error report. */
+static PyObject* HostCall_native(HostCall* self, PyObject* args) {
+    PyObject *device, *sizes;
+    if (!PyArg_ParseTuple(args, "OO:native", &device, &sizes)) return NULL;
+    if (self->fn == NULL) Py_RETURN_NONE;
+    return Py_BuildValue("(((N()()i()()iOO))())", PyLong_FromVoidPtr((void*)self->fn), 0, 0, Py_None,
+                         self->on_error != NULL ? self->on_error : Py_None);
+}
+
 static PyMethodDef HostCall_methods[] = {
+    {"native", (PyCFunction)HostCall_native, METH_VARARGS, "native(device, sizes): (launches, scratch)"},
     {"bind", (PyCFunction)HostCall_bind, METH_VARARGS, "bind(address, on_error, keepalive)"},
     {"load", (PyCFunction)HostCall_load, METH_O, "load(path): open the kernel's shared library"},
     {NULL, NULL, 0, NULL},

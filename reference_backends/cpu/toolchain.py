@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from torchvendor.sdk import get_function, launch, load_module, tensor_data_ptr_address
+from torchvendor.sdk import NativeKernel, NativeLaunch, get_function, launch, load_module, tensor_data_ptr_address
 
 from .codegen import ASSERTION
 
@@ -206,12 +206,19 @@ class DeviceKernel:
         self.library = library
 
     def __call__(self, *args: Any) -> None:
-        index = args[0].device.index or 0
+        fn = self._function(args[0].device.index or 0)
+        launch(fn, (1,), (1,), _pack(args[:self.n], args[self.n:]), pointer_offsets=self.offsets,
+               stream=self.module.current_stream(args[0].device.index or 0))
+
+    def _function(self, index: int) -> int:
         fn = self.functions.get(index)
         if fn is None:
             fn = self.functions[index] = get_function(load_module(self.library, index), self.name)
-        launch(fn, (1,), (1,), _pack(args[:self.n], args[self.n:]), pointer_offsets=self.offsets,
-               stream=self.module.current_stream(index))
+        return fn
+
+    def native(self, device: torch.device, sizes: tuple[int, ...]) -> NativeKernel:
+        """The same launch for the SDK runner's C++ replay (``torchvendor.sdk.compile.runner_replay``)."""
+        return NativeKernel((NativeLaunch(self._function(device.index or 0), (1,), (1,)),))
 
 
 if _host_call is not None:

@@ -38,7 +38,8 @@ from torchvendor.ir.loop_ir.interpreter import write_value
 from torchvendor.ir.loop_ir.schema import ExternKernel
 
 from .loop_kernel import LoopKernel, kernel_symbols, loop_kernels
-from .runner_source import Extern, Step, write_call
+from .runner_replay import build_replay
+from .runner_source import Extern, Step, Written, write_call
 
 __all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel", "tensor_data_ptr_address"]
 
@@ -218,8 +219,8 @@ class ProgramRunner:
         self._inputs = [(name, program.buffer(name) if name not in self._scalar else None) for name in program.inputs]
         self._binders = self._size_binders()
         self._written = {n for op in program.ops for n in op.writes()}
-        #: size binding -> (source, function) of the generated call
-        self._calls: dict[tuple, tuple[str, Callable[..., Any]]] = {}
+        #: size binding -> the generated call (:class:`~.runner_source.Written`) and its plan
+        self._calls: dict[tuple, tuple[Written, _Plan]] = {}
         self._fixed = self._function({}) if not self._binders else None  # no size symbol: one call
 
     def _extern_results(self) -> set[str]:
@@ -292,12 +293,16 @@ class ProgramRunner:
 
     def _function(self, sizes: dict[str, int]) -> Callable[..., Any]:
         """The generated call for this binding of the size symbols (written on first use)."""
+        return self._written_call(sizes)[0].function
+
+    def _written_call(self, sizes: dict[str, int]) -> tuple[Written, _Plan]:
         key = tuple(sizes.values())  # the symbols are always bound in the same order
         got = self._calls.get(key)
         if got is None:
-            got = self._calls[key] = write_call(self.program, self._make_plan(sizes), sizes, self.steps, self._inputs,
-                                                self._written, self.device, self._helpers())
-        return got[1]
+            plan = self._make_plan(sizes)
+            got = self._calls[key] = (write_call(self.program, plan, sizes, self.steps, self._inputs, self._written,
+                                                 self.device, self._helpers()), plan)
+        return got
 
     def _helpers(self) -> dict[str, Any]:
         """The runtime functions the generated source names."""
@@ -346,5 +351,52 @@ class ProgramRunner:
 
     def source(self, *inputs: Any) -> str:
         """The Python source of the call that runs these inputs (:mod:`.runner_source`)."""
-        self._function(self._bind(inputs))
-        return self._calls[tuple(self._bind(inputs).values())][0]
+        return self._written_call(self._bind(inputs))[0].source
+
+    def memory(self, *inputs: Any) -> dict[str, int]:
+        """The storage the call for these inputs allocates, in bytes: ``naive`` if every buffer
+        had its own for the whole call, ``planned`` the most live at once as the call drops
+        buffers after their last use and hands dead storage to later buffers; ``buffers`` and
+        ``allocations`` count them (extern results by their buffer's layout, inputs not
+        counted).
+
+        >>> import torch
+        >>> from torchvendor.ir import capture
+        >>> f = lambda x: ((x.sin() @ x).cos() @ x).tanh()
+        >>> prog = capture(f, [torch.randn(8, 8)], level="loop").inference
+        >>> runner = ProgramRunner(prog, {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)})
+        >>> m = runner.memory(torch.randn(8, 8))
+        >>> m["planned"] < m["naive"]
+        True
+        """
+        written = self._written_call(self._bind(inputs))[0]
+        ops = written.ops or ()
+        return {"naive": written.naive_bytes, "planned": written.planned_bytes,
+                "buffers": sum(1 for op in ops if op[0] in ("alloc", "reuse")) + sum(len(op[4]) for op in ops
+                                                                                 if op[0] == "call"),
+                "allocations": sum(1 for op in ops if op[0] == "alloc") + sum(len(op[4]) for op in ops
+                                                                             if op[0] == "call")}
+
+    def replay(self, *inputs: Any, form: int = 0) -> Callable[..., Any] | None:
+        """The call for inputs laid out as these, without per-call Python (:mod:`.runner_replay`):
+        ``replay(*inputs)`` returns the outputs (a list; ``form`` 1: a tuple, 2: the one output),
+        or None where inputs do not have this layout. None here where the program cannot be
+        replayed (size symbols, constants, host buffers of a device program, scalar inputs).
+
+        >>> import torch
+        >>> from torchvendor.ir import capture
+        >>> prog = capture(lambda x: x.sin() * 2, [torch.randn(8)], level="loop").inference
+        >>> runner = ProgramRunner(prog, {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)})
+        >>> x = torch.randn(8)
+        >>> fast = runner.replay(x)
+        >>> fast is None or torch.equal(fast(x)[0], runner(x)[0])
+        True
+        >>> fast is None or fast(torch.randn(9)) is None    # another layout: the Python call runs it
+        True
+        """
+        if self._binders or len(inputs) != len(self._inputs):
+            return None
+        written, plan = self._written_call({})
+        if written.ops is None:
+            return None
+        return build_replay(written.ops, self.steps, self._inputs, plan, inputs, self.device, form)

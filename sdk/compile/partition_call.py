@@ -41,10 +41,24 @@ class PartitionCall(torch.nn.Module):
         #: per output: (dtype, shape, device type) where every size is static, for the quick check
         self._quick = [None if e is None else (e[0], e[1] if all(isinstance(s, int) for s in e[1]) else None,
                                                e[2].type) for e in expected]
+        #: the compiled callable's replay for the layout of the first call (``replay(*args)``:
+        #: the outputs, or None for inputs of another layout), made after that call passed
+        self._replay: Callable[..., Any] | None = None
 
     # A partition runs on every call of a small model: skip nn.Module's hook dispatch (nothing
-    # registers hooks on this internal module), a microsecond or two per call.
+    # registers hooks on this internal module), a microsecond or two per call; once the first
+    # call passed, inputs of its layout take the compiled callable's replay (the LOOP runner's
+    # C++ replay: no Python between here and the kernels but extern calls).
     def __call__(self, *args: Any) -> Any:
+        replay = self._replay
+        if replay is not None:
+            try:
+                out = replay(*args)
+            except Exception as e:  # noqa: BLE001
+                return self._failed(args, e)
+            if out is not None:
+                self.record.calls += 1
+                return out
         return self.forward(*args)
 
     def forward(self, *args: Any) -> Any:
@@ -64,14 +78,31 @@ class PartitionCall(torch.nn.Module):
             if problem:
                 raise BackendError(problem)
         except Exception as e:  # noqa: BLE001
-            self.backend._vendor_failed(self.record, "run", e)
-            self.compiled = None
-            return self.fallback(*args)
+            return self._failed(args, e)
         if before is not None:
             after = watch.fallback_counts()
             self.record.device_fallback = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+        if self.record.calls == 0:
+            self._replay = self._make_replay(args)
         self.record.calls += 1
         return outs[0] if self.single else tuple(outs)
+
+    def _failed(self, args: Sequence[Any], e: Exception) -> Any:
+        """A vendor exception: reported once, and this partition falls back for good."""
+        self.backend._vendor_failed(self.record, "run", e)
+        self.compiled, self._replay = None, None
+        return self.fallback(*args)
+
+    def _make_replay(self, args: Sequence[Any]) -> Callable[..., Any] | None:
+        """The compiled callable's replay for this call's layout, where it offers one and nothing
+        per call is left to do here (no move to another device, no backward to check)."""
+        make = getattr(self.compiled, "replay", None)
+        if make is None or self.to_device is not None or (self.check and self.lost_backward_check):
+            return None
+        try:
+            return make(*args, form=2 if self.single else 1)
+        except Exception:  # noqa: BLE001 - no replay: the call keeps its Python path
+            return None
 
     def _fine(self, outs: list[Any]) -> bool:
         """The common case of :meth:`_problem` at a fraction of its cost: as many outputs as

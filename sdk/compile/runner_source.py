@@ -33,7 +33,7 @@ from torchvendor.ir.loop_ir import BufferRef, Kernel, LoopProgram, SizeExpr
 from torchvendor.ir.loop_ir.interpreter import eval_index
 from torchvendor.ir.loop_ir.schema import ExternKernel, TorchValue
 
-__all__ = ["Extern", "Step", "write_call"]
+__all__ = ["Extern", "Step", "Written", "write_call"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,16 @@ class _Writer:
     lines: list[str] = field(default_factory=list)
     #: names bound before the first operation: inputs, constants and views of them
     early: set[str] = field(default_factory=set)
+    #: the same call as operations on named buffers, for the runner's C++ replay
+    #: (:mod:`.runner_replay`); None once something appears that the replay does not do
+    ops: list[tuple] | None = field(default_factory=list)
+
+    def op(self, *operation: Any) -> None:
+        if self.ops is not None:
+            self.ops.append(operation)
+
+    def refuse(self) -> None:
+        self.ops = None
 
     def local(self, name: str) -> str:
         """A program name as a Python local (kept where it is one and cannot clash with a global)."""
@@ -85,10 +95,29 @@ class _Writer:
         self.lines.append("    " + line)
 
 
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_call` wrote for one binding of the size symbols."""
+
+    source: str
+    function: Callable[..., Any]
+    #: the same call as operations on named buffers (``("alloc", name, size, stride, dtype,
+    #: device)``, ``("view", name, base, size, stride, offset)``, ``("reuse", name, donor, size,
+    #: stride, dtype)``, ``("drop", names)``, ``("kernel", step index, names, size arguments)``,
+    #: ``("call", fn, names read, names bound, those of them with new storage)``, ``("return",
+    #: outputs)``) for :mod:`.runner_replay`; None where the call does what the replay does not
+    #: (constants, host buffers of a device program)
+    ops: tuple[tuple, ...] | None
+    #: bytes of storage the call allocates: every buffer its own (``naive``), and at most
+    #: live at once with buffers dropped after their last use and storage reused (``planned``)
+    naive_bytes: int = 0
+    planned_bytes: int = 0
+
+
 def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps: Sequence[Step],
                inputs: Sequence[tuple[str, Any]], written: set[str], device: str,
-               helpers: Mapping[str, Any]) -> tuple[str, Callable[..., Any]]:
-    """``(source, function)``: the program's ``call`` for one binding ``sizes`` and its ``plan``
+               helpers: Mapping[str, Any]) -> Written:
+    """The program's ``call`` for one binding ``sizes`` and its ``plan``
     (:class:`~torchvendor.sdk.compile.loop_runner._Plan`); ``steps`` has one entry per
     ``program.ops``; ``helpers`` are the runtime functions the source names (``_empty``,
     ``_view``, ...)."""
@@ -100,6 +129,7 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
     outputs = {o.name if isinstance(o, BufferRef) else o for o in program.outputs if isinstance(o, (BufferRef, str))}
     keep = outputs | {name for name, _ in inputs} | {r for n, r in roots.items() if n in outputs}
     reuse = _reuse(plan, steps, roots, first, last, keep)
+    donors = set(reuse.values())  # dropped where their storage is taken over instead
     # a device kernel never gets a host pointer: host buffers (AdamW's 0-d step counters) run on device copies
     host = {b.name for b in program.buffers if device != "cpu" and (b.device or "").split(":")[0] == "cpu"}
     for k, step in enumerate(steps):
@@ -107,31 +137,44 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
             made.add(root)
             _make(w, root, plan, device, reuse.get(root))
         if isinstance(step, Extern):
-            _extern(w, step, plan, sizes)
+            _extern_step(w, step, plan, sizes)
         else:
-            kernel_args = [w.local(n) for n in step[2]] + [repr(v) for v in plan.size_args[k]]
-            moved = tuple(i for i, n in enumerate(step[2]) if n in host)
-            if moved:  # loop_runner._on_device
-                back = tuple(i for i in moved if step[2][i] in step[0].writes())
-                kernel_args = [w.constant(step[1], 'kernel'), repr(moved), repr(back), "_dev", *kernel_args]
-                w.emit(f"_on_device({', '.join(kernel_args)})")
-            else:
-                w.emit(f"{w.constant(step[1], 'kernel')}({', '.join(kernel_args)})")
-        donors = set(reuse.values())  # dropped where their storage is taken over instead
+            _kernel(w, k, step, plan, host)
         dead = [n for n in _refs(step) if last.get(n) == k and n not in keep and roots.get(n, n) not in keep
                 and n not in donors]
         if dead:
             w.emit(f"del {', '.join(w.local(n) for n in dict.fromkeys(dead))}")
+            w.op("drop", tuple(dict.fromkeys(dead)))
     for root in {roots.get(o, o) for o in outputs} - made:  # an output no operation touches
         _make(w, root, plan, device, None)
     if any(name in written for name, _ in inputs):
         w.emit("for _original, _copy in _back: _original.copy_(_copy)")
     w.emit(f"return [{', '.join(_output(w, o, sizes) for o in program.outputs)}]")
+    w.op("return", tuple(_output_value(o, sizes) for o in program.outputs))
     source = f"def call({', '.join(args)}):\n" + "\n".join(w.lines)
     filename = f"<torchvendor runner {program.name} {id(w)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
     exec(compile(source, filename, "exec"), w.scope)  # noqa: S102 - our own generated source
-    return source, w.scope["call"]
+    for k, op in enumerate(w.ops or ()):  # an extern step's lines as a function of its own, for the replay
+        if op[0] == "call":
+            exec(compile(op[1], f"{filename} step {k}", "exec"), w.scope)  # noqa: S102
+            w.ops[k] = ("call", w.scope[op[1][4:op[1].index("(")]], *op[2:])
+    naive, planned = _footprint(w.ops or (), plan)
+    return Written(source, w.scope["call"], tuple(w.ops) if w.ops is not None else None, naive, planned)
+
+
+def _kernel(w: _Writer, k: int, step: Step, plan: Any, host: set[str]) -> None:
+    """One kernel's call (on device copies of the host buffers it touches: ``loop_runner._on_device``)."""
+    kernel_args = [w.local(n) for n in step[2]] + [repr(v) for v in plan.size_args[k]]
+    moved = tuple(i for i, n in enumerate(step[2]) if n in host)
+    if moved:
+        back = tuple(i for i in moved if step[2][i] in step[0].writes())
+        kernel_args = [w.constant(step[1], 'kernel'), repr(moved), repr(back), "_dev", *kernel_args]
+        w.emit(f"_on_device({', '.join(kernel_args)})")
+        w.refuse()
+    else:
+        w.emit(f"{w.constant(step[1], 'kernel')}({', '.join(kernel_args)})")
+        w.op("kernel", k, tuple(step[2]), tuple(plan.size_args[k]))
 
 
 def _numel(size: Sequence[int]) -> int:
@@ -202,6 +245,42 @@ def _reuse(plan: Any, steps: Sequence[Step], roots: Mapping[str, str], first: Ma
     return reuse
 
 
+def _footprint(ops: Sequence[tuple], plan: Any) -> tuple[int, int]:
+    """(bytes if every buffer had storage of its own for the whole call, the most bytes live at
+    once as ``ops`` drop and reuse them): the call's own storage, extern results counted by their
+    buffer's layout, inputs not counted."""
+    def nbytes(name: str) -> int:
+        size, stride, dtype = plan.layouts[name]
+        return _extent(size, stride) * dtype.itemsize
+
+    storage: dict[str, str] = {}   # name -> the name whose allocation it lives in
+    held: dict[str, int] = {}      # allocation -> bytes
+    users: dict[str, int] = {}     # allocation -> names on it
+    naive = live = peak = 0
+    for op in ops:
+        new = [op[1]] if op[0] in ("alloc", "reuse") else list(op[4]) if op[0] == "call" else []
+        for name in new:
+            naive += nbytes(name)
+        if op[0] == "alloc" or op[0] == "call":
+            for name in new:
+                storage[name], held[name], users[name] = name, nbytes(name), 1
+                live += held[name]
+        elif op[0] in ("view", "reuse"):
+            root = storage.get(op[2])
+            if root is not None:
+                storage[op[1]] = root
+                users[root] += 1
+        if op[0] == "drop" or op[0] == "reuse":
+            for name in op[1] if op[0] == "drop" else (op[2],):
+                root = storage.pop(name, None)
+                if root is not None:
+                    users[root] -= 1
+                    if not users[root]:
+                        live -= held.pop(root)
+        peak = max(peak, live)
+    return naive, peak
+
+
 def _extent(size: Sequence[int], stride: Sequence[int]) -> int:
     """Elements of storage a layout spans."""
     if any(n == 0 for n in size):
@@ -224,6 +303,8 @@ def _prologue(w: _Writer, plan: Any, inputs: Sequence[tuple[str, Any]], written:
         first = next((w.local(name) for name, buf in inputs if buf is not None and buf.device == device),
                      next((w.local(name) for name, buf in inputs if buf is not None), "None"))
         w.emit(f"_dev = _device_of({first})")
+    if plan.constants:
+        w.refuse()  # made from the host on each call
     for name, value, size, dtype, where in plan.constants:
         w.emit(f"{w.local(name)} = _constant({w.constant(value)}, {size!r}, {w.constant(dtype, 'dtype')}, "
                f"{w.constant(where) if where else '_dev'})")
@@ -231,6 +312,7 @@ def _prologue(w: _Writer, plan: Any, inputs: Sequence[tuple[str, Any]], written:
     for name, base, size, stride, offset in plan.views:
         if base in w.early:
             w.emit(f"{w.local(name)} = _view({w.local(base)}, {size!r}, {stride!r}, {offset!r})")
+            w.op("view", name, base, size, stride, offset)
             w.early.add(name)
 
 
@@ -244,6 +326,7 @@ def _make(w: _Writer, root: str, plan: Any, device: str, donor: str | None) -> N
             same = plan.layouts[donor][:2] == (size, stride)
             storage = w.local(donor) if same else f"_view({w.local(donor)}, {size!r}, {stride!r}, 0)"
             w.emit(f"{w.local(name)} = {storage}; del {w.local(donor)}  # reuse")
+            w.op("reuse", name, donor, size, stride, dtype)
         elif name == root:
             d = w.constant(dtype, "dtype")
             if device == "cpu" and where is None:
@@ -251,11 +334,30 @@ def _make(w: _Writer, root: str, plan: Any, device: str, donor: str | None) -> N
             else:
                 w.emit(f"{w.local(name)} = _empty_strided({size!r}, {stride!r}, dtype={d}, "
                        f"device={w.constant(where) if where else '_dev'})")
+            w.op("alloc", name, size, stride, dtype, where)
     tree = {root}
     for name, base, size, stride, offset in plan.views:
         if base in tree:
             tree.add(name)
             w.emit(f"{w.local(name)} = _view({w.local(base)}, {size!r}, {stride!r}, {offset!r})")
+            w.op("view", name, base, size, stride, offset)
+
+
+def _extern_step(w: _Writer, ext: Extern, plan: Any, sizes: Mapping[str, int]) -> None:
+    """:func:`_extern`'s lines, and for the replay the same lines as a function of the buffers they
+    read, returning those they bind (``("call", source, reads, binds)``)."""
+    start = len(w.lines)
+    _extern(w, ext, plan, sizes)
+    op = ext.op
+    named = (op.name,) if not op.outputs and not op.mutated else ()
+    fresh = {out for out, deferred in zip(op.outputs, ext.deferred) if deferred}
+    fresh |= {view for out in fresh for view, *_ in plan.late_views.get(out, ())}
+    binds = tuple(dict.fromkeys([*op.outputs, *sorted(fresh - set(op.outputs)), *named]))
+    reads = tuple(n for n in dict.fromkeys(_refs(ext)) if n not in fresh and n not in named)
+    name = f"_step{len(w.ops or ())}"
+    source = (f"def {name}({', '.join(w.local(n) for n in reads)}):\n" + "\n".join(w.lines[start:]) +
+              f"\n    return ({''.join(w.local(n) + ', ' for n in binds)})\n")
+    w.op("call", source, reads, binds, tuple(sorted(fresh)))
 
 
 def _extern(w: _Writer, ext: Extern, plan: Any, sizes: Mapping[str, int]) -> None:
@@ -295,6 +397,18 @@ def _arg(w: _Writer, value: Any, sizes: Mapping[str, int]) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(_arg(w, v, sizes) for v in value) + "]"
     return w.constant(value.resolve() if isinstance(value, TorchValue) else value)
+
+
+def _output_value(o: Any, sizes: Mapping[str, int]) -> Any:
+    """An output as the replay's ``return`` names it: a buffer's name, else ``("value", value)``."""
+    if isinstance(o, BufferRef):
+        return o.name
+    if isinstance(o, str):
+        return o
+    if isinstance(o, SizeExpr):
+        v = int(o.expr) if o.expr.lstrip("-").isdigit() else eval_index(o.expr, sizes)
+        return ("value", int(v) if isinstance(v, int) or getattr(v, "is_Integer", False) else v)
+    return ("value", o.resolve() if isinstance(o, TorchValue) else o)
 
 
 def _output(w: _Writer, o: Any, sizes: Mapping[str, int]) -> str:

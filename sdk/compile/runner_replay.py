@@ -1,0 +1,156 @@
+"""A LOOP partition's call without per-call Python: the runner's replay (``torchvendor._C.Replay``,
+``csrc/device/replay.cpp``).
+
+:func:`~torchvendor.sdk.compile.runner_source.write_call` writes a partition's call as Python and,
+beside it, as operations on named buffers (allocate, view, take over a dead buffer's storage,
+drop, run a kernel, call an extern kernel). :func:`build_replay` turns those into a table for
+the C++ replay: on each call it checks the inputs against the layouts the program was planned
+for (the guard: each an exact ``Tensor``/``Parameter`` of that dtype, device, sizes and
+strides), allocates with the device's allocator, makes views and reuses storage as planned,
+launches each kernel that has a native form through the runtime table's ``launch`` (a host
+kernel is called directly), and calls the rest (extern kernels, kernels without a native form)
+through Python. A call whose inputs fail the guard returns None and the caller runs the Python
+call, which handles any layout.
+
+A compiled kernel offers its native form through a method ``native(device, sizes)`` returning a
+:class:`NativeKernel` or a plain tuple of its fields, launches as :class:`NativeLaunch` or plain
+tuples (a kernel object written in C); None: the replay calls it through Python, as the runner does.
+``sizes`` are the size arguments of this call, ``device`` the ``torch.device`` it runs on. Its
+argument block is the one every LOOP kernel gets: the buffers' data pointers, then the sizes,
+8 bytes each, then the pointers of its scratch buffers.
+
+Example (a launch through a device's runtime table, the simulator's sample kernel)::
+
+    >>> NativeLaunch(function=0x1234, grid=(1,), block=(1,)).host
+    False
+    >>> NativeLaunch(function=0x1234).host      # no grid: a host function, called on this thread
+    True
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+import torch
+
+__all__ = ["NativeLaunch", "NativeKernel", "build_replay", "replay_available"]
+
+
+class NativeLaunch(NamedTuple):
+    """One launch of a kernel's native form."""
+
+    #: a ``tv_function`` handle of the device's runtime (``get_function``), or for a host kernel
+    #: the address of ``int32_t fn(const void* launch, void* args)``
+    function: int
+    #: blocks and threads; empty for a host kernel (called directly, ``launch`` NULL)
+    grid: tuple[int, ...] = ()
+    block: tuple[int, ...] = ()
+    shared_memory_bytes: int = 0
+    #: positions in :attr:`NativeKernel.scratch` whose pointers follow the sizes in the block
+    scratch: tuple[int, ...] = ()
+    #: buffer positions whose pointers must be multiples of ``alignment`` for this launch ...
+    aligned: tuple[int, ...] = ()
+    alignment: int = 0
+    #: ... else this launch runs instead (a kernel's scalar variant)
+    otherwise: "NativeLaunch | None" = None
+    #: host kernels: called with a nonzero status; it raises the kernel's error
+    on_error: Callable[[int], None] | None = None
+
+    @property
+    def host(self) -> bool:
+        return not self.grid
+
+
+class NativeKernel(NamedTuple):
+    """A kernel's native form: its launches in order, and the scratch buffers ``(numel, dtype)``
+    they share, allocated on the kernel's device for each call."""
+
+    launches: tuple[NativeLaunch, ...]
+    scratch: tuple[tuple[int, torch.dtype], ...] = ()
+
+
+def replay_available() -> bool:
+    """Whether this build of ``torchvendor._C`` has the replay.
+
+    >>> isinstance(replay_available(), bool)
+    True
+    """
+    try:
+        from torchvendor import _C
+    except ImportError:
+        return False
+    return hasattr(_C, "Replay")
+
+
+def build_replay(ops: Sequence[tuple], steps: Sequence[Any], inputs: Sequence[tuple[str, Any]], plan: Any,
+                 values: Sequence[Any], device_type: str, form: int = 0) -> Any:
+    """The C++ replay of one written call (``Written.ops``) for inputs laid out as ``values`` (the
+    call's first inputs), or None where it cannot be replayed (a scalar input, no input on the
+    program's device, no replay in this build). ``form``: 0 returns a list, 1 a tuple, 2 the one
+    output."""
+    if not replay_available() or any(buf is None for _, buf in inputs) or len(values) != len(inputs):
+        return None
+    if not all(type(v) in (torch.Tensor, torch.nn.Parameter) for v in values):
+        return None
+    device = next((v.device for v in values if v.device.type == device_type), None)
+    if device is None and device_type == "cpu":
+        device = torch.device("cpu")
+    if device is None:
+        return None
+    slots = {name: k for k, (name, _) in enumerate(inputs)}
+
+    def slot(name: str) -> int:
+        return slots.setdefault(name, len(slots))
+
+    guards = []
+    for (name, _), value, stride in zip(inputs, values, plan.strides):
+        size, _, dtype = plan.layouts[name]
+        guards.append((dtype, list(size), list(stride or value.stride()), value.device))
+    table: list[tuple] = []
+    outputs: list[Any] = []
+    for op in ops:
+        if op[0] == "return":
+            outputs = [slot(o) if isinstance(o, str) else o for o in op[1]]
+        else:
+            table += _operation(op, slot, steps, plan, device)
+    from torchvendor import _C
+
+    return _C.Replay(guards, len(slots), table, outputs, form, (torch.Tensor, torch.nn.Parameter), device)
+
+
+def _operation(op: tuple, slot: Callable[[str], int], steps: Sequence[Any], plan: Any, device: torch.device) -> list:
+    """One written operation as the replay's table entries."""
+    kind = op[0]
+    if kind == "alloc":
+        _, name, size, stride, dtype, where = op
+        return [("alloc", slot(name), list(size), list(stride), dtype, torch.device(where) if where else None)]
+    if kind == "view":
+        _, name, base, size, stride, offset = op
+        return [("alias", slot(name), slot(base), list(size), list(stride), offset)]
+    if kind == "reuse":
+        _, name, donor, size, stride, _ = op
+        if plan.layouts[donor][:2] == (tuple(size), tuple(stride)):
+            return [("move", slot(name), slot(donor))]
+        return [("alias", slot(name), slot(donor), list(size), list(stride), 0), ("drop", [slot(donor)])]
+    if kind == "drop":
+        return [("drop", [slot(n) for n in op[1]])]
+    if kind == "call":
+        _, fn, reads, binds, _ = op
+        return [("call", fn, [slot(n) for n in reads], (), [slot(n) for n in binds])]
+    if kind == "kernel":
+        _, k, names, sizes = op
+        fn = steps[k][1]
+        native = getattr(fn, "native", None)
+        form = native(device, tuple(sizes)) if native is not None else None
+        if form is None:
+            return [("call", fn, [slot(n) for n in names], tuple(sizes), [])]
+        launches, scratch = form  # a NativeKernel, or a plain tuple of its fields (a kernel written in C)
+        return [("launch", [slot(n) for n in names], list(sizes), [_launch(l) for l in launches],
+                 [(int(n), dtype) for n, dtype in scratch], fn)]
+    raise ValueError(f"replay: unknown operation {kind!r}")
+
+
+def _launch(l: tuple) -> tuple:
+    """A :class:`NativeLaunch` (or a plain tuple of its fields) as the replay reads it."""
+    fn, grid, block, shared, scratch, aligned, alignment, otherwise, on_error = NativeLaunch(*l)
+    return (int(fn), tuple(grid), tuple(block), int(shared), tuple(scratch), tuple(aligned), int(alignment),
+            None if otherwise is None else _launch(otherwise), on_error)
