@@ -27,7 +27,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(("load_kernel_library", "KernelLibrary", "KernelLibraryError", "native_counts",
                      "checked_mode"), "kernels"),
     **dict.fromkeys(("register_distributed", "collective_counts", "reset_collective_counts",
-                     "DeviceProcessGroup", "StagedProcessGroup"), "distributed"),
+                     "DeviceProcessGroup", "StagedProcessGroup", "DeviceSavePlanner"), "distributed"),
 }
 
 __all__ = sorted(_API)

@@ -52,11 +52,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint import DefaultSavePlanner
 
 from torchvendor.ir import compat
 
 __all__ = ["BACKEND_NAME", "DeviceProcessGroup", "StagedProcessGroup", "register_distributed",
-           "collective_counts", "reset_collective_counts"]
+           "collective_counts", "reset_collective_counts", "DeviceSavePlanner"]
 
 BACKEND_NAME = "tvgloo"
 _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.MAX: "max",
@@ -714,3 +715,37 @@ class DeviceProcessGroup(dist.ProcessGroup):
     recv_anysource = _not_supported("recv from any source")
 
 StagedProcessGroup = DeviceProcessGroup  # its name before the native path
+
+
+class DeviceSavePlanner(DefaultSavePlanner):
+    """``torch.distributed.checkpoint``'s default save planner, handing the writer the registered
+    device's tensors already copied to the CPU: ``dcp.save(state, checkpoint_id=path,
+    planner=DeviceSavePlanner())``. Needed wherever CUDA is available in the same process (the
+    GPU machine, and a PrivateUse1 device over a CUDA runtime): torch's default file writer then
+    copies only CUDA tensors to the host and refuses the device's with "Tensor must be on CPU"
+    (torch 2.11 to 2.15; ``torchvendor.ir.compat.dcp_writer_moves_to_cpu`` says when that
+    changes). Harmless elsewhere; loading needs nothing (``dcp.load`` copies into the device
+    tensors of the state dict it is given).
+
+    Example::
+
+        >>> import tempfile, torch, torch.distributed.checkpoint as dcp
+        >>> from torchvendor.sdk import register_device, DeviceSavePlanner
+        >>> _ = register_device("acme")
+        >>> with tempfile.TemporaryDirectory() as path:
+        ...     _ = dcp.save({"w": torch.ones(3, device="acme")}, checkpoint_id=path, planner=DeviceSavePlanner())
+        ...     state = {"w": torch.zeros(3, device="acme")}
+        ...     dcp.load(state, checkpoint_id=path)
+        >>> state["w"].device.type, state["w"].sum().item()
+        ('acme', 3.0)
+    """
+
+    def resolve_data(self, write_item: Any) -> Any:
+        """The item's data, on the CPU when it is a tensor on the registered device."""
+        from .registry import registered_device
+
+        data = super().resolve_data(write_item)
+        module = registered_device()
+        on_device = module is not None and isinstance(data, torch.Tensor) and \
+            data.device.type == module.__name__.rsplit(".", 1)[1]
+        return data.detach().cpu() if on_device else data
