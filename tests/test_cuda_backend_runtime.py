@@ -164,3 +164,63 @@ def test_a_kernel_of_host_buffers_runs_on_the_gpu_device():
         """)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ok" in done.stdout
+
+
+def test_native_launches_are_the_calls_launches():
+    """``CompiledKernel.native`` (the SDK runner's C++ replay) gives the launches ``__call__``
+    makes on a PrivateUse1 GPU: a split reduction's two launches sharing one workspace, and a
+    vectorised pointwise launch whose scalar twin runs where a pointer is not aligned."""
+    import torch
+
+    from torchvendor.ir import capture
+    from torchvendor.reference_backends.cuda.backend import _generate
+    from torchvendor.reference_backends.cuda.launch import CompiledKernel
+    from torchvendor.sdk import loop_kernels
+
+    prog = capture(lambda x: (x.sum(), x * 2), [torch.randn(1 << 20)], level="loop").inference
+    forms = {}
+    for lk in loop_kernels(prog):
+        kernel = CompiledKernel(_generate(lk, 132), b"", home="cuda")
+        handles = {name: 1000 + k for k, name in enumerate(sorted(
+            {n for l in kernel.kernel.launches for n in (l.name, l.name + "_s", l.name + "_final")}))}
+        kernel._functions = lambda device, handles=handles: handles
+        assert kernel.native(torch.device("cuda", 0), ()) is None  # cuda: the driver path and CUDA graphs
+        forms[lk.name] = (kernel.kernel.launches, kernel.native(torch.device("privateuseone", 0), ()), handles)
+    kinds = {launches[0].kind: (launches[0], form, handles) for launches, form, handles in forms.values()}
+    l, form, handles = kinds["split"]
+    assert [x.function for x in form.launches] == [handles[l.name], handles[l.name + "_final"]]
+    assert all(x.scratch == (0,) for x in form.launches) and len(form.scratch) == len(l.workspace) == 1
+    l, form, handles = kinds["pointwise"]
+    (vec,) = form.launches
+    assert vec.function == handles[l.name] and vec.alignment == l.align and vec.aligned == l.aligned
+    assert vec.otherwise.function == handles[l.name + "_s"] and vec.otherwise.grid[0] == vec.grid[0] * l.vector
+
+
+@pytest.mark.gpu
+def test_partitions_replay_on_the_gpu_device():
+    """torchvendor_cuda on the PrivateUse1 GPU device: after its first call a partition runs
+    from the runner's C++ replay (launches through the runtime table), results equal eager's."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    done = _run(f"""
+        import torch
+        from torchvendor.sdk import register_device
+        from torchvendor.sdk.compile import partition_call
+        import torchvendor.reference_backends.cuda
+        register_device("gpu", runtime={build_runtime()!r})
+        made = []
+        init = partition_call.PartitionCall.__init__
+        def spy(self, *a, **k):
+            init(self, *a, **k); made.append(self)
+        partition_call.PartitionCall.__init__ = spy
+        m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.GELU()).to("gpu")
+        g = torch.compile(m, backend="torchvendor_cuda", options={{"strict": True}})
+        x = torch.randn(8, 64, device="gpu")
+        with torch.no_grad():
+            for _ in range(3):
+                torch.testing.assert_close(g(x).cpu(), m(x).cpu(), rtol=1e-4, atol=1e-4)
+        print("replayed", [p._replay is not None for p in made])
+        """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "replayed [True" in done.stdout, done.stdout

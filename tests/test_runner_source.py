@@ -197,3 +197,43 @@ def test_replay_is_not_made_for_size_symbols():
     scalars = dict(prog.scalar_inputs)
     args = [6 if n in scalars else x for n in prog.inputs]
     assert runner.replay(*args) is None
+
+
+def _partition_calls(monkeypatch):
+    from torchvendor.sdk.compile import partition_call
+
+    made = []
+    init = partition_call.PartitionCall.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(partition_call.PartitionCall, "__init__", spy)
+    return made
+
+
+def _replayed_model(device, monkeypatch):
+    import torchvendor.reference_backends.cpu  # noqa: F401 - registers torchvendor_cpu
+
+    made = _partition_calls(monkeypatch)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU()).to(device)
+    compiled = torch.compile(model, backend="torchvendor_cpu", options={"strict": True})
+    x = torch.randn(4, 16, device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x).cpu(), model(x).cpu(), rtol=1e-4, atol=1e-5)
+        assert made and all(p._replay is not None for p in made), [p._replay for p in made]
+        assert all(p.record.calls == 3 for p in made)
+        other = torch.randn(16, 4, device=device).t()  # another layout: the Python call runs it
+        torch.testing.assert_close(compiled(other).cpu(), model(other).cpu(), rtol=1e-4, atol=1e-5)
+    torch._dynamo.reset()
+
+
+def test_compiled_partitions_replay_on_cpu(monkeypatch):
+    _replayed_model("cpu", monkeypatch)
+
+
+def test_compiled_partitions_replay_through_the_runtime_table(acme, monkeypatch):
+    _replayed_model("acme", monkeypatch)

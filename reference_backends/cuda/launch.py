@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 
 from torchvendor.ir.loop_ir import parse_expr
+from torchvendor.sdk import NativeKernel, NativeLaunch
 
 from .checks import BoundsRecord
 from .codegen import CudaKernel, Launch
@@ -280,6 +281,32 @@ class CompiledKernel:
                 steps.append(("two", l, rows * l.splits, first, (l.threads if l.kind == "split" else 256, 1, 1), final))
         self._plans[sizes] = steps  # type: ignore[assignment]
         return steps
+
+    def native(self, device: torch.device, sizes: tuple[int, ...]) -> NativeKernel | None:
+        """The launches of one call on a PrivateUse1 GPU device, for the SDK runner's C++ replay
+        (``torchvendor.sdk.compile.runner_replay``): the same functions, grids and workspaces as
+        :meth:`__call__`, the vector variant where the pointers are aligned. None on ``cuda``
+        (launched through the driver here; its partitions replay CUDA graphs instead)."""
+        if device.type == "cuda":
+            return None
+        fns = self._functions(device)
+        launches: list[NativeLaunch] = []
+        scratch: list[tuple[int, torch.dtype]] = []
+        for step in self._steps(tuple(int(s) for s in sizes)):
+            if step[0] == "one":
+                launches.append(NativeLaunch(fns[step[1]], step[2], step[3]))
+            elif step[0] == "pointwise":
+                l, (vec, vgrid), (name, grid) = step[1], step[2], step[3]
+                scalar = NativeLaunch(fns[name], grid, (256, 1, 1))
+                launches.append(scalar if l.vector <= 1 else NativeLaunch(
+                    fns[vec], vgrid, (256, 1, 1), aligned=tuple(l.aligned), alignment=l.align, otherwise=scalar))
+            else:
+                _, l, n, first, block, final = step
+                ws = tuple(range(len(scratch), len(scratch) + len(l.workspace)))
+                scratch += [(n, _WS_DTYPES[t]) for t in l.workspace]
+                launches.append(NativeLaunch(fns[l.name], first, block, scratch=ws))
+                launches.append(NativeLaunch(fns[l.name + "_final"], *final, scratch=ws))
+        return NativeKernel(tuple(launches), tuple(scratch))
 
     def __call__(self, *args: Any) -> None:
         device, tensors = kernel_operands(args[: self.nbuf], self.home)
