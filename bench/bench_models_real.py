@@ -254,8 +254,9 @@ def kernel_shares(kernels: list[tuple[str, float]], wall_us: float) -> dict[str,
             "device_ms_per_call": 0.0}
 
 
-def _profile(step: Callable[[], Any], device: str, calls: int) -> dict[str, float]:
-    """Profile ``calls`` steps: the shares of :func:`kernel_shares`; on a CPU, of aten ops' self time."""
+def _profile(step: Callable[[], Any], device: str, calls: int) -> dict[str, Any]:
+    """Profile ``calls`` steps: the shares of :func:`kernel_shares` (on a CPU, of aten ops' self
+    time), and the twelve kernels that took longest (name, ms per call, launches per call)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -272,8 +273,13 @@ def _profile(step: Callable[[], Any], device: str, calls: int) -> dict[str, floa
                    if e.device_type() == torch.autograd.DeviceType.CUDA and not e.name().startswith(("Memcpy", "Memset"))]
     else:
         kernels = [(e.key, e.self_cpu_time_total) for e in prof.key_averages() if e.key.startswith("aten::")]
-    shares = kernel_shares(kernels, wall)
+    shares: dict[str, Any] = kernel_shares(kernels, wall)
     shares["device_ms_per_call"] = sum(us for _, us in kernels) / calls / 1e3
+    by_name: dict[str, list[float]] = {}
+    for name, us in kernels:
+        by_name.setdefault(name[:120], []).append(us)
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:12]  # where the time goes, for the diagnosis
+    shares["top"] = [[name, round(sum(v) / calls / 1e3, 4), len(v) // calls] for name, v in top]
     return shares
 
 

@@ -5,6 +5,7 @@ what the forward computed) and ``"min_cut"`` (Inductor's rematerialization), bes
     .venv/bin/python bench/bench_real_partition.py                       # torchvendor_cpu, a small GPT-2
     .venv/bin/python bench/bench_real_partition.py --hidden 256 --layers 4 --seq 256
     python bench/bench_real_partition.py --backend torchvendor_cuda --device cuda --hidden 768 --layers 12 --seq 512 --batch 8
+    .venv/bin/python bench/bench_real_partition.py --graph-only --hidden 768 --layers 12 --seq 512 --batch 1 --vocab 50257
 
 Per variant: the tensors saved for the backward (count and bytes, from saved-tensor hooks; the
 parameters, which every variant saves, counted apart), the peak of memory allocated during the
@@ -126,6 +127,35 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def graph_saved(args: argparse.Namespace) -> dict[str, Any]:
+    """Without compiling kernels: per partition, what AOTAutograd's forward graph hands the
+    backward (the backward graph's non-tangent inputs, parameters included, from their shapes;
+    a view counts its own elements), with the LOOP level's
+    decomposition table; the graphs run as ATen."""
+    from torchvendor.ir import aten_ir_hook
+    from torchvendor.ir.decompositions import resolve
+    from torchvendor.ir.loop_ir import inductor_decompositions
+
+    model = _model(args)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator().manual_seed(1)).to(args.device)
+    table = resolve(inductor_decompositions())
+    out: dict[str, Any] = {"config": vars(args), "torch": torch.__version__}
+    for partition in args.partitions.split(","):
+        seen: dict[str, Any] = {}
+
+        def backward(gm: Any, example_inputs: list[Any]) -> None:
+            saved = [n for n in gm.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents")]
+            vals = [n.meta["val"] for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
+            seen.update(saved=len(vals), saved_bytes=sum(v.numel() * v.element_size() for v in vals))
+
+        torch._dynamo.reset()
+        run = torch.compile(model, backend=aten_ir_hook(None, backward, decompositions=table, partition=partition))
+        _step(run, model, ids)
+        out[partition] = seen
+        print(json.dumps({partition: seen}), flush=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="torchvendor_cpu")
@@ -138,8 +168,10 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--partitions", default="default,min_cut")
     p.add_argument("--out", help="also write the JSON here")
+    p.add_argument("--graph-only", action="store_true",
+                   help="only the saved tensors per partition, from the graphs (no kernels compiled: real sizes on a CPU)")
     args = p.parse_args()
-    result = measure(args)
+    result = graph_saved(args) if args.graph_only else measure(args)
     text = json.dumps(result, indent=1, default=str)
     print(text)
     if args.out:

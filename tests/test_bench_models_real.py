@@ -65,6 +65,7 @@ def test_run_model_emits_a_result_per_part_dtype_and_backend(tmp_path):
         assert "raised" not in res, res
         assert res["ms"] > 0 and res["compile_s"]["cold"] > 0 and res["rel_second"] == 0.0
         assert 0.0 <= res["profile"]["extern_mm"] <= 1.0
+        assert res["profile"]["top"] and all(ms >= 0 for _, ms, _ in res["profile"]["top"])
     lines = real.table({"vendors": [], "backends": ["eager"], "rows": rows})
     assert len(lines) == 4 and lines[2].startswith("| gpt2_124m | inference | fp32 |")
 
