@@ -1,15 +1,23 @@
-// The device in torch's profiler: torch's PrivateUse1 extension point for device timing
-// (torch::profiler::impl::ProfilerStubs, registered with registerPrivateUse1Methods), timed by
-// the runtime table's events. With it, torch's profiler in its PrivateUse1 event mode
-// (torch.autograd.profiler.profile(use_device=NAME, use_kineto=False), ProfilerState
-// KINETO_PRIVATEUSE1_FALLBACK) records a timing event on the current stream when an operator
-// starts and when it ends, and reports the time between them as the operator's device time
-// (FunctionEvent.device_time, key_averages()'s "Device" columns). torch.profiler.profile's
-// Kineto mode is served by a Kineto activity profiler (below, where torch ships Kineto's
-// headers). A runtime without event_elapsed_time cannot time anything: the events stay empty,
-// torch reports CPU time only, and one warning says why.
+// The device in torch's profiler, timed by the runtime table's events. Two of torch's extension
+// points:
 //
-// Both are registered when _C is loaded; they do nothing until a runtime is loaded.
+// - Kineto's activity profiler (torch.profiler.profile(activities=[CPU, PrivateUse1])): while a
+//   trace records, every kernel launch, copy, memset and collective the device layer or a kernel
+//   library sends through the runtime table is timed by a pair of timing events on its stream
+//   and goes on the device's timeline of the trace, named (the kernel's function name, "Memcpy
+//   HtoD (Host -> acme)", ...) and linked to the operator that issued it: that operator's device
+//   time in key_averages(), the device's rows in export_chrome_trace. torch 2.12 and later take
+//   the profiler through their PrivateUse1 registry (REGISTER_PRIVATEUSE1_PROFILER); torch 2.11
+//   has no registry, and the profiler goes to Kineto's own child-profiler API
+//   (libkineto::api().registerProfilerFactory, the Kineto headers torch ships for PrivateUse1
+//   backends), which is what the registry calls in later releases.
+// - torch's ProfilerStubs (registerPrivateUse1Methods), the profiler's device-event mode
+//   (torch.autograd.profiler.profile(use_device=NAME, use_kineto=False), ProfilerState
+//   KINETO_PRIVATEUSE1_FALLBACK): a timing event on the current stream when an operator starts
+//   and when it ends, the time between them the operator's device time.
+//
+// A runtime without event_elapsed_time cannot time anything: nothing is recorded, torch reports
+// CPU time only, and one warning says why.
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/ApproximateClock.h>
@@ -17,14 +25,20 @@
 
 #include "tv_device.h"
 
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
 #ifdef USE_KINETO  // set by CMakeLists.txt for this file where torch ships Kineto's headers
 #include <libkineto.h>
 #include <output_base.h>
+#ifdef TV_PRIVATEUSE1_PROFILER_REGISTRY  // torch 2.12 and later
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
-
-#include <map>
-#include <mutex>
-#include <thread>
+#endif
 #endif
 
 namespace torchvendor {
@@ -40,6 +54,169 @@ void warn_untimed() {
   TORCH_WARN_ONCE("torchvendor: the ", backend_name(), " runtime '", runtime_info().name,
                   "' has no event_elapsed_time, so torch's profiler shows CPU time only for ", backend_name(),
                   " (a runtime times operators on the device with timing events)");
+}
+
+// ---- the device's activities ----------------------------------------------------------------
+// The runtime table's entries that put work on a device go through the wrappers below
+// (wrap_activity_entries, called once by load_runtime); they pass straight through unless a
+// Kineto trace records. They never throw: a vendor's kernel library calls them through the C ABI.
+
+tv_runtime g_orig{};                   // the vendor's entries behind the wrappers
+std::atomic<bool> g_recording{false};  // a Kineto session records
+
+enum class Kind { kernel, memcpy, memset, collective };
+
+struct Activity {  // one piece of device work, timed by two events on its stream
+  Kind kind;
+  std::string name;
+  int32_t device;
+  tv_stream stream;
+  tv_event start, end;
+  uint64_t correlation;  // the operator that issued it (0: none)
+  int64_t bytes;
+};
+
+std::mutex g_mu;  // guards everything below
+std::unordered_map<tv_function, std::string> g_function_names;
+std::vector<Activity> g_activities;
+std::unordered_map<std::thread::id, std::vector<uint64_t>> g_operators;  // correlation ids, innermost last
+
+tv_event record_event(int32_t device, tv_stream stream) {
+  tv_event e = nullptr;
+  if (g_orig.event_create(device, TV_EVENT_ENABLE_TIMING, &e) != TV_SUCCESS) return nullptr;
+  if (g_orig.event_record(e, stream) == TV_SUCCESS) return e;
+  g_orig.event_destroy(e);
+  return nullptr;
+}
+
+// Times one call of a wrapped entry: a start event before it, an end event after it, on the
+// call's stream (a synchronous copy's: the current stream of the current device).
+class Timed {
+ public:
+  explicit Timed(tv_stream stream) {
+    if (!g_recording.load(std::memory_order_relaxed)) return;
+    try {
+      device_ = current_device();
+      stream_ = stream ? stream : native_stream(current_stream(static_cast<c10::DeviceIndex>(device_)));
+    } catch (...) {
+      return;
+    }
+    start_ = record_event(device_, stream_);
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+  ~Timed() {
+    if (start_) g_orig.event_destroy(start_);
+  }
+  explicit operator bool() const { return start_ != nullptr; }
+
+  // After a successful call: the activity joins the trace.
+  void done(Kind kind, std::string name, int64_t bytes) {
+    tv_event end = record_event(device_, stream_);
+    if (!end) return;
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto& ops = g_operators[std::this_thread::get_id()];
+    g_activities.push_back({kind, std::move(name), device_, stream_, start_, end, ops.empty() ? 0 : ops.back(), bytes});
+    start_ = nullptr;
+  }
+
+ private:
+  int32_t device_ = 0;
+  tv_stream stream_ = nullptr;
+  tv_event start_ = nullptr;
+};
+
+std::string copy_name(tv_memcpy_kind kind) {
+  const std::string dev = backend_name();
+  switch (kind) {
+    case TV_MEMCPY_HOST_TO_DEVICE: return "Memcpy HtoD (Host -> " + dev + ")";
+    case TV_MEMCPY_DEVICE_TO_HOST: return "Memcpy DtoH (" + dev + " -> Host)";
+    case TV_MEMCPY_DEVICE_TO_DEVICE: return "Memcpy DtoD (" + dev + " -> " + dev + ")";
+    default: return "Memcpy HtoH (Host -> Host)";
+  }
+}
+
+tv_status w_module_get_function(tv_module module, const char* name, tv_function* function) {
+  tv_status s = g_orig.module_get_function(module, name, function);
+  if (s == TV_SUCCESS && function && *function && name) {
+    try {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_function_names[*function] = name;
+    } catch (...) {
+    }
+  }
+  return s;
+}
+
+tv_status w_launch(tv_function fn, const tv_launch_config* config, const void* args, size_t size, tv_stream stream) {
+  Timed t(stream);
+  tv_status s = g_orig.launch(fn, config, args, size, stream);
+  if (t && s == TV_SUCCESS) {
+    std::string name;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      auto it = g_function_names.find(fn);
+      name = it != g_function_names.end() ? it->second : "kernel";
+    }
+    t.done(Kind::kernel, std::move(name), 0);
+  }
+  return s;
+}
+
+tv_status w_memcpy(void* dst, const void* src, size_t n, tv_memcpy_kind kind) {
+  Timed t(nullptr);
+  tv_status s = g_orig.memcpy(dst, src, n, kind);
+  if (t && s == TV_SUCCESS) t.done(Kind::memcpy, copy_name(kind), static_cast<int64_t>(n));
+  return s;
+}
+
+tv_status w_memcpy_async(void* dst, const void* src, size_t n, tv_memcpy_kind kind, tv_stream stream) {
+  Timed t(stream);
+  tv_status s = g_orig.memcpy_async(dst, src, n, kind, stream);
+  if (t && s == TV_SUCCESS) t.done(Kind::memcpy, copy_name(kind), static_cast<int64_t>(n));
+  return s;
+}
+
+tv_status w_memset(void* dst, int value, size_t n) {
+  Timed t(nullptr);
+  tv_status s = g_orig.memset(dst, value, n);
+  if (t && s == TV_SUCCESS) t.done(Kind::memset, "Memset (" + backend_name() + ")", static_cast<int64_t>(n));
+  return s;
+}
+
+tv_status w_memset_async(void* dst, int value, size_t n, tv_stream stream) {
+  Timed t(stream);
+  tv_status s = g_orig.memset_async(dst, value, n, stream);
+  if (t && s == TV_SUCCESS) t.done(Kind::memset, "Memset (" + backend_name() + ")", static_cast<int64_t>(n));
+  return s;
+}
+
+// Collectives: one activity each, named after the collective (the stream waits for the peers).
+#define TV_WRAP_COLLECTIVE(entry, params, args, stream)                \
+  tv_status w_##entry params {                                         \
+    Timed t(stream);                                                   \
+    tv_status st = g_orig.entry args;                                  \
+    if (t && st == TV_SUCCESS) t.done(Kind::collective, #entry, 0);    \
+    return st;                                                         \
+  }
+TV_WRAP_COLLECTIVE(all_reduce, (const void* a, void* b, size_t n, tv_dtype d, tv_reduce_op o, tv_comm c, tv_stream s),
+                   (a, b, n, d, o, c, s), s)
+TV_WRAP_COLLECTIVE(broadcast, (const void* a, void* b, size_t n, tv_dtype d, int32_t r, tv_comm c, tv_stream s),
+                   (a, b, n, d, r, c, s), s)
+TV_WRAP_COLLECTIVE(all_gather, (const void* a, void* b, size_t n, tv_dtype d, tv_comm c, tv_stream s),
+                   (a, b, n, d, c, s), s)
+TV_WRAP_COLLECTIVE(reduce_scatter, (const void* a, void* b, size_t n, tv_dtype d, tv_reduce_op o, tv_comm c, tv_stream s),
+                   (a, b, n, d, o, c, s), s)
+TV_WRAP_COLLECTIVE(send, (const void* a, size_t n, tv_dtype d, int32_t p, tv_comm c, tv_stream s), (a, n, d, p, c, s), s)
+TV_WRAP_COLLECTIVE(recv, (void* a, size_t n, tv_dtype d, int32_t p, tv_comm c, tv_stream s), (a, n, d, p, c, s), s)
+#undef TV_WRAP_COLLECTIVE
+
+void destroy_activities() {  // g_mu held
+  for (const Activity& a : g_activities) {
+    g_orig.event_destroy(a.start);
+    g_orig.event_destroy(a.end);
+  }
+  g_activities.clear();
 }
 
 struct DeviceProfilerStubs final : ProfilerStubs {
@@ -92,57 +269,54 @@ struct DeviceProfilerStubs final : ProfilerStubs {
 };
 
 #ifdef USE_KINETO
-// torch.profiler.profile(activities=[CPU, PrivateUse1]) runs torch's KINETO_PRIVATEUSE1 mode:
-// Kineto hands every operator's correlation id to the registered PrivateUse1 activity profiler
-// when the operator starts and ends. The session records a timing event on the current stream
-// at both and, when the trace is processed, puts on the device's timeline the device time of
-// each operator outside the operators it called (the same self time the ProfilerStubs give),
-// as activities linked to the operator: its device time in key_averages(), the device's row in
-// the Chrome trace. Times: a base event per device, with the CPU clock beside it.
-struct Open {  // an operator that has started: where its own device time resumed
-  int32_t id;
-  c10::DeviceIndex device;
-  tv_event since;
-};
-struct Segment {  // device time of operator `id` between two events of its device
-  int32_t id;
-  c10::DeviceIndex device;
-  tv_event from, to;
-};
-
+// A Kineto session: records the device's activities between start() and stop(), and hands them
+// to Kineto's logger in processTrace(), linked to their operators. Times: a base event per device
+// recorded on an idle device at start(), with the CPU clock (c10::getTime, the profiler's clock)
+// read beside it; an activity starts at the base's CPU time plus the events' elapsed time.
 class DeviceSession final : public libkineto::IActivityProfilerSession {
  public:
-  ~DeviceSession() override {
-    for (tv_event e : events_) rt().event_destroy(e);
+  DeviceSession() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    destroy_activities();  // left by a session that never processed its trace
   }
-  void start() override { status_ = libkineto::TraceStatus::RECORDING; }
-  void stop() override { status_ = libkineto::TraceStatus::PROCESSING; }
+  ~DeviceSession() override {
+    for (auto& [device, base] : bases_) g_orig.event_destroy(base.first);
+  }
+
+  void start() override {
+    status_ = libkineto::TraceStatus::RECORDING;
+    if (!runtime_loaded()) return;
+    untimed_ = !timing_events();
+    if (untimed_) return;
+    for (int32_t d = 0; d < device_count(); ++d) {  // an idle device: its base event completes now
+      if (g_orig.device_synchronize(d) != TV_SUCCESS) continue;
+      tv_event e = nullptr;
+      int64_t cpu_ns = c10::getTime();
+      try {
+        e = record_event(d, native_stream(default_stream(static_cast<c10::DeviceIndex>(d))));
+      } catch (...) {
+      }
+      if (e && g_orig.event_synchronize(e) == TV_SUCCESS) bases_[d] = {e, cpu_ns};
+      else if (e) g_orig.event_destroy(e);
+    }
+    g_recording = true;
+  }
+  void stop() override {
+    g_recording = false;
+    status_ = libkineto::TraceStatus::PROCESSING;
+  }
   std::vector<std::string> errors() override { return {}; }
 
   void pushCorrelationId(uint64_t id) override {
-    if (status_ != libkineto::TraceStatus::RECORDING || !runtime_loaded()) return;
-    if (!timing_events()) return warn_untimed();
-    c10::DeviceIndex d = current_device();
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!bases_.count(d)) bases_[d] = {event(d), c10::getTime()};
-    tv_event e = event(d);
-    auto& stack = open_[std::this_thread::get_id()];
-    if (!stack.empty()) {  // the caller's own time pauses
-      Open& caller = stack.back();
-      done_.push_back({caller.id, caller.device, caller.since, caller.device == d ? e : event(caller.device)});
-    }
-    stack.push_back({static_cast<int32_t>(id), d, e});
+    if (untimed_) return warn_untimed();  // from an operator's call, where torch shows it as a Python warning
+    if (!g_recording) return;
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_operators[std::this_thread::get_id()].push_back(id);
   }
   void popCorrelationId() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& stack = open_[std::this_thread::get_id()];
-    if (stack.empty()) return;
-    Open op = stack.back();
-    stack.pop_back();
-    tv_event e = event(op.device);
-    done_.push_back({op.id, op.device, op.since, e});
-    if (!stack.empty())  // the caller's own time resumes
-      stack.back().since = stack.back().device == op.device ? e : event(stack.back().device);
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_operators.find(std::this_thread::get_id());
+    if (it != g_operators.end() && !it->second.empty()) it->second.pop_back();
   }
 
   void processTrace(libkineto::ActivityLogger& logger) override {
@@ -150,22 +324,16 @@ class DeviceSession final : public libkineto::IActivityProfilerSession {
   }
   void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked,
                     int64_t, int64_t) override {
-    for (const Segment& s : done_) {
-      int64_t from = at(s.device, s.from), to = at(s.device, s.to);
-      if (to <= from) continue;
-      const libkineto::ITraceActivity* op = linked(s.id);
-      auto a = std::make_unique<libkineto::GenericTraceActivity>(
-          buffer_->span, libkineto::ActivityType::CONCURRENT_KERNEL,
-          (op ? op->name() : std::string("operator")) + " (" + backend_name() + ")");
-      a->startTime = from;
-      a->endTime = to;
-      a->id = s.id;
-      a->device = s.device;
-      a->linked = op;
-      a->flow.id = static_cast<uint32_t>(s.id);
-      a->flow.type = libkineto::kLinkAsyncCpuGpu;
-      logger.handleActivity(*a);
-      buffer_->activities.push_back(std::move(a));
+    std::vector<Activity> done;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      done.swap(g_activities);
+      g_operators.clear();
+    }
+    for (const Activity& a : done) {
+      log(a, logger, linked);
+      g_orig.event_destroy(a.start);
+      g_orig.event_destroy(a.end);
     }
   }
 
@@ -174,28 +342,54 @@ class DeviceSession final : public libkineto::IActivityProfilerSession {
   std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override { return std::move(buffer_); }
 
  private:
-  tv_event event(c10::DeviceIndex d) {  // a timing event on d's current stream, destroyed with the session
-    tv_event e = nullptr;
-    TV_CALL(event_create, static_cast<int32_t>(d), static_cast<uint32_t>(TV_EVENT_ENABLE_TIMING), &e);
-    events_.push_back(e);
-    TV_CALL(event_record, e, native_stream(current_stream(d)));
-    return e;
+  void log(const Activity& a, libkineto::ActivityLogger& logger, const libkineto::getLinkedActivityCallback& linked) {
+    auto base = bases_.find(a.device);
+    float since = 0.0f, took = 0.0f;
+    if (base == bases_.end() || g_orig.event_synchronize(a.end) != TV_SUCCESS ||
+        g_orig.event_elapsed_time(base->second.first, a.start, &since) != TV_SUCCESS ||
+        g_orig.event_elapsed_time(a.start, a.end, &took) != TV_SUCCESS)
+      return;
+    static const libkineto::ActivityType types[] = {
+        libkineto::ActivityType::CONCURRENT_KERNEL, libkineto::ActivityType::GPU_MEMCPY,
+        libkineto::ActivityType::GPU_MEMSET, libkineto::ActivityType::CONCURRENT_KERNEL};
+    auto act = std::make_unique<libkineto::GenericTraceActivity>(buffer_->span, types[static_cast<int>(a.kind)], a.name);
+    act->startTime = base->second.second + static_cast<int64_t>(static_cast<double>(since) * 1e6);
+    act->endTime = act->startTime + std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(took) * 1e6));
+    act->id = static_cast<int32_t>(a.correlation);
+    act->device = a.device;
+    act->resource = lane(a.device, a.stream);
+    act->linked = a.correlation ? linked(static_cast<int32_t>(a.correlation)) : nullptr;
+    act->flow.id = static_cast<uint32_t>(a.correlation);
+    act->flow.type = libkineto::kLinkAsyncCpuGpu;
+    // Quoted values: addMetadata's formatting needs fmt symbols that torch does not export.
+    act->addMetadataQuoted("runtime", runtime_info().name);  // what timed it (another profiler may see the device too)
+    act->addMetadataQuoted("device", std::to_string(a.device));
+    act->addMetadataQuoted("stream", std::to_string(act->resource));
+    act->addMetadataQuoted("correlation", std::to_string(a.correlation));
+    if (a.bytes) {
+      act->addMetadataQuoted("bytes", std::to_string(a.bytes));
+      char gbps[32];
+      std::snprintf(gbps, sizeof gbps, "%.3f", took > 0 ? static_cast<double>(a.bytes) / (took * 1e6) : 0.0);
+      act->addMetadataQuoted("memory bandwidth (GB/s)", gbps);
+    }
+    logger.handleActivity(*act);
+    buffer_->activities.push_back(std::move(act));
   }
-  // Nanoseconds since the epoch (Kineto's clock) of a completed event on device d.
-  int64_t at(c10::DeviceIndex d, tv_event e) {
-    auto& [b, cpu_ns] = bases_.at(d);
-    TV_CALL(event_synchronize, e);
-    TV_CALL(event_synchronize, b);
-    float ms = 0.0f;
-    TV_CALL(event_elapsed_time, b, e, &ms);
-    return cpu_ns + static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+  // The row of a stream on its device's timeline: 0 for the default stream, then in order of use.
+  int32_t lane(int32_t device, tv_stream stream) {
+    auto& lanes = lanes_[device];
+    if (lanes.empty()) {
+      try {
+        lanes[native_stream(default_stream(static_cast<c10::DeviceIndex>(device)))] = 0;
+      } catch (...) {
+      }
+    }
+    return lanes.emplace(stream, static_cast<int32_t>(lanes.size())).first->second;
   }
 
-  std::mutex mu_;
-  std::map<std::thread::id, std::vector<Open>> open_;
-  std::vector<Segment> done_;
-  std::vector<tv_event> events_;
-  std::map<c10::DeviceIndex, std::pair<tv_event, int64_t>> bases_;
+  bool untimed_ = false;  // the runtime has no timing events
+  std::unordered_map<int32_t, std::pair<tv_event, int64_t>> bases_;
+  std::unordered_map<int32_t, std::unordered_map<tv_stream, int32_t>> lanes_;
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
 };
 
@@ -203,8 +397,10 @@ class DeviceActivityProfiler final : public libkineto::IActivityProfiler {
  public:
   const std::string& name() const override { return name_; }
   const std::set<libkineto::ActivityType>& availableActivities() const override { return types_; }
-  std::unique_ptr<libkineto::IActivityProfilerSession> configure(const std::set<libkineto::ActivityType>&,
+  // A session only where the trace asks for device activity (not for a CPU-only trace).
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(const std::set<libkineto::ActivityType>& types,
                                                                   const libkineto::Config&) override {
+    if (!types.count(libkineto::ActivityType::CONCURRENT_KERNEL)) return nullptr;
     return std::make_unique<DeviceSession>();
   }
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(int64_t, int64_t,
@@ -216,10 +412,19 @@ class DeviceActivityProfiler final : public libkineto::IActivityProfiler {
  private:
   std::string name_ = "torchvendor";
   std::set<libkineto::ActivityType> types_ = {libkineto::ActivityType::CONCURRENT_KERNEL,
-                                              libkineto::ActivityType::PRIVATEUSE1_RUNTIME};
+                                              libkineto::ActivityType::GPU_MEMCPY,
+                                              libkineto::ActivityType::GPU_MEMSET};
 };
 
+#ifdef TV_PRIVATEUSE1_PROFILER_REGISTRY
 REGISTER_PRIVATEUSE1_PROFILER(DeviceActivityProfiler);
+#else  // torch 2.11: Kineto's own child-profiler API, what the registry of later releases calls
+struct RegisterWithKineto {
+  RegisterWithKineto() {
+    libkineto::api().registerProfilerFactory([] { return std::make_unique<DeviceActivityProfiler>(); });
+  }
+} register_with_kineto;
+#endif
 #endif  // USE_KINETO
 
 struct RegisterStubs {
@@ -230,4 +435,24 @@ struct RegisterStubs {
 } register_stubs;
 
 }  // namespace
+
+void wrap_activity_entries(tv_runtime& table) {
+  g_orig = table;
+#define TV_WRAP(entry) \
+  if (table.entry) table.entry = w_##entry
+  TV_WRAP(module_get_function);
+  TV_WRAP(launch);
+  TV_WRAP(memcpy);
+  TV_WRAP(memcpy_async);
+  TV_WRAP(memset);
+  TV_WRAP(memset_async);
+  TV_WRAP(all_reduce);
+  TV_WRAP(broadcast);
+  TV_WRAP(all_gather);
+  TV_WRAP(reduce_scatter);
+  TV_WRAP(send);
+  TV_WRAP(recv);
+#undef TV_WRAP
+}
+
 }  // namespace torchvendor

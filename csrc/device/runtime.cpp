@@ -166,6 +166,7 @@ const RuntimeInfo& load_runtime(const std::string& path) {
   g_info.struct_size = table->struct_size;
   g_info.device_count = std::clamp<int32_t>(count, 0, 127);
   g_info.missing_optional = std::move(missing_optional);
+  wrap_activity_entries(g_table);  // kernels, copies, ... on the profiler's device timeline
   g_loaded = true;  // the handle stays open for the life of the process
   return g_info;
 }

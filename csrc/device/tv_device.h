@@ -154,6 +154,12 @@ void install_allocators();  // SetAllocator(PrivateUse1, ...)
 // ---- guard.cpp -----------------------------------------------------------------------------
 
 void install_guard_and_hooks();  // throws if another package owns the guard or the hooks
+
+// ---- profiler.cpp --------------------------------------------------------------------------
+
+// Routes the table's launch, copy, memset, collective and module_get_function entries through
+// the profiler's activity recorder (a pass-through while no trace records); load_runtime calls it.
+void wrap_activity_entries(tv_runtime& table);
 const void* default_generator_ptr(c10::DeviceIndex device);  // const at::Generator*
 
 // ---- fallback.cpp --------------------------------------------------------------------------
