@@ -655,7 +655,7 @@ def table(run: dict[str, Any]) -> list[str]:
     >>> r = {"vendors": ["v"], "backends": ["eager", "v"], "rows": [{"model": "m", "part": "training", "dtype": "bf16",
     ...      "backends": {"eager": {"ms": 4.0}, "v": {"ms": 2.0, "compile_s": {"cold": 3.0}}}}]}
     >>> table(r)[2]
-    '| m | training | bf16 | 4.00 / 2.00 | 2.00× | — / — | — | 3.0 | — | — / — | — |'
+    '| m | training | bf16 | 4.00 / 2.00 | 2.00× | — / — | 3.0 | — | — / — | — |'
     """
     vendors, backends = run["vendors"], run["backends"]
     others = [b for b in backends if b not in vendors]
@@ -723,6 +723,34 @@ def render(runs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run from several (commands split by model, part or dtype on one machine): rows in
+    order, the union of backends in order of appearance, the seconds summed; where two runs hold
+    the same model, part and dtype, the later one's backends extend and override the earlier's.
+
+    >>> a = {"vendors": ["v"], "backends": ["eager", "v"], "seconds": 2.0, "note": "",
+    ...      "rows": [{"model": "m", "part": "inference", "dtype": "bf16", "backends": {"v": {"ms": 1.0}}}]}
+    >>> b = {**a, "backends": ["inductor", "v"], "rows": [{**a["rows"][0], "backends": {"inductor": {"ms": 2.0}}}]}
+    >>> m = merge([a, b]); m["backends"], sorted(m["rows"][0]["backends"]), m["seconds"]
+    (['eager', 'inductor', 'v'], ['inductor', 'v'], 4.0)
+    """
+    def union(key: str) -> list[str]:
+        return list(dict.fromkeys(b for r in runs for b in r[key]))
+    vendors = union("vendors")
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for run in runs:
+        for r in run["rows"]:
+            key = (r["model"], r.get("part", ""), r.get("dtype", ""))
+            if key in rows and "not_run" not in r:
+                rows[key] = {**rows[key], **r, "backends": {**rows[key].get("backends", {}), **r["backends"]}}
+            elif key not in rows:
+                rows[key] = r
+    backends = [b for b in union("backends") if b not in vendors] + vendors
+    notes = "; ".join(dict.fromkeys(r["note"] for r in runs if r.get("note")))
+    return {**runs[0], "vendors": vendors, "backends": backends, "rows": list(rows.values()), "note": notes,
+            "seconds": sum(r["seconds"] for r in runs)}
+
+
 def load_runs(folder: Path = RUNS) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
@@ -751,6 +779,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the run JSON's stem")
     p.add_argument("--out", default=str(RUNS), help="folder of the run JSON")
     p.add_argument("--note", help="a sentence about the run's conditions")
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="join runs into --name in --out, then render the page")
+    p.add_argument("--render", action="store_true", help="only rewrite docs/bench_models.md")
     p.add_argument("--size", default="real", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--events", help=argparse.SUPPRESS)
@@ -761,6 +791,18 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``bench_models.py --size real`` (module docstring); returns the exit status."""
     args = parser().parse_args(argv)
+    if args.merge:
+        run = merge([json.loads(Path(f).read_text()) for f in args.merge])
+        run["note"] = args.note or run["note"]
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / f"{args.name or 'merged'}.json").write_text(json.dumps(run, indent=1, default=str))
+        args.render = True
+    if args.render:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_models import _write_markdown
+
+        print(_write_markdown(), file=sys.stderr)
+        return 0
     if args.child:
         _child(args)
         return 0

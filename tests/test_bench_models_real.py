@@ -79,6 +79,12 @@ def test_a_process_that_died_marks_the_backend_it_was_in():
     assert row["backends"]["torchvendor_cuda"]["raised"].startswith("the process died: exit -11")
 
 
+def test_module_doctests():
+    import doctest
+
+    assert doctest.testmod(real).failed == 0
+
+
 def test_backend_options_in_the_name():
     assert real._literal("False") is False and real._literal("3") == 3 and real._literal("min_cut") == "min_cut"
 
