@@ -62,3 +62,33 @@ def test_target_driver_is_scoped():
     with triton_api._target_driver(hooks):
         assert driver.active.get_current_target().backend == "cuda"
     assert driver._active is before
+
+
+def test_autotune_times_each_configuration_on_copies_of_what_it_changes(monkeypatch):
+    """A kernel's trial launches write to copies of its in-place and atomically accumulated
+    arguments (Inductor's decorator keeps their names on the kernel object, not in its
+    metadata); the real launch then gets the real buffers, once, with the fastest config."""
+    import types
+
+    import torch
+
+    kernel = triton_api.TritonRuntimeKernel.__new__(triton_api.TritonRuntimeKernel)
+    kernel.autotuner = types.SimpleNamespace(
+        mutated_arg_names=["in_out_ptr0"], reset_to_zero_arg_names=["out_ptr1"], inductor_meta={},
+        fn=types.SimpleNamespace(arg_names=["in_out_ptr0", "in_ptr0", "out_ptr1", "xnumel", "XBLOCK"]))
+    calls = []
+
+    def launcher(cost):
+        def launch(*args):
+            calls.append(args)
+        launch.cost = cost
+        return launch
+
+    kernel.launchers, kernel._chosen = [launcher(2.0), launcher(1.0)], None
+    monkeypatch.setattr(triton_api, "_time_launch", lambda fn, args, device, reps=10: (fn(*args), fn.cost)[1])
+    buf, x, acc = torch.zeros(4), torch.ones(4), torch.zeros(4)
+    kernel.run(buf, x, acc, 4, stream=0)
+    assert kernel._chosen is kernel.launchers[1]
+    *trials, real = calls
+    assert len(trials) == 2 and all(t[0] is not buf and t[1] is x and t[2] is not acc for t in trials)
+    assert real[0] is buf and real[2] is acc

@@ -68,10 +68,11 @@ def triton_unavailable(target: str) -> str | None:
 class TritonHooks:
     """What a kernel needs from the SDK level: the target, the vendor's hooks and the runtime.
 
-    ``load(image, device_index, function_name) -> function handle`` and ``launch(function, grid, block, args,
-    pointer_offsets, shared_memory_bytes)`` are the runtime table's module load/get function and
-    launch; ``extern(name, fn) -> fn`` may replace one of Inductor's extern kernels (matmul,
-    convolution); ``build(key, make) -> KernelBinary`` caches a compiled binary by content key.
+    ``load(image, device_index, function_name) -> function handle`` and ``launch(function, grid,
+    block, args, pointer_offsets, stream, shared_memory_bytes)`` (``torch.<device>.launch``; the
+    stream None: the current one) are the runtime table's module load, get function and launch;
+    ``extern(name, fn) -> fn`` may replace one of Inductor's extern kernels (matmul, convolution);
+    ``build(key, make) -> KernelBinary`` caches a compiled binary by content key.
     """
 
     target: str
@@ -182,6 +183,12 @@ def pack_format(types: _Sequence[str]) -> tuple[str, tuple[int, ...]]:
     return fmt, tuple(pointers)
 
 
+def _config_key(cfg: _Any) -> str:
+    """A stable description of a ``triton.Config`` (its ``repr`` is the object's address, which
+    another config may have later): block sizes, warps, stages and the rest of its fields."""
+    return repr(sorted((k, v) for k, v in vars(cfg).items() if not callable(v)))
+
+
 def _bf16(value: float) -> int:
     return _struct.unpack("<I", _struct.pack("<f", value))[0] >> 16
 
@@ -210,8 +217,8 @@ class TritonRuntimeKernel:
         meta = at._create_compile_meta(cfg)
         options = {k: meta[k] for k in ("num_warps", "num_stages", "debug") if k in meta}
         options.update(self.hooks.options)
-        key = _json.dumps([self.source, repr(cfg), self.hooks.target, repr(self.hooks.arch), self.hooks.warp_size,
-                           sorted(options.items(), key=str), triton_version()], default=str)
+        key = _json.dumps([self.source, _config_key(cfg), self.hooks.target, repr(self.hooks.arch),
+                           self.hooks.warp_size, sorted(options.items(), key=str), triton_version()], default=str)
         return self.hooks.build(key, lambda: self._compile(meta, options)), meta
 
     def _compile(self, meta: dict, options: dict) -> KernelBinary:
@@ -272,9 +279,15 @@ class TritonRuntimeKernel:
     def _autotune(self, args: _Sequence[_Any]) -> _Callable[..., None]:
         import torch
 
-        mutated = set(self.autotuner.inductor_meta.get("mutated_arg_names", ()))
-        names = [a for a in self.autotuner.fn.arg_names]
-        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        # what a launch changes (written in place, or accumulated into by atomics): each trial
+        # runs on copies (Inductor's decorator moved these lists from its metadata to the object)
+        at = self.autotuner
+        mutated = {*getattr(at, "mutated_arg_names", ()), *getattr(at, "reset_to_zero_arg_names", ())}
+        names = list(at.fn.arg_names)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        if device is None:
+            self._chosen = self.launchers[0]
+            return self._chosen
         times = []
         for launcher in self.launchers:
             trial = [a.clone() if isinstance(a, torch.Tensor) and name in mutated else a
@@ -288,7 +301,7 @@ class _Go:
     """Packs one configuration's arguments and launches it (the launcher's last line)."""
 
     def __init__(self, kernel: TritonRuntimeKernel, kb: KernelBinary, fmt: str, pointers: tuple, meta: dict) -> None:
-        self.kernel, self.kb, self.fmt, self.pointers = kernel, kb, fmt, pointers
+        self.kernel, self.kb, self.fmt, self.pointers, self.meta = kernel, kb, fmt, pointers, meta
         self.device = int(getattr(meta.get("device"), "index", None) or 0)
         self.block = (kb.num_warps * kb.warp_size, 1, 1)
         self.function: _Any = None
@@ -304,7 +317,7 @@ class _Go:
         if self.kb.scratch and self.kb.scratch[0] > 0:
             keep = _scratch(self.kb.scratch[0] * grid[0] * grid[1] * grid[2], values)
             extra = (keep.data_ptr(), *extra[1:])
-        self.launch(self.function, grid, self.block, _struct.pack(self.fmt, *values, *extra), self.pointers,
+        self.launch(self.function, grid, self.block, _struct.pack(self.fmt, *values, *extra), self.pointers, None,
                     self.kb.shared)
 
 

@@ -25,7 +25,10 @@ class TritonCudaBackend(TritonBackend):
     triton_target = "cuda"      # NVIDIA's triton.backends entry compiles GPUTarget("cuda", cc, 32)
     binary_format = "cubin"     # what cuModuleLoadData, behind the table's module_load_data, takes
     warp_size = 32
-    version = "1"
+    version = "2"
+    # convolutions keep the model's memory format: Inductor's channels-last choice expects the
+    # output strides of its fake convolution for the device, which cuDNN's need not match
+    lowering_options = {"layout_optimization": False}
 
     def extern_kernel(self, name: str, fn: Callable[..., Any], device: str) -> Callable[..., Any]:
         from .externs import on_cuda

@@ -26,8 +26,23 @@ class _Memory:
         self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr, False), "version": 2}
 
 
+#: aliases already made, by (address, shape, strides, dtype, device): an alias owns nothing, so
+#: one made for an earlier tensor at the same address and layout serves a later one
+_ALIASES: dict[tuple, torch.Tensor] = {}
+
+
 def cuda_alias(t: torch.Tensor) -> torch.Tensor:
     """A ``cuda`` tensor over the memory of ``t`` (same shape, strides and dtype)."""
+    key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device.index)
+    alias = _ALIASES.get(key)
+    if alias is None:
+        if len(_ALIASES) >= 4096:
+            _ALIASES.clear()
+        alias = _ALIASES[key] = _alias(t)
+    return alias
+
+
+def _alias(t: torch.Tensor) -> torch.Tensor:
     device = torch.device("cuda", t.device.index or 0)
     if t.numel() == 0:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
@@ -52,7 +67,9 @@ def on_cuda(fn: Callable[..., Any], device_type: str) -> Callable[..., Any]:
         def back(v: Any) -> Any:
             if isinstance(v, torch.Tensor) and v.device.type == "cuda":
                 op = aliases.get(v.untyped_storage().data_ptr())
-                if op is not None and op.dtype == v.dtype:  # in place (out=) or a view of an operand
+                if op is not None and op.dtype == v.dtype:  # in place (out=), or a view of an operand
+                    if v.data_ptr() == op.data_ptr() and v.shape == op.shape and v.stride() == op.stride():
+                        return op
                     offset = op.storage_offset() + (v.data_ptr() - op.data_ptr()) // v.element_size()
                     return op.as_strided(v.shape, v.stride(), offset)
                 out = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype,

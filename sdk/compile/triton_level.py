@@ -151,13 +151,9 @@ class TritonBackend(AotFlow):
 
     def _hooks(self, device: str) -> triton_api.TritonHooks:
         mod = getattr(torch, device)  # the device's module: its runtime table's modules and launches
-        launch = mod.launch
 
         def load(image: bytes, index: int, function: str) -> Any:
             return mod.get_function(mod.load_module(image, device=index), function)
-
-        def run(function: Any, grid: Any, block: Any, args: bytes, pointers: Any, shared: int) -> None:
-            launch(function, grid, block, args, pointer_offsets=pointers, shared_memory_bytes=shared)
 
         def build(key: str, make: Callable[[], Any]) -> Any:
             return self.cache.get_or_build_value(content_hash(key, TRITON_LEVEL_VERSION), make,
@@ -167,7 +163,7 @@ class TritonBackend(AotFlow):
         arch = self.triton_arch(_properties(device, self.warp_size))
         return triton_api.TritonHooks(
             target=self.triton_target, arch=arch, warp_size=self.warp_size, binary_format=self.binary_format,
-            source=self.kernel_source, ir=self.kernel_ir, load=load, launch=run,
+            source=self.kernel_source, ir=self.kernel_ir, load=load, launch=mod.launch,
             extern=lambda name, fn: self.extern_kernel(name, fn, device), build=build,
             options=dict(self.compile_options))
 
