@@ -712,27 +712,40 @@ std::unique_ptr<torch::Library> g_aten_lib, g_fallback_lib, g_autocast_fallthrou
 bool g_installed = false;
 std::mutex g_install_mutex;
 
-void register_autocast(torch::Library& m) {
-  // The ops CUDA autocasts to lower precision, and a few that it keeps in fp32.
-  KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(bmm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(baddbmm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(addbmm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv1d, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv2d, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv3d, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(acos, fp32)
-  KERNEL_PRIVATEUSEONE(asin, fp32)
-  KERNEL_PRIVATEUSEONE(exp, fp32)
-  KERNEL_PRIVATEUSEONE(log, fp32)
-  KERNEL_PRIVATEUSEONE(reciprocal, fp32)
-  KERNEL_PRIVATEUSEONE(rsqrt, fp32)
-  KERNEL_PRIVATEUSEONE(layer_norm, fp32)
-  KERNEL_PRIVATEUSEONE(mse_loss, fp32)
+// CUDA bans binary_cross_entropy under autocast (it is unsafe in lower precision); so does the
+// device, with CUDA's advice.
+at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&,
+                                       const std::optional<at::Tensor>&, int64_t) {
+  TORCH_CHECK(false, "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to "
+              "autocast on ", backend_name(), " (as on CUDA). Use torch.nn.functional."
+              "binary_cross_entropy_with_logits or torch.nn.BCEWithLogitsLoss instead, which are "
+              "safe to autocast.");
 }
+
+// CUDA's autocast policies, from the op lists torch's own header keeps for every backend
+// (ATen/autocast_mode.h; CUDA, XPU and MPS register the same lists), so each torch release's
+// device autocasts what that release's CUDA does: matmuls, convolutions and attention
+// (scaled_dot_product_attention) in the lower precision, numerically sensitive ops (norms,
+// losses, softmax, pow, exp, sums) in float32, mixed-dtype ops (addcmul, index_put, ...) promoted.
+#define TV_AUTOCAST_LOWER(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+#define TV_AUTOCAST_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+#define TV_AUTOCAST_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+#define TV_AUTOCAST_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+
+void register_autocast(torch::Library& m) {
+  using namespace at;  // the lists name ATen types unqualified, as in ATen/autocast_mode.cpp
+  AT_FORALL_LOWER_PRECISION_FP(TV_AUTOCAST_LOWER)
+  AT_FORALL_FP32(TV_AUTOCAST_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(TV_AUTOCAST_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+  AT_FORALL_PROMOTE(TV_AUTOCAST_PROMOTE)
+  m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(binary_cross_entropy_banned));
+}
+
+#undef TV_AUTOCAST_LOWER
+#undef TV_AUTOCAST_FP32
+#undef TV_AUTOCAST_FP32_SET_OPT_DTYPE
+#undef TV_AUTOCAST_PROMOTE
 
 }  // namespace
 
