@@ -14,12 +14,12 @@ import torch, torch.distributed.checkpoint as dcp  # noqa: E401
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from transformers import GPT2Config, GPT2LMHeadModel
 import torchvendor.reference_backends.cpu  # noqa: F401 - registers the torchvendor_cpu backend
-from torchvendor.sdk import register_device
+from torchvendor.sdk import DeviceSavePlanner, register_device
 
 device, steps, amp, backend = (sys.argv[1:] + ["acme", "6", "bf16", "torchvendor_cpu"][len(sys.argv) - 1:])[:4]
 steps, resume = int(steps), os.environ.get("TRAIN_RESUME")  # the checkpoint a resumed run starts from
 if device not in ("cpu", "cuda"):
-    register_device(device)  # a vendor package does this at import (autoload)
+    register_device(device, runtime=os.environ.get("TRAIN_RUNTIME"))  # a vendor package does this at import
 torch.manual_seed(0)
 data = (torch.randint(0, 256, (steps * 8, 1)) + 3 * torch.arange(32)) % 256  # learnable: a step of 3
 loader = torch.utils.data.DataLoader(data, batch_size=8, pin_memory=device != "cpu")  # pinned for the accelerator
@@ -49,7 +49,7 @@ with torch.profiler.profile(activities=activities, schedule=torch.profiler.sched
         opt_step(), scaler.update(), opt.zero_grad(set_to_none=True), prof.step()
         losses.append(loss.item())
         if step + 1 == steps // 2 and not resume:
-            dcp.save(state(), checkpoint_id=ckpt)
+            dcp.save(state(), checkpoint_id=ckpt, planner=DeviceSavePlanner())  # docs/training.md: where CUDA is too
 if resume:
     sys.exit(print(json.dumps(losses)))  # to the process that started this one
 print(f"{device}: {steps} steps, loss {losses[0]:.2f} -> {losses[-1]:.2f}")

@@ -18,6 +18,10 @@ writes it, each a case of its own, then the whole loop (issue 34).
 - ``whole_loop``: a small LM, compiled model and optimizer step, bf16 autocast, clipping,
   checkpointing, a DCP save half way and a resume: the resumed losses equal the uninterrupted
   run's, and they are close to the same loop on the CPU.
+- ``two_devices_{ddp,fsdp2}``: the same loop in float32 on two devices (two processes, the
+  device's c10d backend; DDP, or FSDP2 with ``fully_shard``), a sharded DCP save half way and a
+  resume in two new processes: the ranks agree, the resumed losses equal the uninterrupted
+  ones, and all are within ``rtol=1e-4`` of one process running the loop.
 
     >>> from torchvendor.sdk.conformance.core import Target
     >>> [c.id.split("/")[1] for c in cases(Target(device="cpu", backend="eager"), "training")][:3]
@@ -62,6 +66,14 @@ def _n_reports() -> int:
     from torchvendor.sdk import reports
 
     return len(reports())
+
+
+def _planner() -> Any:
+    """The SDK's DCP save planner: torch's file writer leaves a torchvendor device's tensors on the
+    device where CUDA is available too (the GPU machine); elsewhere it is DCP's default planner."""
+    from torchvendor.sdk import DeviceSavePlanner
+
+    return DeviceSavePlanner()
 
 
 def _fallback_result(fell: dict[str, str], what: str) -> dict[str, Any] | None:
@@ -168,7 +180,7 @@ def _dcp_save_resume(t: Target) -> None:
     train(model, opt, 2)
     with tempfile.TemporaryDirectory() as ckpt:
         model_state, optim_state = get_state_dict(model, opt)
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=ckpt)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=ckpt, planner=_planner())
         want = train(model, opt, 2)
         fresh = _mlp(t.device)
         fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.01)
@@ -223,9 +235,9 @@ class _LM(torch.nn.Module):
         return self.head(h).flatten(0, 1)
 
 
-def _loop(t: Target | None, device: str, steps: range, ckpt: str, resume: bool) -> list[float]:
-    """Steps of the whole loop (``t`` None: eager, no compile); saves after the first half, or
-    starts from that save."""
+def _loop(t: Target | None, device: str, steps: range, ckpt: str, resume: bool, amp: bool = True) -> list[float]:
+    """Steps of the whole loop (``t`` None: eager, no compile; ``amp``: bf16 autocast); saves after
+    the first half, or starts from that save."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -246,7 +258,7 @@ def _loop(t: Target | None, device: str, steps: range, ckpt: str, resume: bool) 
         if k not in steps:
             continue
         batch = batch.to(device, non_blocking=True)
-        with torch.autocast(device, dtype=torch.bfloat16):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=amp):
             loss = torch.nn.functional.cross_entropy(forward(batch[:, :-1]).float(), batch[:, 1:].flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -255,7 +267,7 @@ def _loop(t: Target | None, device: str, steps: range, ckpt: str, resume: bool) 
         losses.append(loss.item())
         if not resume and k + 1 == len(steps) // 2:
             model_state, optim_state = get_state_dict(model, opt)
-            dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=ckpt)
+            dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=ckpt, planner=_planner())
     return losses
 
 
@@ -277,6 +289,84 @@ def _whole_loop(t: Target) -> dict[str, Any] | None:
     return _fallback_result(_partition_fallbacks(since), "the whole loop")
 
 
+#: the two-device loop: steps, and what its losses must match the single process's to (float32, as the
+#: distributed area's two-process cases)
+TWO_DEVICE_STEPS, TWO_DEVICE_RTOL, TWO_DEVICE_ATOL = 4, 1e-4, 1e-5
+
+
+def _two_device_body(t: Target, rank: int, dev: str, mode: str = "ddp", ckpt: str = "",
+                     resume: bool = False) -> list[float]:
+    """One rank of the whole loop's float32 steps under DDP or FSDP2 (``fully_shard`` on the block and
+    the root), compiled model and step, on this rank's half of each batch (a DistributedSampler's
+    rows); a sharded DCP save half way, or a start from it. The batch's mean loss, as one process's."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    n, world = TWO_DEVICE_STEPS, dist.get_world_size()
+    torch.manual_seed(0)
+    data = (torch.randint(0, 64, (8 * n, 1)) + 3 * torch.arange(9)) % 64  # _loop's data and model
+    model = _LM().to(dev)
+    if mode == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(model.block)
+        fully_shard(model)
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    state = lambda: dict(zip(("model", "optim"), get_state_dict(model, opt)))  # noqa: E731
+    if resume:
+        dcp.load(loaded := state(), checkpoint_id=ckpt)
+        set_state_dict(model, opt, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+    forward, step, losses = _compile(t, model), _compile(t, opt.step), []
+    for k in range(n // 2 if resume else 0, n):
+        batch = data[8 * k:8 * k + 8][rank::world].to(dev)
+        loss = torch.nn.functional.cross_entropy(forward(batch[:, :-1]).float(), batch[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        step()
+        opt.zero_grad(set_to_none=True)
+        dist.all_reduce(loss := loss.detach(), op=dist.ReduceOp.AVG)
+        losses.append(loss.item())
+        if not resume and k + 1 == n // 2:
+            dcp.save(state(), checkpoint_id=ckpt, planner=_planner())
+    return losses
+
+
+def _two_devices(t: Target, mode: str) -> dict[str, Any] | None:
+    """The whole loop on two devices (two processes, one device each, the device's c10d backend on
+    its own collectives where it has them), then resumed from its sharded checkpoint in two new
+    processes: the resumed losses equal, and all close to one process running the same loop."""
+    from . import distributed_cases as dc
+
+    path = {"cpu": None, "meta": None, "cuda": "nccl"}.get(t.device, "native")
+    if path == "native" and dc._skip(t, path):
+        path = "staged"  # a runtime without collective entries: host memory over gloo
+    if why := dc._skip(t, path):
+        return {"skip": why}
+    n, what = TWO_DEVICE_STEPS, "DDP" if mode == "ddp" else "FSDP2 (fully_shard)"
+    with tempfile.TemporaryDirectory() as ckpt, tempfile.TemporaryDirectory() as own:
+        compat.dynamo_reset()
+        want = _loop(t, t.device, range(n), own, False, amp=False)  # one process, one device
+        ranks = dc._two_processes(t, path, functools.partial(_two_device_body, mode=mode, ckpt=ckpt))
+        resumed = dc._two_processes(t, path, functools.partial(_two_device_body, mode=mode, ckpt=ckpt, resume=True))
+    losses = ranks[0]
+    if any(r != losses for r in ranks[1:]) or any(r != resumed[0] for r in resumed[1:]):
+        raise AssertionError(f"{what}: the ranks disagree on the all-reduced loss ({ranks}, resumed {resumed}): "
+                             f"all_reduce(AVG) on the {t.device} process group must give every rank the same value")
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(want), rtol=TWO_DEVICE_RTOL, atol=TWO_DEVICE_ATOL,
+                               msg=lambda m: f"{what} on two {t.device} devices gave losses {losses}, one process "
+                               f"{want}: {m}. The gradients two ranks average must equal the whole batch's: check "
+                               f"{'reduce_scatter_tensor and all_gather_into_tensor' if mode == 'fsdp2' else 'all_reduce'}"
+                               f" on the device's process group (the distributed area's cases)")
+    if resumed[0] != losses[n // 2:]:
+        raise AssertionError(f"{what}: resumed from its sharded DCP checkpoint in a new process group, the losses were "
+                             f"{resumed[0]}, uninterrupted {losses[n // 2:]}: some state did not survive the save "
+                             "(each rank's shards of model and AdamW state, saved through DeviceSavePlanner)")
+    return None
+
+
 def cases(target: Target, profile: str) -> list[Case]:
     """The area's cases (training and full profiles; ``ci``: the compiled AdamW step); the compile
     cases need a backend, the profiler case a torchvendor device."""
@@ -296,4 +386,6 @@ def cases(target: Target, profile: str) -> list[Case]:
                                                                    _activation_checkpointing)]
     if target.backend:
         out += [Case(f"{area}/whole_loop", area, _whole_loop, timeout=600, cost=5.0)]
+        out += [Case(f"{area}/two_devices_{mode}", area, functools.partial(_two_devices, mode=mode), timeout=900,
+                     cost=10.0) for mode in ("ddp", "fsdp2")]
     return out
