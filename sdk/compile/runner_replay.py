@@ -28,6 +28,7 @@ Example (a launch through a device's runtime table, the simulator's sample kerne
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
@@ -69,11 +70,14 @@ class NativeKernel(NamedTuple):
 
 
 def replay_available() -> bool:
-    """Whether this build of ``torchvendor._C`` has the replay.
+    """Whether this build of ``torchvendor._C`` has the replay (``TORCHVENDOR_REPLAY=0`` turns
+    it off: every call takes the generated Python call, to compare or to rule the replay out).
 
     >>> isinstance(replay_available(), bool)
     True
     """
+    if os.environ.get("TORCHVENDOR_REPLAY", "1") == "0":
+        return False
     try:
         from torchvendor import _C
     except ImportError:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import keyword
 import linecache
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -128,6 +129,8 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
     made: set[str] = set()
     outputs = {o.name if isinstance(o, BufferRef) else o for o in program.outputs if isinstance(o, (BufferRef, str))}
     keep = outputs | {name for name, _ in inputs} | {r for n, r in roots.items() if n in outputs}
+    if not planned():  # every buffer its own storage for the whole call
+        keep |= set(last) | set(first)
     reuse = _reuse(plan, steps, roots, first, last, keep)
     donors = set(reuse.values())  # dropped where their storage is taken over instead
     # a device kernel never gets a host pointer: host buffers (AdamW's 0-d step counters) run on device copies
@@ -159,8 +162,8 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
         if op[0] == "call":
             exec(compile(op[1], f"{filename} step {k}", "exec"), w.scope)  # noqa: S102
             w.ops[k] = ("call", w.scope[op[1][4:op[1].index("(")]], *op[2:])
-    naive, planned = _footprint(w.ops or (), plan)
-    return Written(source, w.scope["call"], tuple(w.ops) if w.ops is not None else None, naive, planned)
+    naive, peak = _footprint(w.ops or (), plan)
+    return Written(source, w.scope["call"], tuple(w.ops) if w.ops is not None else None, naive, peak)
 
 
 def _kernel(w: _Writer, k: int, step: Step, plan: Any, host: set[str]) -> None:
@@ -175,6 +178,17 @@ def _kernel(w: _Writer, k: int, step: Step, plan: Any, host: set[str]) -> None:
     else:
         w.emit(f"{w.constant(step[1], 'kernel')}({', '.join(kernel_args)})")
         w.op("kernel", k, tuple(step[2]), tuple(plan.size_args[k]))
+
+
+def planned() -> bool:
+    """Whether calls drop buffers after their last use and reuse dead storage (the default;
+    ``TORCHVENDOR_MEMORY_PLAN=0`` keeps every buffer to the end of the call: to measure what the
+    plan saves, or to rule it out when a result looks wrong).
+
+    >>> planned() in (True, False)
+    True
+    """
+    return os.environ.get("TORCHVENDOR_MEMORY_PLAN", "1") != "0"
 
 
 def _numel(size: Sequence[int]) -> int:
