@@ -1,8 +1,7 @@
 """examples/train_on_device.py's GPT-2 on two devices, written for ``torchrun --nproc-per-node 2`` as for CUDA:
 DDP or FSDP2 (``fully_shard`` per block and at the root), a DistributedSampler (each rank half of every batch),
-compiled model and optimizer step, a sharded ``torch.distributed.checkpoint`` save half way; ``TRAIN_RESUME=<it>``
-resumes in a new process group. Run plainly, it runs itself under torchrun, then its resume, per mode
-(docs/training.md). ``python examples/train_two_devices.py [DEVICE [STEPS [MODES [AMP [BACKEND]]]]]``.
+compiled model and optimizer step, a sharded DCP save half way; ``TRAIN_RESUME=<it>`` resumes in a new process group.
+Run plainly, it runs torchrun, then the resume, per mode (docs/training.md). ``[DEVICE [STEPS [MODES [AMP [BACKEND]]]]]``
 
     $ python examples/train_two_devices.py
     acme ddp: 4 steps on 2 devices, loss 5.54 -> 5.08; resumed at step 2 in a new process group: the same losses
@@ -28,7 +27,8 @@ for mode in modes.split(",") if "RANK" not in os.environ else []:  # a plain run
           f"{steps // 2} in a new process group: {same if resumed == losses[steps // 2:] else resumed}")
 rank, resume = int(os.environ.get("RANK") or sys.exit()), os.environ.get("TRAIN_RESUME")  # from here: one rank's run
 register_device(device, runtime=os.environ.get("TRAIN_RUNTIME")) if device not in ("cpu", "cuda") else None  # autoload
-dev = torch.device(device, rank) if device != "cpu" else torch.device("cpu")  # one device per rank
+dev = torch.device(device, rank) if device != "cpu" else torch.device("cpu")
+torch.accelerator.set_device_index(rank) if device != "cpu" else None  # one device per rank (DeviceMesh, FSDP2)
 dist.init_process_group({"cpu": "gloo", "cuda": "nccl"}.get(device) or register_distributed(),  # the device's c10d
                         device_id=None if device == "cpu" else dev)
 torch.manual_seed(0)

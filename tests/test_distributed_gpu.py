@@ -99,3 +99,21 @@ def test_ddp_eager_and_compiled_on_two_gpus_match_one_process(results: list[dict
         for key in ("ddp", "ddp_compiled"):
             for got, w in zip(r[key], want):
                 torch.testing.assert_close(got, w, rtol=1e-4, atol=1e-5)
+
+
+def test_the_training_example_on_two_gpus_matches_one(tmp_path) -> None:  # noqa: ANN001
+    """examples/train_two_devices.py under torchrun on the PrivateUse1 GPU (the CUDA reference runtime,
+    its NCCL collectives, torchvendor_cuda): DDP and FSDP2, each resumed from its sharded DCP
+    checkpoint (DeviceSavePlanner: CUDA is available here) in a new process group, float32 losses
+    as one process's on one GPU."""
+    from test_training_loop import _train, _train_on_two, assert_two_devices_match_one
+
+    from torchvendor.reference_backends.cuda.runtime import build_runtime, cuda_include_dir
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < WORLD or cuda_include_dir() is None:
+        pytest.skip(f"needs {WORLD} CUDA GPUs and cuda.h")
+    runtime = build_runtime()  # also points $TORCHVENDOR_NCCL at the NCCL torch ships
+    env = {**os.environ, "TRAIN_RUNTIME": runtime}
+    one = _train("gpu", 4, "none", tmp_path, backend="torchvendor_cuda", env=env)
+    assert one["resumed"] == one["losses"][2:], one
+    assert_two_devices_match_one(_train_on_two("gpu", 4, "none", tmp_path, backend="torchvendor_cuda", env=env), one, 4)
