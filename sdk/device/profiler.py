@@ -72,9 +72,12 @@ def profile(**kwargs: Any) -> torch.autograd.profiler.profile:
     arguments as ``torch.autograd.profiler.profile``'s: ``record_shapes``, ``with_stack``, ...).
     Without timing events in the runtime: a CPU-only profiler, and one warning."""
     name = _device_name()
-    if not times_device():
-        warnings.warn(f"torchvendor: the {name} runtime has no event_elapsed_time, so torch's profiler shows CPU "
-                      f"time only for {name} (a runtime times operators on the device with timing events)",
+    if not times_device():  # the device layer's words (csrc/device/profiler.cpp)
+        from torchvendor import _C
+
+        runtime = _C.runtime_info()["name"]
+        warnings.warn(f"torchvendor: the {name} runtime '{runtime}' has no event_elapsed_time, so torch's profiler "
+                      f"shows CPU time only for {name} (a runtime times operators on the device with timing events)",
                       RuntimeWarning, stacklevel=2)
         return torch.autograd.profiler.profile(**kwargs)
     return torch.autograd.profiler.profile(use_device=name, use_kineto=False, **kwargs)

@@ -46,7 +46,6 @@ class _Row:
     label: str
     device: bool
     bars: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (depth, event)
-    depth: int = 1
 
 
 def _color(event: dict[str, Any]) -> str:
@@ -78,8 +77,6 @@ def _rows(events: list[dict[str, Any]], device: str) -> list[_Row]:
         (dev if e.get("cat") in DEVICE_CATEGORIES else cpu).setdefault((e["pid"], e["tid"]), []).append(e)
     rows = [_Row(f"CPU thread {tid}", False, _stack(evs)) for (pid, tid), evs in sorted(cpu.items(), key=str)]
     rows += [_Row(f"{device} {pid} · stream {tid}", True, _stack(evs)) for (pid, tid), evs in sorted(dev.items(), key=str)]
-    for r in rows:
-        r.depth = 1 + max((d for d, _ in r.bars), default=0)
     return rows
 
 
@@ -107,12 +104,11 @@ def _svg(rows: list[_Row], t0: float, t1: float, width: int, links: bool) -> str
     x = lambda t: _LABEL_W + (t - t0) / (t1 - t0) * plot  # noqa: E731
     parts, y, where = _axis(t0, t1, x, width), _AXIS_H, {}
     for row in rows:
-        h = row.depth * _ROW_H + 6
+        row.bars = [(d, e) for d, e in row.bars if e["ts"] + e["dur"] >= t0 and e["ts"] <= t1]  # in the window
+        h = (1 + max((d for d, _ in row.bars), default=0)) * _ROW_H + 6
         parts.append(f'<rect x="0" y="{y}" width="{width}" height="{h}" class="{"dev" if row.device else "cpu"}"/>'
                      f'<text x="6" y="{y + 13}" class="lbl">{html.escape(row.label)}</text>')
         for depth, e in row.bars:
-            if e["ts"] + e["dur"] < t0 or e["ts"] > t1:
-                continue
             bx, bw, by = x(max(e["ts"], t0)), max(0.8, (min(e["ts"] + e["dur"], t1) - max(e["ts"], t0)) / (t1 - t0) * plot), y + 3 + depth * _ROW_H
             tip = html.escape(f'{e["name"]}  {e["dur"]:.1f} us' + (f'  ({e["args"]["bytes"]} bytes)' if "bytes" in e.get("args", {}) else ""))
             text = html.escape(e["name"][: int(bw / 6.2)]) if bw > 30 else ""
@@ -139,7 +135,7 @@ def _table(events: list[dict[str, Any]], limit: int = 15) -> str:
             total[e["name"]][1] += 1
     rows = sorted(total.items(), key=lambda kv: -kv[1][0])[:limit]
     body = "".join(f"<tr><td>{html.escape(n)}</td><td>{c}</td><td>{t:.1f}</td></tr>" for n, (t, c) in rows)
-    return f"<table><tr><th>device activity</th><th>calls</th><th>total us</th></tr>{body}</table>" if rows else ""
+    return f"<table><tr><th>device activity (whole trace)</th><th>calls</th><th>total us</th></tr>{body}</table>" if rows else ""
 
 
 _CSS = """body{font:12px sans-serif;margin:10px;background:#fff}h1{font-size:15px;margin:0 0 6px}
