@@ -7,7 +7,9 @@ host memory over gloo) runs every collective of tests/test_distributed.py, a col
 side stream, and DDP of the eager and of the compiled model; the tests compare with references
 computed on the CPU here and check that every collective was counted under the path that ran it.
 FSDP2, DTensor and functional collectives on the same device run in the conformance suite's
-``distributed`` area (``--device gpu --runtime <build_runtime()>``). Marked ``gpu``.
+``distributed`` area (``--device gpu --runtime <build_runtime()>``). The training example on two GPUs
+(``examples/train_two_devices.py`` under torchrun, DDP and FSDP2, sharded DCP and a resume) is held
+to the same example on one GPU. Marked ``gpu``.
 """
 from __future__ import annotations
 

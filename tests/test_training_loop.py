@@ -1,7 +1,9 @@
-"""A whole training loop on a torchvendor device (issue 34): the profiler's device time, and
-``examples/train_on_device.py`` (pinned DataLoader, autocast, GradScaler, AdamW, clipping,
-activation checkpointing, compiled model and optimizer step, profiler window, DCP save and a
-resume in a new process) on ``acme``, against the same script on ``cpu``."""
+"""A whole training loop on a torchvendor device (issue 34): the profiler's device time, the
+device's autocast lists against CUDA's, and ``examples/train_on_device.py`` (pinned DataLoader,
+autocast, GradScaler, AdamW, clipping, activation checkpointing, compiled model and optimizer
+step, profiler window, DCP save and a resume in a new process) on ``acme``, against the same
+script on ``cpu``; slow: ``examples/train_two_devices.py`` under torchrun (DDP and FSDP2, sharded
+DCP, resume in a new process group) against one process, and the area's two-device cases."""
 from __future__ import annotations
 
 import json
