@@ -129,8 +129,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def graph_saved(args: argparse.Namespace) -> dict[str, Any]:
     """Without compiling kernels: per partition, what AOTAutograd's forward graph hands the
-    backward (the backward graph's non-tangent inputs, parameters included, from their shapes;
-    a view counts its own elements), with the LOOP level's
+    backward (the backward graph's non-tangent inputs from their shapes, the model's parameters
+    and inputs apart; a view counts its own elements), with the LOOP level's
     decomposition table; the graphs run as ATen."""
     from torchvendor.ir import aten_ir_hook
     from torchvendor.ir.decompositions import resolve
@@ -145,8 +145,12 @@ def graph_saved(args: argparse.Namespace) -> dict[str, Any]:
 
         def backward(gm: Any, example_inputs: list[Any]) -> None:
             saved = [n for n in gm.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents")]
-            vals = [n.meta["val"] for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
-            seen.update(saved=len(vals), saved_bytes=sum(v.numel() * v.element_size() for v in vals))
+            def nbytes(nodes: list[Any]) -> int:
+                return sum(n.meta["val"].numel() * n.meta["val"].element_size() for n in nodes
+                           if isinstance(n.meta.get("val"), torch.Tensor))
+            acts = [n for n in saved if not n.name.startswith("primals")]  # the rest: parameters and inputs
+            seen.update(saved=len(acts), saved_bytes=nbytes(acts), saved_inputs=len(saved) - len(acts),
+                        saved_inputs_bytes=nbytes(saved) - nbytes(acts))
 
         torch._dynamo.reset()
         run = torch.compile(model, backend=aten_ir_hook(None, backward, decompositions=table, partition=partition))
