@@ -7,6 +7,7 @@ For each model: both statuses over the parts run (correct against float64 truth,
 judges) and both inference times; ``ratio`` is Inductor's time over ours (1.0: the same speed).
 
     python bench/bench_triton_level.py --tier fast --parts inference --jobs 8 --out triton_level.json
+    python bench/bench_triton_level.py --profile gpt2     # where one model's time goes
 
 Needs an NVIDIA GPU, Triton and the CUDA toolkit's headers (the runtime is built on first use).
 """
@@ -35,6 +36,53 @@ def _row(model: str, ind: dict[str, Any], tri: dict[str, Any]) -> dict[str, Any]
     return {"model": model, "inductor": s_i, "triton": s_t, "inductor_ms": ms_i, "triton_ms": ms_t, "ratio": ratio}
 
 
+def profile(model: str, calls: int = 200, top: int = 25) -> None:
+    """Where one model's inference time goes: ms per call with Inductor on ``cuda`` and with the
+    Triton level on the PrivateUse1 GPU, then a cProfile of ours (host time by function: a
+    launch, an extern, an allocation or a wait for the device)."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    import torchvendor.reference_backends.triton  # noqa: F401 - registers torchvendor_triton
+    from torchvendor.reference_backends.cuda.runtime import build_runtime
+    from torchvendor.sdk import register_device
+    from torchvendor.sdk.conformance.models.catalog import SPECS
+
+    gpu = register_device("gpu", runtime=build_runtime())
+    net, inputs = SPECS[model].build()
+    net.eval()
+
+    def on(device: str) -> tuple[Any, dict[str, Any]]:
+        return net.to(device), {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+    def per_call(fn: Any, kwargs: dict[str, Any], sync: Any) -> float:
+        for _ in range(3):
+            fn(**kwargs)
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(**kwargs)
+        sync()
+        return (time.perf_counter() - start) / calls * 1e3
+
+    with torch.no_grad():
+        m, kw = on("cuda")
+        ind = per_call(torch.compile(m, backend="inductor"), kw, torch.cuda.synchronize)
+        m, kw = on("gpu")
+        ours = torch.compile(m, backend="torchvendor_triton")
+        tri = per_call(ours, kw, gpu.synchronize)
+        print(f"{model}: inductor on cuda {ind:.3f} ms, Triton level on gpu {tri:.3f} ms per call")
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            ours(**kw)
+        gpu.synchronize()
+        prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tier", default="fast", choices=("fast", "full"))
@@ -44,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=1.0, help="seconds of timing per backend and model")
     p.add_argument("--stop", type=float, help="end each side's unfinished models after this many seconds")
     p.add_argument("--out", help="write the rows as JSON here")
+    p.add_argument("--profile", metavar="MODEL", help="only profile one model's inference (see profile())")
     args = p.parse_args(argv)
+    if args.profile:
+        profile(args.profile)
+        return 0
     from torchvendor.sdk.conformance.models.catalog import names
     from torchvendor.sdk.conformance.models.suite import run_suite
 

@@ -215,7 +215,12 @@ class TritonRuntimeKernel:
     def _binary(self, cfg: _Any) -> tuple[KernelBinary, dict]:
         at = self.autotuner
         meta = at._create_compile_meta(cfg)
-        options = {k: meta[k] for k in ("num_warps", "num_stages", "debug") if k in meta}
+        # Inductor's own options (warps, stages, debug, no overflow sanitizer: Triton's default
+        # checks every index computation when debug is on); device-specific ones it adds only
+        # for its built-in devices
+        make = getattr(at, "_create_compile_options", None)
+        options = make(cfg, meta) if make is not None else {
+            **{k: meta[k] for k in ("num_warps", "num_stages", "debug") if k in meta}, "sanitize_overflow": False}
         options.update(self.hooks.options)
         key = _json.dumps([self.source, _config_key(cfg), self.hooks.target, repr(self.hooks.arch),
                            self.hooks.warp_size, sorted(options.items(), key=str), triton_version()], default=str)
@@ -269,7 +274,7 @@ class TritonRuntimeKernel:
         grid = GridExpr.from_meta(at.inductor_meta, cfg)
         lines = [f"def launcher({', '.join(def_args)}):", *[f"    {line}" for line in grid.prefix],
                  f"    go(({grid.x_grid}, {grid.y_grid}, {grid.z_grid}), ({values}{',' if values else ''}))"]
-        scope: dict[str, _Any] = {"go": _Go(self, kb, fmt, pointers, meta), "_ptr": _ptr, "_bf16": _bf16}
+        scope: dict[str, _Any] = {"go": _Go(self, kb, fmt, pointers, meta), "_bf16": _bf16}
         exec("\n".join(lines), scope)  # noqa: S102 - Inductor builds its launchers the same way
         launcher = scope["launcher"]
         launcher.config, launcher.binary = cfg, kb
@@ -327,18 +332,14 @@ def _scratch(nbytes: int, values: tuple) -> _Any:
     return torch.empty(nbytes, dtype=torch.int8, device=torch._C._get_privateuse1_backend_name())
 
 
-def _ptr(value: _Any) -> int:
-    return value.data_ptr() if hasattr(value, "data_ptr") else int(value or 0)
-
-
 def _value_expr(name: str, ty: str) -> str:
-    if ty.startswith("*"):
-        return f"_ptr({name})"
+    if ty.startswith("*"):  # Inductor passes a tensor (a None argument is no parameter)
+        return f"{name}.data_ptr()"
     if ty == "bf16":
         return f"_bf16({name})"
     if ty.startswith(("fp", "f3")):
         return f"float({name})"
-    return f"int({name})"
+    return name
 
 
 def _constexpr_indices(fn: _Any) -> list[int]:
