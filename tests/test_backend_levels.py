@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from torchvendor.sdk import (AtenBackend, Backend, BackendDefinitionError, BackendError, BackendFallbackWarning,
-                             CompiledProgram, Level, LoopBackend, OnnxBackend, TorchBackend, get_backend, last_report,
-                             loop_kernels, reference_kernel, register_backend)
+                             CompiledProgram, Level, LoopBackend, OnnxBackend, TorchBackend, TritonBackend, get_backend,
+                             last_report, loop_kernels, reference_kernel, register_backend)
 from torchvendor.sdk.compile import report as report_module
 
 COMPILE = Path(__file__).resolve().parents[1] / "sdk" / "compile"
@@ -43,7 +43,7 @@ def test_each_level_class_owns_its_hooks():
     for hook in ("lowering_options", "lowering_config", "compile_program", "finish", "transforms", "extern_kernel",
                  "program_runner", "onnx_patterns", "onnx_opset", "decompositions"):
         assert not hasattr(Backend, hook), f"Backend.{hook}: a level's hook on the template"
-    assert {LoopBackend.level, OnnxBackend.level, AtenBackend.level, TorchBackend.level} == set(Level)
+    assert {LoopBackend.level, OnnxBackend.level, AtenBackend.level, TorchBackend.level, TritonBackend.level} == set(Level)
     assert LoopBackend.transforms == () and OnnxBackend.onnx_opset is None and AtenBackend.decompositions is None
 
 
