@@ -81,6 +81,8 @@ class TritonBackend(AotFlow):
     compile_options: ClassVar[Mapping[str, Any]] = {}
     #: Inductor config keys set while lowering (override :meth:`lowering_config` to decide per graph)
     lowering_options: ClassVar[Mapping[str, Any]] = {}
+    #: AOTAutograd's forward/backward split: Inductor's own (min-cut, recomputing cheap ops)
+    aot_partition: ClassVar[str] = "min_cut"
 
     # ---- what a vendor may override ------------------------------------------------------------
 
