@@ -28,7 +28,7 @@ for mode in modes.split(",") if "RANK" not in os.environ else []:  # a plain run
 rank, resume = int(os.environ.get("RANK") or sys.exit()), os.environ.get("TRAIN_RESUME")  # from here: one rank's run
 register_device(device, runtime=os.environ.get("TRAIN_RUNTIME")) if device not in ("cpu", "cuda") else None  # autoload
 dev = torch.device(device, rank) if device != "cpu" else torch.device("cpu")
-torch.accelerator.set_device_index(rank) if device != "cpu" else None  # one device per rank (DeviceMesh, FSDP2)
+torch.get_device_module(device).set_device(dev) if device != "cpu" else None  # one device per rank
 dist.init_process_group({"cpu": "gloo", "cuda": "nccl"}.get(device) or register_distributed(),  # the device's c10d
                         device_id=None if device == "cpu" else dev)
 torch.manual_seed(0)
@@ -38,8 +38,8 @@ loader = torch.utils.data.DataLoader(data, batch_size=4, sampler=torch.utils.dat
 model = GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=64, resid_pdrop=0,
                                    embd_pdrop=0, attn_pdrop=0)).to(dev)
 getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
-for block in [*model.transformer.h, model] if modes == "fsdp2" else []:
-    fully_shard(block)  # each rank keeps half of every parameter
+for block in [*model.transformer.h, model] if modes == "fsdp2" else []:  # each rank keeps half of every parameter
+    fully_shard(block, mesh=torch.distributed.device_mesh.init_device_mesh(device, (2,)))  # not torch.accelerator
 model = model if modes == "fsdp2" else torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
 state = lambda: dict(zip(("model", "optim"), get_state_dict(model, opt)))  # noqa: E731 - FSDP2: this rank's shards

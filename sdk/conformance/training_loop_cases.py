@@ -308,10 +308,12 @@ def _two_device_body(t: Target, rank: int, dev: str, mode: str = "ddp", ckpt: st
     data = (torch.randint(0, 64, (8 * n, 1)) + 3 * torch.arange(9)) % 64  # _loop's data and model
     model = _LM().to(dev)
     if mode == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        fully_shard(model.block)
-        fully_shard(model)
+        mesh = init_device_mesh(torch.device(dev).type, (world,))  # not torch.accelerator's: CUDA's if present
+        fully_shard(model.block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     else:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
