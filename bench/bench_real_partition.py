@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import torch
 
+from torchvendor.ir.compat import dynamo_reset
+
 
 def _model(args: argparse.Namespace) -> torch.nn.Module:
     import transformers
@@ -115,7 +117,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                      "ms": _time(model, model, ids, args.reps)}}
     ours = args.backend.startswith("torchvendor")
     for partition in args.partitions.split(",") if ours else [args.backend]:
-        torch._dynamo.reset()
+        dynamo_reset()
         run = torch.compile(model, backend=args.backend, options={"aot_partition": partition} if ours else None)
         t0 = time.perf_counter()
         loss = _step(run, model, ids)
@@ -152,7 +154,7 @@ def graph_saved(args: argparse.Namespace) -> dict[str, Any]:
             seen.update(saved=len(acts), saved_bytes=nbytes(acts), saved_inputs=len(saved) - len(acts),
                         saved_inputs_bytes=nbytes(saved) - nbytes(acts))
 
-        torch._dynamo.reset()
+        dynamo_reset()
         run = torch.compile(model, backend=aten_ir_hook(None, backward, decompositions=table, partition=partition))
         _step(run, model, ids)
         out[partition] = seen
