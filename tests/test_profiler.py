@@ -83,6 +83,40 @@ def test_device_work_is_linked_to_its_operator_and_on_the_profiler_clock(timelin
     assert region["ts"] - 100 <= sleep["ts"] <= region["ts"] + region["dur"] + 100, (sleep, region)
 
 
+def test_eager_native_kernels_are_on_the_timeline_under_their_operators(tmp_path) -> None:  # noqa: ANN001
+    sys.path.insert(0, str(ROOT / "tests"))
+    from device_utils import kernel_template  # the stable-ABI kernel template, built with cmake
+
+    script = ("import json, sys, torch\nfrom torchvendor.sdk import register_device, load_kernel_library\n"
+              "from torchvendor.sdk.device.profiler import device_activities, device_times\n"
+              "register_device('acme')\nload_kernel_library(sys.argv[1])\n"
+              "a, b = torch.randn(64, 64, device='acme'), torch.randn(64, 64, device='acme')\n"
+              "acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.PrivateUse1]\n"
+              "with torch.profiler.profile(activities=acts) as prof:\n    (a + b).mm(b).sum().item()\n"
+              "prof.export_chrome_trace(sys.argv[2])\nt = device_times(prof)\n"
+              "print(json.dumps([sorted({e['name'] for e in device_activities(sys.argv[2]) if e['cat'] == 'kernel'}),"
+              " t['aten::add'], t['aten::mm']]))\n")
+    run = subprocess.run([sys.executable, "-c", script, str(kernel_template()), str(tmp_path / "t.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    kernels, add, mm = json.loads(run.stdout.splitlines()[-1])
+    assert {"tv_tpl_elementwise", "tv_tpl_mm"} <= set(kernels), kernels  # launched by the library through the table
+    assert add > 0 and mm > 0
+
+
+def test_compiled_kernels_of_the_loop_runner_are_on_the_timeline(acme, tmp_path) -> None:  # noqa: ANN001
+    import torchvendor.reference_backends.cpu  # noqa: F401 - the torchvendor_cpu backend
+
+    f = torch.compile(lambda x: (x * 2 + 1).relu().sum(dim=1), backend="torchvendor_cpu")
+    x = torch.randn(64, 128, device="acme")
+    want = f(x).cpu()  # compiled outside the window
+    with torch.profiler.profile(activities=DEVICE) as prof:
+        got = f(x).cpu()
+    kernels = [e for e in device_activities(_trace(prof, tmp_path)) if e["cat"] == "kernel"]
+    assert kernels and all(e["name"] != "kernel" and e["dur"] > 0 for e in kernels), kernels  # named by their module
+    torch.testing.assert_close(got, want)
+
+
 def test_device_time_per_operator_in_key_averages(acme) -> None:  # noqa: ANN001
     x = torch.randn(128, 128, device="acme")
     with torch.profiler.profile(activities=DEVICE) as prof:
