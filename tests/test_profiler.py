@@ -117,6 +117,20 @@ def test_compiled_kernels_of_the_loop_runner_are_on_the_timeline(acme, tmp_path)
     torch.testing.assert_close(got, want)
 
 
+def test_collectives_are_on_the_timeline(acme, tmp_path) -> None:  # noqa: ANN001
+    from torchvendor import _C
+
+    comm = _C.comm_create(f"test-profiler-{os.getpid()}", 1, 0, 0)  # a one-rank communicator
+    t = torch.ones(1024, device="acme")
+    try:
+        with torch.profiler.profile(activities=DEVICE) as prof:
+            _C.collective("all_reduce", comm, t, t, 1024)
+            acme.synchronize()
+    finally:
+        _C.comm_destroy(comm)
+    assert any(e["name"] == "all_reduce" and e["dur"] > 0 for e in device_activities(_trace(prof, tmp_path)))
+
+
 def test_device_time_per_operator_in_key_averages(acme) -> None:  # noqa: ANN001
     x = torch.randn(128, 128, device="acme")
     with torch.profiler.profile(activities=DEVICE) as prof:
