@@ -792,11 +792,13 @@ def main(argv: list[str] | None = None) -> int:
     """``bench_models.py --size real`` (module docstring); returns the exit status."""
     args = parser().parse_args(argv)
     if args.merge:
-        run = merge([json.loads(Path(f).read_text()) for f in args.merge])
-        run["note"] = args.note or run["note"]
+        merged = merge([json.loads(Path(f).read_text()) for f in args.merge])
+        merged["note"] = args.note or merged["note"]
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / f"{args.name or 'merged'}.json").write_text(json.dumps(run, indent=1, default=str))
-        args.render = True
+        (Path(args.out) / f"{args.name or 'merged'}.json").write_text(json.dumps(merged, indent=1, default=str))
+        args.render = Path(args.out).resolve() == RUNS.resolve()
+        if not args.render:
+            return 0
     if args.render:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from bench_models import _write_markdown

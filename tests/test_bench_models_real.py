@@ -79,6 +79,19 @@ def test_a_process_that_died_marks_the_backend_it_was_in():
     assert row["backends"]["torchvendor_cuda"]["raised"].startswith("the process died: exit -11")
 
 
+def test_merge_from_the_command_line(tmp_path):
+    rows = [{"model": "m", "part": "training", "dtype": "bf16", "backends": {"eager": {"ms": 3.0}}}]
+    a = {"vendors": ["v"], "backends": ["eager", "v"], "seconds": 1.0, "note": "", "rows": rows}
+    b = {**a, "rows": [{**rows[0], "backends": {"v": {"ms": 1.0}}}]}
+    for name, run in (("a", a), ("b", b)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(run))
+    assert real.main(["--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "m"),
+                      "--name", "ab"]) == 0
+    merged = json.loads((tmp_path / "m" / "ab.json").read_text())
+    assert merged["rows"][0]["backends"] == {"eager": {"ms": 3.0}, "v": {"ms": 1.0}}
+    assert "| m | training | bf16 | 3.00 / 1.00 | 3.00× |" in "\n".join(real.table(merged))
+
+
 def test_module_doctests():
     import doctest
 
