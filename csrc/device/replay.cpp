@@ -287,6 +287,7 @@ class Replay {
       config.pointer_offsets = offsets.data();
       config.num_pointer_offsets = static_cast<uint32_t>(offsets.size());
       tv_stream stream = native_stream(current_stream(device_.index()));
+      py::gil_scoped_release no_gil;  // as torchvendor.sdk.launch: a runtime's launch may block
       TV_CALL(launch, reinterpret_cast<tv_function>(l->fn), static_cast<const tv_launch_config*>(&config),
               static_cast<const void*>(block.data()), 8 * used, stream);
     }
