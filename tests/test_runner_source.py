@@ -237,3 +237,23 @@ def test_compiled_partitions_replay_on_cpu(monkeypatch):
 
 def test_compiled_partitions_replay_through_the_runtime_table(acme, monkeypatch):
     _replayed_model("acme", monkeypatch)
+
+
+def test_constants_and_host_scalars_replay(acme, monkeypatch):
+    """A program with a constant (made from the host on each call) and a device program reading
+    a 0-d host tensor (its kernel runs on a device copy) replay too, and match eager."""
+    import torchvendor.reference_backends.cpu  # noqa: F401
+
+    made = _partition_calls(monkeypatch)
+
+    def f(x, s):
+        return (x * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)).sin() * s
+
+    compiled = torch.compile(f, backend="torchvendor_cpu", options={"strict": True})
+    for device in ("cpu", "acme"):
+        x, s = torch.randn(4, device=device), torch.tensor(2.5)
+        with torch.no_grad():
+            for _ in range(3):
+                torch.testing.assert_close(compiled(x, s).cpu(), f(x, s).cpu())
+    assert len(made) == 2 and all(p._replay is not None and p.record.calls == 3 for p in made)
+    torch._dynamo.reset()

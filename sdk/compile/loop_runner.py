@@ -370,7 +370,7 @@ class ProgramRunner:
         True
         """
         written = self._written_call(self._bind(inputs))[0]
-        ops = written.ops or ()
+        ops = written.ops
         return {"naive": written.naive_bytes, "planned": written.planned_bytes,
                 "buffers": sum(1 for op in ops if op[0] in ("alloc", "reuse")) + sum(len(op[4]) for op in ops
                                                                                  if op[0] == "call"),
@@ -381,7 +381,7 @@ class ProgramRunner:
         """The call for inputs laid out as these, without per-call Python (:mod:`.runner_replay`):
         ``replay(*inputs)`` returns the outputs (a list; ``form`` 1: a tuple, 2: the one output),
         or None where inputs do not have this layout. None here where the program cannot be
-        replayed (size symbols, constants, host buffers of a device program, scalar inputs).
+        replayed (size symbols, scalar inputs).
 
         >>> import torch
         >>> from torchvendor.ir import capture
@@ -397,6 +397,4 @@ class ProgramRunner:
         if self._binders or len(inputs) != len(self._inputs):
             return None
         written, plan = self._written_call({})
-        if written.ops is None:
-            return None
-        return build_replay(written.ops, self.steps, self._inputs, plan, inputs, self.device, form)
+        return build_replay(written.ops, self.steps, self._inputs, plan, inputs, self.device, form, self._helpers())

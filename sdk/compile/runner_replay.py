@@ -28,8 +28,9 @@ Example (a launch through a device's runtime table, the simulator's sample kerne
 """
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import torch
 
@@ -86,11 +87,12 @@ def replay_available() -> bool:
 
 
 def build_replay(ops: Sequence[tuple], steps: Sequence[Any], inputs: Sequence[tuple[str, Any]], plan: Any,
-                 values: Sequence[Any], device_type: str, form: int = 0) -> Any:
+                 values: Sequence[Any], device_type: str, form: int = 0,
+                 helpers: Mapping[str, Any] | None = None) -> Any:
     """The C++ replay of one written call (``Written.ops``) for inputs laid out as ``values`` (the
     call's first inputs), or None where it cannot be replayed (a scalar input, no input on the
     program's device, no replay in this build). ``form``: 0 returns a list, 1 a tuple, 2 the one
-    output."""
+    output; ``helpers``: the runner's ``_constant`` and ``_on_device`` where ``ops`` use them."""
     if not replay_available() or any(buf is None for _, buf in inputs) or len(values) != len(inputs):
         return None
     if not all(type(v) in (torch.Tensor, torch.nn.Parameter) for v in values):
@@ -115,15 +117,24 @@ def build_replay(ops: Sequence[tuple], steps: Sequence[Any], inputs: Sequence[tu
         if op[0] == "return":
             outputs = [slot(o) if isinstance(o, str) else o for o in op[1]]
         else:
-            table += _operation(op, slot, steps, plan, device)
+            table += _operation(op, slot, steps, plan, device, helpers or {})
     from torchvendor import _C
 
     return _C.Replay(guards, len(slots), table, outputs, form, (torch.Tensor, torch.nn.Parameter), device)
 
 
-def _operation(op: tuple, slot: Callable[[str], int], steps: Sequence[Any], plan: Any, device: torch.device) -> list:
+def _operation(op: tuple, slot: Callable[[str], int], steps: Sequence[Any], plan: Any, device: torch.device,
+               helpers: Mapping[str, Any]) -> list:
     """One written operation as the replay's table entries."""
     kind = op[0]
+    if kind == "constant":  # made from the host on each call, as the Python call makes it
+        _, name, value, size, dtype, where = op
+        make = functools.partial(_one, helpers["_constant"], value, size, dtype, where or device)
+        return [("call", make, [], (), [slot(name)])]
+    if kind == "on_device":  # a kernel of host buffers runs on device copies of them
+        _, k, names, sizes, moved, back = op
+        run = functools.partial(helpers["_on_device"], steps[k][1], moved, back, device)
+        return [("call", run, [slot(n) for n in names], tuple(sizes), [])]
     if kind == "alloc":
         _, name, size, stride, dtype, where = op
         return [("alloc", slot(name), list(size), list(stride), dtype, torch.device(where) if where else None)]
@@ -151,6 +162,10 @@ def _operation(op: tuple, slot: Callable[[str], int], steps: Sequence[Any], plan
         return [("launch", [slot(n) for n in names], list(sizes), [_launch(l) for l in launches],
                  [(int(n), dtype) for n, dtype in scratch], fn)]
     raise ValueError(f"replay: unknown operation {kind!r}")
+
+
+def _one(fn: Callable[..., Any], *args: Any) -> tuple:
+    return (fn(*args),)
 
 
 def _launch(l: tuple) -> tuple:

@@ -62,16 +62,11 @@ class _Writer:
     lines: list[str] = field(default_factory=list)
     #: names bound before the first operation: inputs, constants and views of them
     early: set[str] = field(default_factory=set)
-    #: the same call as operations on named buffers, for the runner's C++ replay
-    #: (:mod:`.runner_replay`); None once something appears that the replay does not do
-    ops: list[tuple] | None = field(default_factory=list)
+    #: the same call as operations on named buffers, for the runner's C++ replay (:mod:`.runner_replay`)
+    ops: list[tuple] = field(default_factory=list)
 
     def op(self, *operation: Any) -> None:
-        if self.ops is not None:
-            self.ops.append(operation)
-
-    def refuse(self) -> None:
-        self.ops = None
+        self.ops.append(operation)
 
     def local(self, name: str) -> str:
         """A program name as a Python local (kept where it is one and cannot clash with a global)."""
@@ -105,10 +100,11 @@ class Written:
     #: the same call as operations on named buffers (``("alloc", name, size, stride, dtype,
     #: device)``, ``("view", name, base, size, stride, offset)``, ``("reuse", name, donor, size,
     #: stride, dtype)``, ``("drop", names)``, ``("kernel", step index, names, size arguments)``,
-    #: ``("call", fn, names read, names bound, those of them with new storage)``, ``("return",
-    #: outputs)``) for :mod:`.runner_replay`; None where the call does what the replay does not
-    #: (constants, host buffers of a device program)
-    ops: tuple[tuple, ...] | None
+    #: ``("call", fn, names read, names bound, those of them with new storage)``, ``("constant",
+    #: name, value, size, dtype, device)``, ``("on_device", step index, names, size arguments,
+    #: positions moved, positions copied back)``, ``("return", outputs)``) for
+    #: :mod:`.runner_replay`
+    ops: tuple[tuple, ...]
     #: bytes of storage the call allocates: every buffer its own (``naive``), and at most
     #: live at once with buffers dropped after their last use and storage reused (``planned``)
     naive_bytes: int = 0
@@ -158,12 +154,12 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
     filename = f"<torchvendor runner {program.name} {id(w)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
     exec(compile(source, filename, "exec"), w.scope)  # noqa: S102 - our own generated source
-    for k, op in enumerate(w.ops or ()):  # an extern step's lines as a function of its own, for the replay
+    for k, op in enumerate(w.ops):  # an extern step's lines as a function of its own, for the replay
         if op[0] == "call":
             exec(compile(op[1], f"{filename} step {k}", "exec"), w.scope)  # noqa: S102
             w.ops[k] = ("call", w.scope[op[1][4:op[1].index("(")]], *op[2:])
-    naive, peak = _footprint(w.ops or (), plan)
-    return Written(source, w.scope["call"], tuple(w.ops) if w.ops is not None else None, naive, peak)
+    naive, peak = _footprint(w.ops, plan)
+    return Written(source, w.scope["call"], tuple(w.ops), naive, peak)
 
 
 def _kernel(w: _Writer, k: int, step: Step, plan: Any, host: set[str]) -> None:
@@ -174,7 +170,7 @@ def _kernel(w: _Writer, k: int, step: Step, plan: Any, host: set[str]) -> None:
         back = tuple(i for i in moved if step[2][i] in step[0].writes())
         kernel_args = [w.constant(step[1], 'kernel'), repr(moved), repr(back), "_dev", *kernel_args]
         w.emit(f"_on_device({', '.join(kernel_args)})")
-        w.refuse()
+        w.op("on_device", k, tuple(step[2]), tuple(plan.size_args[k]), moved, back)
     else:
         w.emit(f"{w.constant(step[1], 'kernel')}({', '.join(kernel_args)})")
         w.op("kernel", k, tuple(step[2]), tuple(plan.size_args[k]))
@@ -317,11 +313,10 @@ def _prologue(w: _Writer, plan: Any, inputs: Sequence[tuple[str, Any]], written:
         first = next((w.local(name) for name, buf in inputs if buf is not None and buf.device == device),
                      next((w.local(name) for name, buf in inputs if buf is not None), "None"))
         w.emit(f"_dev = _device_of({first})")
-    if plan.constants:
-        w.refuse()  # made from the host on each call
     for name, value, size, dtype, where in plan.constants:
         w.emit(f"{w.local(name)} = _constant({w.constant(value)}, {size!r}, {w.constant(dtype, 'dtype')}, "
                f"{w.constant(where) if where else '_dev'})")
+        w.op("constant", name, value, size, dtype, where)
     w.early = {name for name, _ in inputs} | {c[0] for c in plan.constants}
     for name, base, size, stride, offset in plan.views:
         if base in w.early:
@@ -368,7 +363,7 @@ def _extern_step(w: _Writer, ext: Extern, plan: Any, sizes: Mapping[str, int]) -
     fresh |= {view for out in fresh for view, *_ in plan.late_views.get(out, ())}
     binds = tuple(dict.fromkeys([*op.outputs, *sorted(fresh - set(op.outputs)), *named]))
     reads = tuple(n for n in dict.fromkeys(_refs(ext)) if n not in fresh and n not in named)
-    name = f"_step{len(w.ops or ())}"
+    name = f"_step{len(w.ops)}"
     source = (f"def {name}({', '.join(w.local(n) for n in reads)}):\n" + "\n".join(w.lines[start:]) +
               f"\n    return ({''.join(w.local(n) + ', ' for n in binds)})\n")
     w.op("call", source, reads, binds, tuple(sorted(fresh)))
