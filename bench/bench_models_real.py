@@ -272,7 +272,8 @@ def _profile(step: Callable[[], Any], device: str, calls: int) -> dict[str, Any]
         kernels = [(e.name(), e.duration_ns() / 1e3) for e in prof.profiler.kineto_results.events()
                    if e.device_type() == torch.autograd.DeviceType.CUDA and not e.name().startswith(("Memcpy", "Memset"))]
     else:
-        kernels = [(e.key, e.self_cpu_time_total) for e in prof.key_averages() if e.key.startswith("aten::")]
+        kernels = [(e.key, e.self_cpu_time_total / e.count) for e in prof.key_averages() if e.key.startswith("aten::")
+                   for _ in range(e.count)]
     shares: dict[str, Any] = kernel_shares(kernels, wall)
     shares["device_ms_per_call"] = sum(us for _, us in kernels) / calls / 1e3
     by_name: dict[str, list[float]] = {}
