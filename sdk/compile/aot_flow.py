@@ -19,7 +19,7 @@ graphs the vendor compiles; the option ``aot_partition`` (default: the class att
 minimum cut of what it needs and recomputes cheap pointwise ops there, so a backend that fuses
 reads the saved inputs of a fused kernel instead of each intermediate: fewer bytes held between
 forward and backward, fewer written by the forward. ``"default"`` saves what the forward
-computed, each graph's kernels stay as written. The LOOP level defaults to ``"min_cut"``.
+computed, each graph's kernels stay as written. The LOOP and TRITON levels default to ``"min_cut"``.
 """
 from __future__ import annotations
 
