@@ -584,3 +584,25 @@ def test_every_kernel_of_a_models_training_graphs_compiles_with_nvrtc(acme):
         for k in loop_kernels(_merge_epilogues(program, 132)):
             code = _generate(k, 132)
             nvrtc_compile(code.source, f"{code.name}.cu", "sm_90")  # raises NvrtcError naming the error line
+
+
+def test_a_float32_kernel_rounding_through_bfloat16_includes_its_header(tmp_path):
+    """Autocast's backward rounds float32 values through bfloat16 in kernels whose buffers are all
+    float32: the module must include cuda_bf16.h itself (GPT-2's bf16 training step fell back
+    on the GPU because NVRTC found no ``__float2bfloat16``). Compiled alone, no header added."""
+    from torchvendor.ir.loop_ir import Buffer, LoopNest, Stmt
+
+    x = Buffer("x", "float32", ("64",), ("1",), "cuda", "input")
+    y = Buffer("y", "float32", ("64",), ("1",), "cuda", "output")
+    body = (Stmt("t0", "load", (), (("buffer", "x"), ("index", "i0")), "float32"),
+            Stmt("t1", "to_dtype", ("t0",), (("dtype", "bfloat16"),), "bfloat16"),
+            Stmt("t2", "to_dtype", ("t1",), (("dtype", "float32"),), "float32"),
+            Stmt(None, "store", ("t2",), (("buffer", "y"), ("index", "i0"), ("mode", None))))
+    source = generate(Kernel("kernel0", (LoopNest("op0", ("64",), (), body),)), (x, y), ()).source
+    assert "#include <cuda_bf16.h>" in source
+    if shutil.which("nvcc"):
+        path = tmp_path / "k.cu"
+        path.write_text(source)
+        done = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"), str(path)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]

@@ -386,8 +386,10 @@ class CudaRenderer(CStyleRenderer):
 
     # -- emission --
     def prelude(self) -> str:
-        """The 16-bit float headers the kernel's buffers need, then ``prelude.cuh``."""
-        dtypes = {b.dtype for b in self.buffers.values()}
+        """The 16-bit float headers the kernel's buffers and values need, then ``prelude.cuh``
+        (a float32 kernel that rounds through bfloat16, as autocast's backward does, needs them too)."""
+        dtypes = {b.dtype for b in self.buffers.values()} | {
+            d for nest in self.kernel.nests for st in nest.stmts() for d in (st.dtype, st.attr("dtype"))}
         heads = [f"#include <{h}>" for d, h in (("float16", "cuda_fp16.h"), ("bfloat16", "cuda_bf16.h")) if d in dtypes]
         return "\n".join([*heads, _PRELUDE])
 
