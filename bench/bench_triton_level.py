@@ -40,6 +40,7 @@ def profile(model: str, calls: int = 200, top: int = 25) -> None:
     """Where one model's inference time goes: ms per call with Inductor on ``cuda`` and with the
     Triton level on the PrivateUse1 GPU, then a cProfile of ours (host time by function: a
     launch, an extern, an allocation or a wait for the device)."""
+    import copy
     import cProfile
     import pstats
 
@@ -54,8 +55,9 @@ def profile(model: str, calls: int = 200, top: int = 25) -> None:
     net, inputs = SPECS[model].build()
     net.eval()
 
-    def on(device: str) -> tuple[Any, dict[str, Any]]:
-        return net.to(device), {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    def on(device: str) -> tuple[Any, dict[str, Any]]:  # a copy per device: no direct cuda -> gpu copy
+        return copy.deepcopy(net).to(device), {k: v.to(device) if isinstance(v, torch.Tensor) else v
+                                               for k, v in inputs.items()}
 
     def per_call(fn: Any, kwargs: dict[str, Any], sync: Any) -> float:
         for _ in range(3):
