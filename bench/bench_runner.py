@@ -138,7 +138,7 @@ def _memory_one(device: str) -> dict[str, Any]:
         peak = mod.max_memory_allocated() - base
     plans = [r.memory(*i) for r, i in runners]
     return {"step_peak_bytes": peak, "partitions": len(plans),
-            **{k: sum(p[k] for p in plans) for k in ("naive", "planned", "buffers", "allocations")},
+            **{k: sum(p[k] for p in plans) for k in ("naive", "planned", "idle_inputs", "buffers", "allocations")},
             "max_partition_naive": max(p["naive"] for p in plans), "max_partition_planned": max(p["planned"] for p in plans)}
 
 

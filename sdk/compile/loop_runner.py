@@ -358,7 +358,8 @@ class ProgramRunner:
         had its own for the whole call, ``planned`` the most live at once as the call drops
         buffers after their last use and hands dead storage to later buffers; ``buffers`` and
         ``allocations`` count them (extern results by their buffer's layout, inputs not
-        counted).
+        counted); ``idle_inputs``: bytes of inputs nothing reads from that peak on, which the
+        caller's references keep alive through it.
 
         >>> import torch
         >>> from torchvendor.ir import capture
@@ -372,6 +373,7 @@ class ProgramRunner:
         written = self._written_call(self._bind(inputs))[0]
         ops = written.ops
         return {"naive": written.naive_bytes, "planned": written.planned_bytes,
+                "idle_inputs": written.idle_input_bytes,
                 "buffers": sum(1 for op in ops if op[0] in ("alloc", "reuse")) + sum(len(op[4]) for op in ops
                                                                                  if op[0] == "call"),
                 "allocations": sum(1 for op in ops if op[0] == "alloc") + sum(len(op[4]) for op in ops

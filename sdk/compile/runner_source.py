@@ -109,6 +109,8 @@ class Written:
     #: live at once with buffers dropped after their last use and storage reused (``planned``)
     naive_bytes: int = 0
     planned_bytes: int = 0
+    #: bytes of inputs nothing reads from the planned peak on (:func:`_idle_inputs`)
+    idle_input_bytes: int = 0
 
 
 def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps: Sequence[Step],
@@ -158,8 +160,9 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
         if op[0] == "call":
             exec(compile(op[1], f"{filename} step {k}", "exec"), w.scope)  # noqa: S102
             w.ops[k] = ("call", w.scope[op[1][4:op[1].index("(")]], *op[2:])
-    naive, peak = _footprint(w.ops, plan)
-    return Written(source, w.scope["call"], tuple(w.ops), naive, peak)
+    naive, peak, at = _footprint(w.ops, plan)
+    idle = _idle_inputs(w.ops, plan, [name for name, buf in inputs if buf is not None], at)
+    return Written(source, w.scope["call"], tuple(w.ops), naive, peak, idle)
 
 
 def _kernel(w: _Writer, k: int, step: Step, plan: Any, host: set[str]) -> None:
@@ -255,10 +258,10 @@ def _reuse(plan: Any, steps: Sequence[Step], roots: Mapping[str, str], first: Ma
     return reuse
 
 
-def _footprint(ops: Sequence[tuple], plan: Any) -> tuple[int, int]:
+def _footprint(ops: Sequence[tuple], plan: Any) -> tuple[int, int, int]:
     """(bytes if every buffer had storage of its own for the whole call, the most bytes live at
-    once as ``ops`` drop and reuse them): the call's own storage, extern results counted by their
-    buffer's layout, inputs not counted."""
+    once as ``ops`` drop and reuse them, the index of the first operation at that peak): the
+    call's own storage, extern results counted by their buffer's layout, inputs not counted."""
     def nbytes(name: str) -> int:
         size, stride, dtype = plan.layouts[name]
         return _extent(size, stride) * dtype.itemsize
@@ -266,8 +269,8 @@ def _footprint(ops: Sequence[tuple], plan: Any) -> tuple[int, int]:
     storage: dict[str, str] = {}   # name -> the name whose allocation it lives in
     held: dict[str, int] = {}      # allocation -> bytes
     users: dict[str, int] = {}     # allocation -> names on it
-    naive = live = peak = 0
-    for op in ops:
+    naive = live = peak = at = 0
+    for k, op in enumerate(ops):
         new = [op[1]] if op[0] in ("alloc", "reuse") else list(op[4]) if op[0] == "call" else []
         for name in new:
             naive += nbytes(name)
@@ -287,8 +290,32 @@ def _footprint(ops: Sequence[tuple], plan: Any) -> tuple[int, int]:
                     users[root] -= 1
                     if not users[root]:
                         live -= held.pop(root)
-        peak = max(peak, live)
-    return naive, peak
+        if live > peak:
+            peak, at = live, k
+    return naive, peak, at
+
+
+def _idle_inputs(ops: Sequence[tuple], plan: Any, inputs: Sequence[str], at: int) -> int:
+    """Bytes of the inputs that no operation from ``at`` on reads (through any view) and that are
+    not returned: storage that would be free at the call's peak if the caller had let go of them
+    (the runner gets its inputs as arguments, so the caller's references keep them alive)."""
+    base = {op[1]: op[2] for op in ops if op[0] == "view"}
+
+    def root(name: str) -> str:
+        while name in base:
+            name = base[name]
+        return name
+    used = set()
+    for op in ops[at:]:
+        names = (op[2] if op[0] in ("kernel", "on_device") else (*op[2], *op[3]) if op[0] == "call" else
+                 [o for o in op[1] if isinstance(o, str)] if op[0] == "return" else ())
+        used |= {root(n) for n in names}
+    idle = 0
+    for name in inputs:
+        if name not in used and name in plan.layouts:
+            size, stride, dtype = plan.layouts[name]
+            idle += _extent(size, stride) * dtype.itemsize
+    return idle
 
 
 def _extent(size: Sequence[int], stride: Sequence[int]) -> int:
