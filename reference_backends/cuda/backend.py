@@ -15,6 +15,7 @@ import torch
 from torchvendor.ir.loop_ir import Kernel, host_onto_device, merge_epilogues
 from torchvendor.sdk import BackendError, CompiledProgram, LoopBackend, loop_kernels
 
+from .aligned import aligned_matmul
 from .codegen import CodegenError, CudaKernel, generate
 from .externs import on_cuda
 from .graphs import GraphedProgram, graphs_enabled
@@ -85,7 +86,8 @@ class CudaBackend(LoopBackend):
     def extern_kernel(self, extern: Any, aten: Callable[..., Any], device: str) -> Callable[..., Any]:
         """Extern kernels run ATen's CUDA operators (cuBLAS, cuDNN): on ``cuda`` as they are, on a
         PrivateUse1 GPU device on aliases of its memory (:mod:`.externs`), not through the
-        device's CPU fallback."""
+        device's CPU fallback. Matmuls run at 16-byte leading dimensions (:mod:`.aligned`)."""
+        aten = aligned_matmul(aten)
         return aten if device == "cuda" else on_cuda(aten, device)
 
     def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
