@@ -13,9 +13,9 @@ What makes it affordable on two shared cores (``docs/vendor_guide.md`` has a run
   once;
 - of the profile's three areas, ``ops`` and ``compile`` run whole; ``models`` runs the model
   catalog's ``fast`` tier (one or two models per family, ``catalog.names("fast")``): a model case
-  costs its Dynamo trace of a ``transformers`` model (about 20 s of a gpt2 case's 24 s, the same
-  for every backend), 58 of them times three backends were most of the hour the whole profile
-  took. ``TORCHVENDOR_VENDOR_MODELS=all`` runs every model;
+  is mostly Dynamo tracing a ``transformers`` model, the same for every backend (gpt2, warm: 20 s
+  of its 24 s), and on the loaded two cores the first nine models took 37-97 s each, about an
+  hour of worker time per backend for all 58. ``TORCHVENDOR_VENDOR_MODELS=all`` runs every model;
 - compiled kernels stay in the artifact cache (``~/.cache/torchvendor`` unless
   ``TORCHVENDOR_CACHE_DIR``), keyed by backend and source: a second run builds nothing.
 
@@ -28,7 +28,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -77,7 +76,7 @@ def packages(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def _start(package: Path, backend: str, report: str) -> tuple[subprocess.Popen, Path, float]:
+def _start(package: Path, backend: str, report: str) -> tuple[subprocess.Popen, Path]:
     """Start the inference profile (as :func:`_only` selects) for ``backend`` on the package's
     device, with its runtime and manifest."""
     cmd = [sys.executable, "-m", "torchvendor.sdk.cli", "conformance", "--device", NAME, "--runtime",
@@ -87,15 +86,15 @@ def _start(package: Path, backend: str, report: str) -> tuple[subprocess.Popen, 
         cmd += ["--only", pattern]
     with open(package / f"{report}.log", "w") as out:
         proc = subprocess.Popen(cmd, cwd=package, env=_env(), stdout=out, stderr=subprocess.STDOUT)
-    return proc, package / report, time.perf_counter()
+    return proc, package / report
 
 
-def _statuses(proc: subprocess.Popen, report: Path, started: float) -> dict[str, tuple[str, str]]:
+def _statuses(proc: subprocess.Popen, report: Path) -> dict[str, tuple[str, str]]:
     """Case id -> (status, reason) of a run :func:`_start` started, once it is over."""
     code = proc.wait(timeout=6 * 3600)
     assert code in (0, 1), Path(f"{report}.log").read_text()[-3000:]
     doc = json.loads((report / "report.json").read_text())
-    print(f"\n{doc['target']['backend']} on {NAME}: {doc['summary']}, {time.perf_counter() - started:.0f} s")
+    print(f"\n{doc['target']['backend']} on {NAME}: {doc['summary']}, {doc['seconds']:.0f} s")
     return {c["id"]: (c["status"], c.get("reason") or "") for c in doc["cases"]}
 
 
@@ -109,7 +108,7 @@ def statuses(packages) -> dict[str, dict[str, tuple[str, str]]]:
     try:
         return {key: _statuses(*run) for key, run in runs.items()}
     finally:
-        for proc, _, _ in runs.values():
+        for proc, _ in runs.values():
             if proc.poll() is None:
                 proc.terminate()
 
