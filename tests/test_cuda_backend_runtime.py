@@ -224,3 +224,23 @@ def test_partitions_replay_on_the_gpu_device():
         """)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "replayed [True" in done.stdout, done.stdout
+
+
+def test_graphed_program_hands_off_to_the_runners_replay_off_cuda():
+    """On a PrivateUse1 GPU device (no CUDA graphs) a partition wrapped in ``GraphedProgram``
+    still gets the SDK runner's C++ replay; on ``cuda`` it keeps its graphs."""
+    import torch
+
+    from torchvendor.ir import capture
+    from torchvendor.reference_backends.cuda.graphs import GraphedProgram
+    from torchvendor.sdk import ProgramRunner, loop_kernels, reference_kernel
+
+    x = torch.randn(8)
+    prog = capture(lambda t: t.sin() * 2, [x], level="loop").inference
+    runner = ProgramRunner(prog, {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)})
+    graphed = GraphedProgram(runner, prog)
+    fast = graphed.replay(x, form=2)
+    direct = runner.replay(x, form=2)
+    assert (fast is None) == (direct is None)
+    if fast is not None:
+        torch.testing.assert_close(fast(x), x.sin() * 2)

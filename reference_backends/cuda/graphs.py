@@ -167,6 +167,15 @@ class GraphedProgram:
         stats["captured" if graph is not None else "not capturable"] += 1
         return graph(inputs) if graph is not None else self.runner(*inputs)
 
+    def replay(self, *inputs: Any, form: int = 0) -> Callable[..., Any] | None:
+        """The SDK runner's C++ replay (``ProgramRunner.replay``) where these inputs are not on
+        ``cuda`` (a PrivateUse1 GPU device: no CUDA graphs there); None on ``cuda``, where the
+        graphs replay."""
+        if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in inputs):
+            return None
+        make = getattr(self.runner, "replay", None)
+        return make(*inputs, form=form) if make is not None else None
+
     def _capture(self, inputs: Sequence[Any], fixed: set[int], device: torch.device) -> _Graph | None:
         """Capture one call; None if an input cannot be copied into a buffer of its own
         (overlapping strides), a host input is one an extern reads or the program writes, or an
