@@ -19,7 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, record_function
 
 from torchvendor.sdk.device.profiler import device_activities, device_times
-from torchvendor.sdk.device.trace_view import render_html, screenshot
+from torchvendor.sdk.device.trace_view import trace_html, screenshot
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM_KERNELS = os.fspath(importlib.resources.files("torchvendor") / "lib" / "libtorchvendor_sim_kernels.so")
@@ -179,16 +179,16 @@ def test_a_runtime_without_timing_events_profiles_the_cpu_with_one_message(tmp_p
 
 def test_trace_view_draws_cpu_and_device_rows(timeline, tmp_path) -> None:  # noqa: ANN001
     trace, _, _ = timeline
-    page = render_html(trace, device="acme", title="sim kernels")
+    page = trace_html(trace, device="acme", title="sim kernels")
     assert "acme 0 · stream 0" in page and "acme 0 · stream 1" in page and "CPU thread" in page
     assert "tv_sleep_ms" in page and "Memcpy HtoD (Host -&gt; acme)" in page
     with pytest.raises(ValueError, match="nothing|no CPU"):
-        render_html({"traceEvents": []})
+        trace_html({"traceEvents": []})
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium for the screenshot")
 def test_trace_view_screenshot_is_a_png(timeline, tmp_path) -> None:  # noqa: ANN001
     trace, _, _ = timeline
-    (tmp_path / "page.html").write_text(render_html(trace, device="acme"))
+    (tmp_path / "page.html").write_text(trace_html(trace, device="acme"))
     png = screenshot(tmp_path / "page.html", tmp_path / "page.png", width=900, height=400)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -14,7 +14,7 @@ Example::
     ...      "args": {"External id": 7}},
     ...     {"ph": "X", "cat": "kernel", "name": "mm_kernel", "pid": 0, "tid": 0, "ts": 10, "dur": 30,
     ...      "args": {"External id": 7}}]}
-    >>> page = render_html(trace, device="acme")
+    >>> page = trace_html(trace, device="acme")
     >>> "mm_kernel" in page and "acme 0 · stream 0" in page
     True
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEVICE_CATEGORIES", "render_html", "screenshot", "main"]
+__all__ = ["DEVICE_CATEGORIES", "trace_html", "screenshot", "main"]
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # Kineto's names for device activity
 _CPU_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
@@ -146,7 +146,7 @@ table{border-collapse:collapse;margin-top:8px}td,th{border:1px solid #ccc;paddin
 td:first-child,th:first-child{text-align:left}.note{color:#555;margin:4px 0}"""
 
 
-def render_html(trace: dict[str, Any] | str | os.PathLike[str], *, device: str = "device", title: str | None = None,
+def trace_html(trace: dict[str, Any] | str | os.PathLike[str], *, device: str = "device", title: str | None = None,
                 start_us: float | None = None, end_us: float | None = None, width: int = 1600,
                 links: bool = True) -> str:
     """One HTML page (inline SVG, no script, no network) with the timeline of a Chrome trace.
@@ -155,7 +155,7 @@ def render_html(trace: dict[str, Any] | str | os.PathLike[str], *, device: str =
     the device rows; ``start_us``/``end_us`` cut a window (the trace's own microseconds; default:
     everything); ``links`` draws a line from each device activity to its operator.
 
-    >>> page = render_html({"traceEvents": [{"ph": "X", "cat": "gpu_memcpy", "pid": 0, "tid": 0,
+    >>> page = trace_html({"traceEvents": [{"ph": "X", "cat": "gpu_memcpy", "pid": 0, "tid": 0,
     ...     "name": "Memcpy HtoD (Host -> acme)", "ts": 5, "dur": 2, "args": {"bytes": 64}}]})
     >>> page.startswith("<!DOCTYPE html>") and "64 bytes" in page
     True
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-us", type=float), p.add_argument("--end-us", type=float)
     p.add_argument("--width", type=int, default=1600), p.add_argument("--height", type=int, default=900)
     a = p.parse_args(argv)
-    Path(a.page).write_text(render_html(a.trace, device=a.device, title=a.title, start_us=a.start_us,
+    Path(a.page).write_text(trace_html(a.trace, device=a.device, title=a.title, start_us=a.start_us,
                                         end_us=a.end_us, width=a.width))
     if a.png:
         screenshot(a.page, a.png, width=a.width, height=a.height)
