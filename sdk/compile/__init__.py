@@ -43,6 +43,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(("ArtifactCache",), "cache"),
     **dict.fromkeys(("FusedOp", "fused_op"), "vendor_ops"),
     **dict.fromkeys(("ProgramRunner", "reference_kernel", "tensor_data_ptr_address"), "loop_runner"),
+    **dict.fromkeys(("NativeKernel", "NativeLaunch"), "runner_replay"),
     **dict.fromkeys(("CStyleRenderer", "CodegenError"), "c_renderer"),
 }
 
