@@ -17,6 +17,10 @@ as ``torchvendor_cpu`` builds, :func:`_tuned`):
   artifact cache, and the one transform line; :class:`VendorLoopUnmerged`, the same without that line (one launch per
   Inductor kernel), shows what the line buys.
 
+A last section times each kernel of the minimal vendor's block at the bench size
+(:class:`VendorLoopTimed`): what a call spends in its kernels, and the rest (extern kernels, the
+runner) beside eager's whole call.
+
 Timing: interleaved rounds (one call of each variant per round, so load from other processes
 hits all alike), the device synchronized after each call, the minimum over the rounds, repeated
 (``--repeat``), the median of the repeats' minima reported (on a shared machine one quiet moment
@@ -75,6 +79,36 @@ class VendorLoopUnmerged(VendorLoop):
 
     name = "bench_vendor_loop_unmerged"
     transforms = ()
+
+
+class VendorLoopTimed(VendorLoop):
+    """The minimal vendor, each kernel's launches timed (the simulated device runs a launch on an
+    idle stream before it returns): where a compiled block's time goes, kernel by kernel."""
+
+    name = "bench_vendor_loop_timed"
+    #: kernel name -> (its ops, its shortest call in s)
+    TIMES: dict[str, list] = {}
+
+    def compile(self, kernel: LoopKernel) -> Callable[..., Any]:
+        run = super().compile(kernel)
+        entry = self.TIMES.setdefault(kernel.name, [_ops(kernel), math.inf])
+
+        def timed(*args: Any) -> None:
+            t0 = time.perf_counter()
+            run(*args)
+            entry[1] = min(entry[1], time.perf_counter() - t0)
+        return timed
+
+
+def _ops(kernel: LoopKernel) -> str:
+    """What a kernel computes, by its nests' reductions and distinctive ops."""
+    seen: dict[str, None] = {}
+    for nest in kernel.kernel.nests:
+        for stmt in nest.stmts():
+            what = stmt.attr("kind") if stmt.op == "reduction" else stmt.op
+            if what in ("exp", "tanh", "erf", "rsqrt", "sqrt", "sum", "max", "any", "welford_reduce", "where"):
+                seen[str(what)] = None
+    return ", ".join(seen) or "pointwise"
 
 
 def scaffolded_vendor(tmp: str) -> tuple[str, str]:
@@ -202,14 +236,36 @@ def main(argv: list[str] | None = None) -> int:
     import torchvendor.reference_backends.cpu  # noqa: F401  (registers torchvendor_cpu)
     register_backend(VendorLoop)
     register_backend(VendorLoopUnmerged)
+    register_backend(VendorLoopTimed)
     scaffolded, tuned = scaffolded_vendor(tempfile.mkdtemp(prefix="bench_vendor_loop_scaffold_"))
     variants = ["torchvendor_cpu", scaffolded, tuned, VendorLoop.name, VendorLoopUnmerged.name]
     sections = []
     for size in ["test"] if args.quick else ["test", "bench"]:
         rows, shape = measure(size, args, acme.synchronize, variants)
         sections += _section(rows, shape, scaffolded)
+    sections += breakdown("test" if args.quick else "bench", acme.synchronize)
     _write(args, sections, load_before, os.getloadavg())
     return 0
+
+
+def breakdown(size: str, sync: Callable[[], None], calls: int = 30) -> list[str]:
+    """A section: each kernel's shortest call in the minimal vendor's compiled block at ``size``
+    beside the whole call's, and eager's (the rest of a compiled call: its extern kernels,
+    matmuls through ATen on the device, and the runner)."""
+    torch.manual_seed(0)
+    model, (x,) = zoo.build("gpt_block", size=size)
+    model, x = model.eval().to(DEVICE), x.to(DEVICE)
+    VendorLoopTimed.TIMES.clear()
+    with torch.no_grad():
+        f, _, _ = _compile(model, VendorLoopTimed.name, x)
+        whole, eager = min_ms([lambda: f(x), lambda: model(x)], sync, budget=1.0, min_reps=calls)
+    rows = sorted(VendorLoopTimed.TIMES.items(), key=lambda kv: -kv[1][1])
+    kernels = sum(t for _, t in VendorLoopTimed.TIMES.values()) * 1e3
+    return [f"## where the time goes: `{VendorLoopTimed.name}` at input {list(x.shape)}", "",
+            f"A call: {whole:.3f} ms (eager {eager:.3f} ms); its kernels' shortest calls add up to {kernels:.3f} ms, "
+            f"the rest ({whole - kernels:.3f} ms) is extern kernels (matmuls through ATen on the device) and the "
+            "runner.", "", "| kernel | computes | ms |", "|---|---|---:|",
+            *(f"| {name} | {ops} | {t * 1e3:.3f} |" for name, (ops, t) in rows), ""]
 
 
 def _section(rows: dict[str, dict[str, Any]], shape: list, scaffolded: str) -> list[str]:
