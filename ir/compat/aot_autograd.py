@@ -4,6 +4,8 @@ and its cache switch. Imported inside the functions (heavy).
 
     >>> fn = make_boxed_func(lambda x: x + 1); fn([1])
     2
+    >>> make_boxed_func(fn) is fn          # already boxed: as it is
+    True
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import contextlib as _contextlib
 import importlib as _importlib
 from typing import Any as _Any, Callable as _Callable
 
-__all__ = ["HAS_AOT_DESCRIPTORS", "aot_autograd_backend", "make_boxed_func", "partitioner", "aot_forward_metadata",
+__all__ = ["HAS_AOT_DESCRIPTORS", "aot_autograd_backend", "make_boxed_func", "boxed_graph_module", "partitioner", "aot_forward_metadata",
            "aot_plain_inference", "aot_descriptor", "autograd_cache_patch"]
 
 
@@ -38,10 +40,52 @@ def aot_autograd_backend(**kwargs: _Any) -> _Callable[..., _Any]:
 
 
 def make_boxed_func(fn: _Callable[..., _Any]) -> _Callable[..., _Any]:
-    """Wrap ``fn(*args)`` in AOTAutograd's boxed calling convention (``fn(args_list)``)."""
+    """Wrap ``fn(*args)`` in AOTAutograd's boxed calling convention (``fn(args_list)``); a
+    callable that already takes it (``fn._boxed_call``: it may clear the list to free inputs
+    early) is returned as it is."""
+    if getattr(fn, "_boxed_call", False):
+        return fn
     from torch._functorch.aot_autograd import make_boxed_func as _boxed
 
     return _boxed(fn)
+
+
+def boxed_graph_module(gm: _Any) -> _Callable[..., _Any]:
+    """``gm`` (an ``fx.GraphModule``) recompiled with FX's boxed code generator
+    (``torch.fx.graph._BoxedCodeGen``, what ``boxed_nop`` uses): its ``forward(args_list)``
+    takes the inputs from the list and clears it, and FX's code drops each value after its last
+    use, so an input the caller handed over is freed there. Returns a callable marked
+    ``_boxed_call`` (``gm`` itself where torch's GraphModule says so)."""
+    try:
+        from torch.fx.graph import _BoxedCodeGen as codegen
+    except ImportError:  # pragma: no cover - release dependent
+        codegen = _boxed_codegen()
+    gm.graph.set_codegen(codegen())
+    gm.recompile()
+    if getattr(gm, "_boxed_call", False):
+        return gm
+    forward = gm.forward
+
+    def run(args: list) -> _Any:
+        return forward(args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def _boxed_codegen() -> type:  # pragma: no cover - releases without torch's own
+    from torch.fx.graph import CodeGen
+
+    class BoxedCodeGen(CodeGen):
+        def gen_fn_def(self, free_vars: list, maybe_return_annotation: str, **kwargs: _Any) -> str:
+            names = [v.split(":")[0].split("=")[0].strip() for v in free_vars if v != "self"]
+            lines = [f"def {self._func_name}(self, args_list){maybe_return_annotation}:"]
+            if names:
+                lines += ["    args_iter = iter(args_list)", *(f"    {v} = next(args_iter)" for v in names),
+                          "    args_list.clear()"]
+            return "\n".join(lines)
+
+    return BoxedCodeGen
 
 
 def partitioner(name: str) -> _Callable[..., _Any]:

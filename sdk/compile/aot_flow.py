@@ -34,6 +34,7 @@ from torchvendor.ir import aten_ir_hook
 from . import warm
 from .backend import Backend, BackendError
 from .inductor_fallback import inductor_fallback
+from .partition_call import box_partition_calls
 from .report import CompileReport
 
 __all__ = ["AotFlow"]
@@ -77,8 +78,8 @@ class AotFlow(Backend):
             fast = self._warm_compile(report, started, key, example_inputs)
             if fast is not None:
                 return fast
-        hook = aten_ir_hook(partial(self._aot_graph, "forward", report, started),
-                            partial(self._aot_graph, "backward", report, started),
+        hook = aten_ir_hook(partial(self._boxed_graph, "forward", report, started),
+                            partial(self._boxed_graph, "backward", report, started),
                             partial(self._inference_graph, report, started, key),
                             decompositions=self._decomposition_table(), partition=self.options["aot_partition"])
         return hook(gm, example_inputs)
@@ -88,6 +89,20 @@ class AotFlow(Backend):
         if self._table is None:
             self._table = self._decompositions()
         return self._table
+
+    def _boxed_graph(self, kind: str, report: CompileReport, started: float, gm: fx.GraphModule,
+                     example_inputs: list[Any]) -> Callable[..., Any]:
+        """:meth:`_aot_graph`, in AOTAutograd's boxed calling convention (:func:`_boxed`)."""
+        return self._boxed(self._aot_graph(kind, report, started, gm, example_inputs))
+
+    def _boxed(self, compiled: Any) -> Any:
+        """The compiled graph taking AOTAutograd's argument list and clearing it, with each
+        partition freeing its inputs at their last use (:func:`.partition_call.box_partition_calls`),
+        as Inductor's compiled graphs do: a backward's saved activations die as it runs, not at its
+        end. Inductor's fallback keeps its own calling convention."""
+        if self.options["fallback"] != "eager" or not isinstance(compiled, fx.GraphModule):
+            return compiled
+        return box_partition_calls(compiled)
 
     def _aot_graph(self, kind: str, report: CompileReport, started: float, gm: fx.GraphModule,
                    example_inputs: list[Any]) -> fx.GraphModule:
@@ -139,4 +154,4 @@ class AotFlow(Backend):
             why = f"{type(e).__name__}: {e}"
         compiled = self._aot_graph("inference", report, started, gm, example_inputs)
         report.graphs[-1].graph_cache = "stored" if why is None else f"not stored: {why}"
-        return compiled
+        return self._boxed(compiled)

@@ -41,7 +41,11 @@ from .loop_kernel import LoopKernel, kernel_symbols, loop_kernels
 from .runner_replay import build_replay
 from .runner_source import Extern, Step, Written, write_call
 
-__all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel", "tensor_data_ptr_address"]
+__all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel", "tensor_data_ptr_address",
+           "BOXED_MIN_BYTES"]
+
+#: the input bytes a call must free early (idle at its peak) to take the boxed call over the replay
+BOXED_MIN_BYTES = 1 << 20
 
 
 def reference_kernel(kernel: LoopKernel) -> Callable[..., None]:
@@ -378,6 +382,32 @@ class ProgramRunner:
                                                                                  if op[0] == "call"),
                 "allocations": sum(1 for op in ops if op[0] == "alloc") + sum(len(op[4]) for op in ops
                                                                              if op[0] == "call")}
+
+    def boxed(self, *inputs: Any) -> Callable[[list], list] | None:
+        """The call in AOTAutograd's boxed convention for inputs like these: ``run(args)`` takes
+        the inputs from the list, clears it and drops each after its last use, so an input the
+        caller handed over (a saved activation in a backward) is freed there, not at the call's
+        end. None where that frees less than :data:`BOXED_MIN_BYTES` at the call's peak (the
+        replay, which keeps its inputs, is faster there).
+
+        >>> import torch
+        >>> from torchvendor.ir import capture
+        >>> prog = capture(lambda x, y: (x.sin() @ y).cos() @ y, [torch.randn(512, 512)] * 2, level="loop").inference
+        >>> runner = ProgramRunner(prog, {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)})
+        >>> x, y = torch.randn(512, 512), torch.randn(512, 512)
+        >>> want = runner(x, y)[0]
+        >>> args = [x, y]; out = runner.boxed(x, y)(args)
+        >>> args, torch.allclose(out[0], want)
+        ([], True)
+        """
+        if len(inputs) != len(self._inputs) or self._written_call(self._bind(inputs))[0].idle_input_bytes < BOXED_MIN_BYTES:
+            return None
+        fixed = self._written_call({})[0].boxed if not self._binders else None
+
+        def run(args: list) -> list:
+            return (fixed or self._written_call(self._bind(args))[0].boxed)(args)
+
+        return run
 
     def replay(self, *inputs: Any, form: int = 0) -> Callable[..., Any] | None:
         """The call for inputs laid out as these, without per-call Python (:mod:`.runner_replay`):

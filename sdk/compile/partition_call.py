@@ -14,10 +14,12 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
+from torchvendor.ir import compat
+
 from .levels import BackendError
 from .report import PartitionRecord
 
-__all__ = ["PartitionCall", "device_of_values", "example_value", "output_nodes", "value_meta"]
+__all__ = ["PartitionCall", "box_partition_calls", "device_of_values", "example_value", "output_nodes", "value_meta"]
 
 
 class PartitionCall(torch.nn.Module):
@@ -44,12 +46,44 @@ class PartitionCall(torch.nn.Module):
         #: the compiled callable's replay for the layout of the first call (``replay(*args)``:
         #: the outputs, or None for inputs of another layout), made after that call passed
         self._replay: Callable[..., Any] | None = None
+        #: called with one list it owns (AOTAutograd's boxed convention, :func:`box_partition_calls`)
+        self.boxed = False
+        #: the compiled callable's boxed call (``run(args)``: it clears the list and frees each
+        #: input after its last use), made after the first call passed, where it offers one
+        self._boxed_run: Callable[[list], Any] | None = None
 
     # A partition runs on every call of a small model: skip nn.Module's hook dispatch (nothing
     # registers hooks on this internal module), a microsecond or two per call; once the first
     # call passed, inputs of its layout take the compiled callable's replay (the LOOP runner's
     # C++ replay: no Python between here and the kernels but extern calls).
     def __call__(self, *args: Any) -> Any:
+        if self.boxed:
+            return self._call_boxed(args[0])
+        return self._call(*args)
+
+    def _call_boxed(self, box: list) -> Any:
+        """One call with the inputs in ``box``, which this call owns: the compiled callable's
+        boxed call where it has one (the inputs are freed as it goes, so a failure can no longer
+        fall back: it raises), else the positional path."""
+        run = self._boxed_run
+        if run is None:
+            args = tuple(box)
+            box.clear()
+            return self._call(*args)
+        try:
+            outs = run(box)
+            problem = self._problem((), outs) if self.check and not self._fine(outs) else None
+            if problem:
+                raise BackendError(problem)
+        except Exception as e:  # noqa: BLE001
+            self._boxed_run = None  # later calls take the positional path (and its fallback)
+            self.backend._vendor_failed(self.record, "run", e)
+            raise BackendError(f"partition {self.record.name} failed after its inputs were released "
+                               f"(boxed call): {type(e).__name__}: {e}") from e
+        self.record.calls += 1
+        return outs[0] if self.single else tuple(outs)
+
+    def _call(self, *args: Any) -> Any:
         replay = self._replay
         if replay is not None:
             try:
@@ -84,6 +118,7 @@ class PartitionCall(torch.nn.Module):
             self.record.device_fallback = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
         if self.record.calls == 0:
             self._replay = self._make_replay(args)
+            self._boxed_run = self._make_boxed(args) if self.boxed else None
         self.record.calls += 1
         return outs[0] if self.single else tuple(outs)
 
@@ -102,6 +137,17 @@ class PartitionCall(torch.nn.Module):
         try:
             return make(*args, form=2 if self.single else 1)
         except Exception:  # noqa: BLE001 - no replay: the call keeps its Python path
+            return None
+
+    def _make_boxed(self, args: Sequence[Any]) -> Callable[[list], Any] | None:
+        """The compiled callable's boxed call for this call's inputs (``compiled.boxed(*args)``),
+        where it offers one and nothing per call is left to do here."""
+        make = getattr(self.compiled, "boxed", None)
+        if make is None or self.to_device is not None or (self.check and self.lost_backward_check):
+            return None
+        try:
+            return make(*args)
+        except Exception:  # noqa: BLE001 - no boxed call: the call keeps its positional path
             return None
 
     def _fine(self, outs: list[Any]) -> bool:
@@ -137,6 +183,30 @@ class PartitionCall(torch.nn.Module):
                 return ("no output requires grad although an input does: the compiled partition loses the backward "
                         "(at the torch level the vendor's callable must be differentiable)")
         return None
+
+
+def box_partition_calls(gm: fx.GraphModule) -> Callable[[list], Any]:
+    """``gm`` (an outlined graph) in AOTAutograd's boxed calling convention, as Inductor's
+    compiled graphs take it: ``fn(args)`` clears the list it is given, the graph's code drops
+    each value after its last use, and each :class:`PartitionCall` gets its inputs in a list of
+    its own, built just before the call (the graph's locals of inputs used nowhere later are
+    dropped there), so the partition's boxed call can free an input, a backward's saved
+    activation, at its last use instead of holding it to the end of the call.
+
+    >>> import torch
+    >>> gm = torch.fx.symbolic_trace(lambda x, y: x * y)
+    >>> fn = box_partition_calls(gm)
+    >>> args = [torch.ones(2), torch.full((2,), 3.0)]
+    >>> fn(args), args
+    (tensor([3., 3.]), [])
+    """
+    for node in list(gm.graph.nodes):
+        if node.op == "call_module" and isinstance(gm.get_submodule(node.target), PartitionCall):
+            with gm.graph.inserting_before(node):
+                box = gm.graph.call_function(list, (tuple(node.args),))
+            node.args, node.kwargs = (box,), {}
+            gm.get_submodule(node.target).boxed = True
+    return compat.make_boxed_func(compat.boxed_graph_module(gm))
 
 
 def device_of_values(values: Sequence[Any]) -> str:

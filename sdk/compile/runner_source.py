@@ -111,6 +111,9 @@ class Written:
     planned_bytes: int = 0
     #: bytes of inputs nothing reads from the planned peak on (:func:`_idle_inputs`)
     idle_input_bytes: int = 0
+    #: the same call in AOTAutograd's boxed convention, ``call_boxed(args)``: it takes the inputs
+    #: from the list, clears it and drops each input after its last use (the caller handed them over)
+    boxed: Callable[..., Any] | None = None
 
 
 def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps: Sequence[Step],
@@ -133,6 +136,9 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
     donors = set(reuse.values())  # dropped where their storage is taken over instead
     # a device kernel never gets a host pointer: host buffers (AdamW's 0-d step counters) run on device copies
     host = {b.name for b in program.buffers if device != "cpu" and (b.device or "").split(":")[0] == "cpu"}
+    # the boxed call (``call_boxed(args)``, which owns its inputs) also drops each input (and view
+    # of one) after its last use: one neither returned, nor written (copied back), nor the base of an output
+    own = {name for name, buf in inputs if buf is not None} - _kept_inputs(outputs, roots, written)
     for k, step in enumerate(steps):
         for root in sorted({roots.get(n, n) for n in _refs(step)} - made, key=lambda r: first.get(r, 0)):
             made.add(root)
@@ -146,23 +152,42 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
         if dead:
             w.emit(f"del {', '.join(w.local(n) for n in dict.fromkeys(dead))}")
             w.op("drop", tuple(dict.fromkeys(dead)))
+        spent = [n for n in dict.fromkeys(_refs(step)) if last.get(n) == k and n not in dead
+                 and (n in own or (roots.get(n) in own and n not in keep))]  # inputs and their views
+        if spent:
+            w.emit(f"del {', '.join(w.local(n) for n in spent)}" + _BOXED_ONLY)
     for root in {roots.get(o, o) for o in outputs} - made:  # an output no operation touches
         _make(w, root, plan, device, None)
     if any(name in written for name, _ in inputs):
         w.emit("for _original, _copy in _back: _original.copy_(_copy)")
     w.emit(f"return [{', '.join(_output(w, o, sizes) for o in program.outputs)}]")
     w.op("return", tuple(_output_value(o, sizes) for o in program.outputs))
-    source = f"def call({', '.join(args)}):\n" + "\n".join(w.lines)
+    unread = [w.local(n) for n, _ in inputs if n in own and n not in last]
+    boxed = ("def call_boxed(args):\n" + (f"    {''.join(a + ', ' for a in args)}= args\n" if args else "")
+             + "    args.clear()\n"
+             + (f"    del {', '.join(unread)}\n" if unread else "")
+             + "\n".join(line[:-len(_BOXED_ONLY)] if line.endswith(_BOXED_ONLY) else line for line in w.lines))
+    source = f"def call({', '.join(args)}):\n" + "\n".join(line for line in w.lines if not line.endswith(_BOXED_ONLY))
     filename = f"<torchvendor runner {program.name} {id(w)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
-    exec(compile(source, filename, "exec"), w.scope)  # noqa: S102 - our own generated source
+    text = source + "\n" + boxed + "\n"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # tracebacks show it
+    exec(compile(text, filename, "exec"), w.scope)  # noqa: S102 - our own generated source
     for k, op in enumerate(w.ops):  # an extern step's lines as a function of its own, for the replay
         if op[0] == "call":
             exec(compile(op[1], f"{filename} step {k}", "exec"), w.scope)  # noqa: S102
             w.ops[k] = ("call", w.scope[op[1][4:op[1].index("(")]], *op[2:])
     naive, peak, at = _footprint(w.ops, plan)
     idle = _idle_inputs(w.ops, plan, [name for name, buf in inputs if buf is not None], at)
-    return Written(source, w.scope["call"], tuple(w.ops), naive, peak, idle)
+    return Written(source, w.scope["call"], tuple(w.ops), naive, peak, idle, w.scope["call_boxed"])
+
+
+#: marks a line only the boxed call has (it drops an input)
+_BOXED_ONLY = "  # boxed"
+
+
+def _kept_inputs(outputs: set[str], roots: Mapping[str, str], written: set[str]) -> set[str]:
+    """Inputs the boxed call keeps to its end: outputs, bases of outputs, inputs it writes."""
+    return outputs | {roots.get(o, o) for o in outputs} | written
 
 
 def _kernel(w: _Writer, k: int, step: Step, plan: Any, host: set[str]) -> None:
