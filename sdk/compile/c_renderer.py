@@ -1034,24 +1034,18 @@ def _uses(st: Stmt) -> set[str]:
 def _reads(st: Stmt) -> set[str]:
     """What a statement reads: its operands, what its masked body reads, the symbols of its index
     expressions (the indirect indices among them)."""
-    used = set(st.args)
-    for key in ("index", "expr", "size"):
-        text = st.attr(key)
-        if isinstance(text, str):
-            used |= _index_symbols(text)
-    for inner in st.body or ():
-        used |= _reads(inner)
-    return used
+    return _uses(st) | _symbols(st, ("index", "expr", "size"))
 
 
-def _symbols(st: Stmt) -> set[str]:
+def _symbols(st: Stmt, keys: tuple[str, ...] = ("index", "expr")) -> set[str]:
+    """The symbols of a statement's (and its masked body's) index expressions under ``keys``."""
     names: set[str] = set()
-    for key in ("index", "expr"):
+    for key in keys:
         text = st.attr(key)
         if isinstance(text, str):
             names |= _index_symbols(text)
     for inner in st.body or ():
-        names |= _symbols(inner)
+        names |= _symbols(inner, keys)
     return names
 
 
