@@ -242,6 +242,7 @@ void bind_collectives(py::module_& m) {
 
 namespace torchvendor {
 void bind_replay(py::module_& m);  // replay.cpp: a LOOP partition's call without per-call Python
+void bind_triton_launch(py::module_& m);  // triton_launch.cpp: the Triton level's launches and externs
 }  // namespace torchvendor
 
 PYBIND11_MODULE(_C, m) {
@@ -255,4 +256,5 @@ PYBIND11_MODULE(_C, m) {
   bind_kernels(m);
   bind_collectives(m);
   torchvendor::bind_replay(m);
+  torchvendor::bind_triton_launch(m);
 }
