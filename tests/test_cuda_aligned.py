@@ -52,3 +52,27 @@ def test_aligned_small_float32_and_other_operators_run_unchanged():
     small = mm(torch.randn(8, 8, dtype=torch.bfloat16), torch.randn(8, 7, dtype=torch.bfloat16))
     assert small.is_contiguous() and small.shape == (8, 7)                # too small to pay for padding
     assert mm(torch.randn(300, 4), torch.randn(4, 301)).is_contiguous()   # float32: SIMT kernels either way
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_large_matmuls_run_a_block_of_rows_at_a_time_into_a_contiguous_result(monkeypatch, dtype):
+    """The LM head's three matmuls (logits, and both gradients) above CHUNK_BYTES: a block of
+    rows at a time (the padded copies one block at most, not the whole logits), the result
+    contiguous (the program's layout: no second copy), the values ATen's; biases of addmm (a row
+    broadcast or one per row) follow their rows."""
+    from torchvendor.reference_backends.cuda import aligned
+
+    monkeypatch.setattr(aligned, "CHUNK_BYTES", 64 * 1024)
+    monkeypatch.setattr(aligned, "MIN_CHUNK_ROWS", 16)
+    mm, addmm = aligned_matmul(aten.mm.default), aligned_matmul(aten.addmm.default)
+    h, w = torch.randn(300, 64, dtype=dtype), torch.randn(1001, 64, dtype=dtype)
+    g = torch.randn(300, 1001, dtype=dtype)
+    for a, b in ((h, w.t()), (g, w), (g.t(), h)):
+        out = mm(a, b)
+        assert out.is_contiguous() and out.shape == (a.shape[0], b.shape[1])
+        torch.testing.assert_close(out, aten.mm.default(a, b), **TOL[dtype])
+    assert aligned._chunk_rows(h, 304, 64, 1008) < 300 and aligned._chunk_rows(g.t(), 1008, 304, 64) < 1001
+    for bias in (torch.randn(1001, dtype=dtype), torch.randn(300, 1001, dtype=dtype)):
+        got = addmm(bias, h, w.t(), beta=0.5, alpha=2.0)
+        assert got.is_contiguous()
+        torch.testing.assert_close(got, aten.addmm.default(bias, h, w.t(), beta=0.5, alpha=2.0), **TOL[dtype])

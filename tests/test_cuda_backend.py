@@ -241,6 +241,59 @@ def test_graphed_outputs_keep_their_aliasing_and_host_inputs_only_kernels_read()
     assert _host_inputs_kernels_read(program) == {0, 1}
 
 
+def _runner(fn, *examples, dynamic=False):  # noqa: ANN001, ANN202
+    from torchvendor.sdk import ProgramRunner, reference_kernel
+
+    prog = capture(fn, list(examples), level="loop", dynamic=dynamic).inference
+    return ProgramRunner(prog, {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)}), prog
+
+
+def test_only_launch_bound_layouts_are_graphed_the_others_keep_the_runners_replay_and_boxed_call(monkeypatch):
+    """The size rule (graphs.launch_bound): a layout whose call touches more bytes per operation
+    than the limit is never captured (no capture is even tried) and hands the runner's replay and
+    boxed call to the SDK; a small layout is still captured (here on the CPU the capture fails,
+    which shows it was tried). Inputs off cuda never take the graph path."""
+    from torchvendor.reference_backends.cuda import graphs
+    from torchvendor.sdk.compile import loop_runner
+
+    monkeypatch.setattr(loop_runner, "BOXED_MIN_BYTES", 0)
+    fn = lambda x, y: ((x.sin() @ y).cos() @ y).tanh()  # noqa: E731
+    runner, prog = _runner(fn, torch.randn(16, 16), torch.randn(16, 16), dynamic=True)
+    small, large = [4, *[torch.randn(4, 4)] * 2], [64, torch.randn(64, 64), torch.randn(64, 64)]  # s0 first
+    per_op = lambda xs: (runner.memory(*xs)["naive"] + 2 * xs[1].numel() * 4) / len(prog.ops)  # noqa: E731
+    limit = int(per_op(small)) + 1
+    assert graphs.launch_bound(runner, prog, small, limit) and not graphs.launch_bound(runner, prog, large, limit)
+    assert graphs.launch_bound(runner, prog, large, None) and graphs.launch_bound(object(), prog, large, 1)
+
+    graphed = graphs.GraphedProgram(runner, prog, max_bytes_per_op=limit)
+    assert not graphed.graphed(*large) and not graphed.graphed(*small)           # on the CPU: never
+    assert graphed.replay(*large) is not None or runner.replay(*large) is None
+    assert graphed.boxed(*large) is not None
+    monkeypatch.setattr(graphs, "_cuda_device", lambda inputs: torch.device("cuda"))  # as if on cuda
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert graphed.graphed(*small) and not graphed.graphed(*large)
+    assert graphed.boxed(*small) is None and graphed.replay(*small) is None
+    box = list(large)
+    out = graphed.boxed(*large)(box)
+    assert box == [] and torch.allclose(out[0], fn(*large[1:]), atol=1e-5)
+    before = dict(graphs.stats)
+    for _ in range(3):
+        torch.testing.assert_close(graphed(*large)[0], fn(*large[1:]), atol=1e-5, rtol=1e-5)
+    assert graphs.stats["not capturable"] == before.get("not capturable", 0)   # large: no capture tried
+    for _ in range(3):
+        torch.testing.assert_close(graphed(*small)[0], fn(*small[1:]), atol=1e-5, rtol=1e-5)
+    assert graphs.stats["not capturable"] == before.get("not capturable", 0) + 1
+
+
+def test_the_backend_option_sets_the_rules_limit():
+    from torchvendor.reference_backends.cuda import CudaBackend, graphs
+
+    runner, prog = _runner(lambda x: x * 2, torch.randn(4))
+    assert CudaBackend().program_runner(runner, prog).max_bytes_per_op == graphs.GRAPH_MAX_BYTES_PER_OP
+    assert CudaBackend(cuda_graph_max_bytes_per_op=None).program_runner(runner, prog).max_bytes_per_op is None
+    assert CudaBackend(cuda_graphs=False).program_runner(runner, prog) is runner
+
+
 # ---- on the GPU ------------------------------------------------------------------------------------
 def _to(v, device):  # noqa: ANN001, ANN202
     if isinstance(v, torch.Tensor):

@@ -18,7 +18,7 @@ from torchvendor.sdk import BackendError, CompiledProgram, LoopBackend, loop_ker
 from .aligned import aligned_matmul
 from .codegen import CodegenError, CudaKernel, generate
 from .externs import on_cuda
-from .graphs import GraphedProgram, graphs_enabled
+from .graphs import GRAPH_MAX_BYTES_PER_OP, GraphedProgram, graphs_enabled
 from .launch import CompiledKernel, nvrtc_compile
 
 __all__ = ["CudaBackend", "device_arch"]
@@ -48,8 +48,10 @@ class CudaBackend(LoopBackend):
     device = None            # wherever the inputs are: torch's cuda, or a PrivateUse1 GPU device
     supported_ops = None     # every op: what the code generator cannot do falls back per partition
     #: cuda_graphs: replay each partition's launches from a CUDA graph once its input layout has
-    #: run (see :mod:`.graphs`; ``$TORCHVENDOR_CUDA_GRAPHS=0`` also turns it off)
-    default_options: dict[str, Any] = {"cuda_graphs": True}
+    #: run (see :mod:`.graphs`; ``$TORCHVENDOR_CUDA_GRAPHS=0`` also turns it off);
+    #: cuda_graph_max_bytes_per_op: only layouts whose call touches at most this many bytes per
+    #: operation (launch-bound ones) are graphed, the others run the SDK runner (None: all are)
+    default_options: dict[str, Any] = {"cuda_graphs": True, "cuda_graph_max_bytes_per_op": GRAPH_MAX_BYTES_PER_OP}
     version = "2"
     #: host buffers that only kernels use declared on the GPU: no synchronising copy per call,
     #: and the partition can be captured in a CUDA graph
@@ -91,11 +93,13 @@ class CudaBackend(LoopBackend):
         return aten if device == "cuda" else on_cuda(aten, device)
 
     def program_runner(self, runner: Callable[..., Any], program: Any) -> Callable[..., Any]:
-        """The SDK's runner for a partition, replayed from a CUDA graph on ``cuda`` (the runner's
-        per-call host work is what bounds small models; see :mod:`.graphs`)."""
+        """The SDK's runner for a partition, replayed from a CUDA graph on ``cuda`` where its calls
+        are launch-bound (the runner's per-call host work is what bounds small models; large
+        calls keep the runner, its replay and its boxed call: see :mod:`.graphs`)."""
         if not (self.options["cuda_graphs"] and graphs_enabled()):
             return runner
-        return GraphedProgram(runner, program)
+        limit = self.options["cuda_graph_max_bytes_per_op"]
+        return GraphedProgram(runner, program, None if limit is None else int(limit))
 
 
 def _merge_epilogues(program: Any, sms: int) -> Any:

@@ -18,6 +18,33 @@ dtypes); on the next call of that layout it captures one call into a CUDA graph
   or whose capture fails (a host synchronisation, a pageable copy), keeps running the runner:
   nothing changes for it.
 
+What a graph costs in memory, and when a partition is not graphed
+-----------------------------------------------------------------
+
+A captured call keeps, for as long as the graph lives: the storage its capture allocated (the
+runner's planned peak, outputs included: the memory pool), a copy of every input whose address
+moves (a backward's saved activations: copied in before each replay) and, per call, a clone of
+each output. For a training step whose partitions hold the activations, that is the activations
+two or three times over, and the runner's boxed call (each input freed at its last use) cannot
+run. A graph only pays where the host is the bottleneck, so a layout is captured only where its
+call is **launch-bound** (:func:`launch_bound`): the bytes it touches per operation (its inputs
+plus every buffer it allocates, each counted once, over the program's operations) are at most
+``max_bytes_per_op`` (the backend option ``cuda_graph_max_bytes_per_op``, default
+:data:`GRAPH_MAX_BYTES_PER_OP`, 8 MiB). Each byte is read or written at least once, so at about
+4 TB/s such an operation keeps the GPU busy for at least 2 µs, about what the runner's host path
+spends per operation; above it the GPU is the bottleneck, launches are hidden behind kernels,
+and the partition runs the SDK runner: its C++ replay (:meth:`GraphedProgram.replay`) or, where
+AOTAutograd hands over its inputs, its boxed call (:meth:`GraphedProgram.boxed`). GPT-2 124M at
+8 x 512 tokens moves tens of MB per operation (not graphed); a model of hidden size 32 moves KBs
+(graphed). The rule sees sizes only, never a model's or a device's name.
+
+The graphs of a device (and caller stream) capture into one shared memory pool
+(``torch.cuda.graph_pool_handle``), so a graph reuses the storage other graphs' captures freed
+(their intermediates) instead of each keeping a private pool. That is safe here because every
+replay's outputs are copied out before the next replay on the stream: what one graph leaves in
+the pool is never read after another graph ran. Graphs replay on the caller's stream; graphs
+sharing a pool must not replay concurrently on two streams.
+
 >>> from torchvendor.reference_backends.cuda.graphs import GraphedProgram
 >>> calls = []
 >>> g = GraphedProgram(lambda *xs: calls.append(len(xs)) or [], program=None)
@@ -32,11 +59,16 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["GraphedProgram", "graphs_enabled", "stats"]
+__all__ = ["GraphedProgram", "graphs_enabled", "launch_bound", "stats", "GRAPH_MAX_BYTES_PER_OP"]
 
 #: how partitions fared, for benchmarks: "captured" (layouts replayed from a graph), "not
-#: capturable" (the capture failed), "not usable" (random, constants)
+#: capturable" (the capture failed), "not usable" (random, constants), "not launch-bound"
+#: (layouts left to the runner by :func:`launch_bound`)
 stats: Counter = Counter()
+
+#: the launch-bound rule's limit (module docstring): a layout whose call touches more bytes per
+#: operation than this runs without a graph
+GRAPH_MAX_BYTES_PER_OP = 8 << 20
 
 #: ops that draw random numbers: replaying a capture would repeat the warm-up's draws
 _RANDOM = ("rand", "bernoulli", "dropout", "normal", "uniform", "exponential", "multinomial", "seed", "poisson")
@@ -49,6 +81,38 @@ def graphs_enabled() -> bool:
     True
     """
     return os.environ.get("TORCHVENDOR_CUDA_GRAPHS", "1") != "0"
+
+
+def launch_bound(runner: Any, program: Any, inputs: Sequence[Any], limit: int | None = GRAPH_MAX_BYTES_PER_OP) -> bool:
+    """Whether a partition's call on ``inputs`` is bound by its launches, so that a CUDA graph
+    pays (module docstring): the bytes of its tensor inputs (each storage once) plus the storage
+    the call allocates with every buffer its own (``runner.memory(*inputs)["naive"]``, the SDK's
+    :meth:`~torchvendor.sdk.ProgramRunner.memory`), over the program's operations, at most
+    ``limit``. True where that is unknown (no ``memory``, no operations) or ``limit`` is None.
+
+    >>> import torch
+    >>> from torchvendor.ir import capture
+    >>> from torchvendor.sdk import ProgramRunner, loop_kernels, reference_kernel
+    >>> prog = capture(lambda x: x.sin() * 2, [torch.randn(8)], level="loop").inference
+    >>> runner = ProgramRunner(prog, {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)})
+    >>> x = torch.randn(8)    # 32 bytes in, 32 allocated, one operation
+    >>> launch_bound(runner, prog, [x]), launch_bound(runner, prog, [x], limit=63)
+    (True, False)
+    """
+    memory = getattr(runner, "memory", None)
+    ops = len(getattr(program, "ops", ()))
+    if limit is None or memory is None or not ops:
+        return True
+    try:
+        allocated = int(memory(*inputs)["naive"])
+    except Exception:  # noqa: BLE001 - a runner that cannot tell: graphed, as before the rule
+        return True
+    spans: dict[int, int] = {}
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            ptr = x.untyped_storage().data_ptr()
+            spans[ptr] = max(spans.get(ptr, 0), x.numel() * x.element_size())
+    return (allocated + sum(spans.values())) / ops <= limit
 
 
 def _draws_random(program: Any) -> bool:
@@ -119,13 +183,16 @@ class _Graph:
 class GraphedProgram:
     """A partition's program runner that replays a CUDA graph once a layout has run (module
     docstring). ``runner(*inputs)`` runs the program; ``program`` is its loop program (for which
-    inputs it writes and whether it draws random numbers), None if unknown."""
+    inputs it writes and whether it draws random numbers), None if unknown;
+    ``max_bytes_per_op``: the launch-bound rule's limit (:func:`launch_bound`; None: every
+    layout is graphed)."""
 
     #: graphs kept per partition (dynamic shapes: one per layout seen, up to this many)
     max_graphs = 8
 
-    def __init__(self, runner: Callable[..., list[Any]], program: Any) -> None:
-        self.runner = runner
+    def __init__(self, runner: Callable[..., list[Any]], program: Any,
+                 max_bytes_per_op: int | None = GRAPH_MAX_BYTES_PER_OP) -> None:
+        self.runner, self.program, self.max_bytes_per_op = runner, program, max_bytes_per_op
         # constants are copied from the host at each call: a pageable copy cannot be captured
         self.usable = program is not None and not _draws_random(program) and not any(
             b.kind == "constant" for b in program.buffers)
@@ -136,21 +203,22 @@ class GraphedProgram:
         stats["usable" if self.usable else "not usable"] += 1
         self.graphs: dict[tuple, _Graph | None] = {}   # None: this layout runs the runner
         self.last: dict[tuple, list[int]] = {}         # the addresses of the last call, per layout
+        self.bound: dict[tuple, bool] = {}             # per layout: launch-bound (graphed) or not
         #: positions of parameters, left out of the layout key: a model's hundreds of weights made
         #: the key cost more than the replay; Dynamo's guards fix their layout, and a replay checks
         #: their addresses (a parameter replaced by another tensor is captured again)
         self.params: frozenset[int] | None = None
 
     def __call__(self, *inputs: Any) -> list[Any]:
-        device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"), None)
+        device = _cuda_device(inputs)
         if not self.usable or device is None or torch.cuda.is_current_stream_capturing():
             return self.runner(*inputs)
-        if self.params is None:
-            self.params = frozenset(k for k, x in enumerate(inputs) if isinstance(x, torch.nn.Parameter))
-        key = _layout(inputs, self.params)
+        key = self._key(inputs)
         graph = self.graphs.get(key)
         if graph is not None and graph.matches(inputs):
             return graph(inputs)
+        if not self._launch_bound(key, inputs):
+            return self.runner(*inputs)
         ptrs = [x.data_ptr() if isinstance(x, torch.Tensor) else 0 for x in inputs]
         before, self.last[key] = self.last.get(key), ptrs
         if key in self.graphs or before is None or len(self.graphs) >= self.max_graphs:
@@ -167,14 +235,49 @@ class GraphedProgram:
         stats["captured" if graph is not None else "not capturable"] += 1
         return graph(inputs) if graph is not None else self.runner(*inputs)
 
+    def graphed(self, *inputs: Any) -> bool:
+        """Whether calls laid out as ``inputs`` replay a CUDA graph (once captured): tensors on
+        ``cuda``, a program that can be captured, and a launch-bound layout (:func:`launch_bound`).
+
+        >>> GraphedProgram(lambda *xs: [], program=None).graphed(1, 2)
+        False
+        """
+        if not self.usable or _cuda_device(inputs) is None:
+            return False
+        return self._launch_bound(self._key(inputs), inputs)
+
     def replay(self, *inputs: Any, form: int = 0) -> Callable[..., Any] | None:
-        """The SDK runner's C++ replay (``ProgramRunner.replay``) where these inputs are not on
-        ``cuda`` (a PrivateUse1 GPU device: no CUDA graphs there); None on ``cuda``, where the
-        graphs replay."""
-        if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in inputs):
-            return None
+        """The SDK runner's C++ replay (``ProgramRunner.replay``) for calls laid out as ``inputs``
+        where they do not replay a graph (:meth:`graphed`): inputs off ``cuda`` (a PrivateUse1
+        GPU device: no CUDA graphs there), a program that is never captured, a layout that is not
+        launch-bound; None where the graph replays."""
         make = getattr(self.runner, "replay", None)
-        return make(*inputs, form=form) if make is not None else None
+        if make is None or self.graphed(*inputs):
+            return None
+        return make(*inputs, form=form)
+
+    def boxed(self, *inputs: Any) -> Callable[[list], list] | None:
+        """The SDK runner's boxed call (``ProgramRunner.boxed``: AOTAutograd's convention, each
+        input freed at its last use) for calls laid out as ``inputs`` where they do not replay a
+        graph (:meth:`graphed`); None where the graph replays (it keeps its inputs: they are
+        copied into its own buffers) or the runner offers none."""
+        make = getattr(self.runner, "boxed", None)
+        if make is None or self.graphed(*inputs):
+            return None
+        return make(*inputs)
+
+    def _key(self, inputs: Sequence[Any]) -> tuple:
+        if self.params is None:
+            self.params = frozenset(k for k, x in enumerate(inputs) if isinstance(x, torch.nn.Parameter))
+        return _layout(inputs, self.params)
+
+    def _launch_bound(self, key: tuple, inputs: Sequence[Any]) -> bool:
+        got = self.bound.get(key)
+        if got is None:
+            got = self.bound[key] = launch_bound(self.runner, self.program, inputs, self.max_bytes_per_op)
+            if not got:
+                stats["not launch-bound"] += 1
+        return got
 
     def _capture(self, inputs: Sequence[Any], fixed: set[int], device: torch.device) -> _Graph | None:
         """Capture one call; None if an input cannot be copied into a buffer of its own
@@ -191,15 +294,16 @@ class GraphedProgram:
                 owned[k] = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device if host else x.device)
                 owned[k].copy_(x)
         args = [owned.get(k, x) for k, x in enumerate(inputs)]
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
+        caller = torch.cuda.current_stream(device)
+        stream, pool = _capture_stream_and_pool(device, caller)
+        stream.wait_stream(caller)
         with torch.cuda.stream(stream):   # lazy per-stream state (cuBLAS workspaces) before the capture
             self.runner(*args)
-        torch.cuda.current_stream(device).wait_stream(stream)
+        caller.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         try:
             # the outer stream context restores the caller's stream also when the capture fails
-            with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            with torch.cuda.stream(stream), torch.cuda.graph(graph, pool=pool, stream=stream):
                 outputs = list(self.runner(*args))
         except Exception:
             _end_generator_capture(device)
@@ -209,6 +313,26 @@ class GraphedProgram:
             return None
         write_back = sorted(k for k in self.written if k in owned)
         return _Graph(graph, owned, {k: inputs[k].data_ptr() for k in fixed}, write_back, outputs, handouts)
+
+
+def _cuda_device(inputs: Sequence[Any]) -> torch.device | None:
+    """The device of the first input on torch's ``cuda``, None if none is."""
+    return next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"), None)
+
+
+#: (device, caller stream) -> the side stream captures run on and the memory pool they share
+_CAPTURE: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _capture_stream_and_pool(device: torch.device, caller: Any) -> tuple[Any, Any]:
+    """The stream to capture on and the memory pool graphs share (module docstring), one pair per
+    device and caller stream: a fresh stream per capture left the blocks its warm-up call cached
+    to that stream alone, and a private pool per graph kept each graph's intermediates apart."""
+    key = (device, caller.cuda_stream)
+    got = _CAPTURE.get(key)
+    if got is None:
+        got = _CAPTURE[key] = (torch.cuda.Stream(device), torch.cuda.graph_pool_handle())
+    return got
 
 
 def _host_inputs_kernels_read(program: Any) -> set[int]:
