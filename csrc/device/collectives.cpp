@@ -5,24 +5,32 @@
 #include <c10/core/ScalarType.h>
 
 namespace torchvendor {
+
+// The runtime's tv_dtype for `t`; false where it has none (the fast path in process_group.cpp
+// then hands the call to the Python group, which names the supported types).
+bool tv_dtype_for(c10::ScalarType t, tv_dtype* out) {
+  switch (t) {
+    case c10::ScalarType::Float: *out = TV_FLOAT32; return true;
+    case c10::ScalarType::Double: *out = TV_FLOAT64; return true;
+    case c10::ScalarType::Half: *out = TV_FLOAT16; return true;
+    case c10::ScalarType::BFloat16: *out = TV_BFLOAT16; return true;
+    case c10::ScalarType::Char: *out = TV_INT8; return true;
+    case c10::ScalarType::Byte: *out = TV_UINT8; return true;
+    case c10::ScalarType::Int: *out = TV_INT32; return true;
+    case c10::ScalarType::Long: *out = TV_INT64; return true;
+    case c10::ScalarType::Bool: *out = TV_BOOL; return true;
+    default: return false;
+  }
+}
+
 namespace {
 
 tv_dtype to_tv_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Float: return TV_FLOAT32;
-    case c10::ScalarType::Double: return TV_FLOAT64;
-    case c10::ScalarType::Half: return TV_FLOAT16;
-    case c10::ScalarType::BFloat16: return TV_BFLOAT16;
-    case c10::ScalarType::Char: return TV_INT8;
-    case c10::ScalarType::Byte: return TV_UINT8;
-    case c10::ScalarType::Int: return TV_INT32;
-    case c10::ScalarType::Long: return TV_INT64;
-    case c10::ScalarType::Bool: return TV_BOOL;
-    default:
-      TORCH_CHECK_TYPE(false, "the runtime's collectives have no type for ", t, " (tv_dtype "
-                       "covers float32/64, float16, bfloat16, int8, uint8, int32, int64, bool); "
-                       "cast the tensor first.");
-  }
+  tv_dtype out = TV_FLOAT32;
+  TORCH_CHECK_TYPE(tv_dtype_for(t, &out), "the runtime's collectives have no type for ", t,
+                   " (tv_dtype covers float32/64, float16, bfloat16, int8, uint8, int32, int64, "
+                   "bool); cast the tensor first.");
+  return out;
 }
 
 }  // namespace

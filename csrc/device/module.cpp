@@ -242,6 +242,7 @@ void bind_collectives(py::module_& m) {
 
 namespace torchvendor {
 void bind_replay(py::module_& m);  // replay.cpp: a LOOP partition's call without per-call Python
+void bind_process_group(py::module_& m);  // process_group.cpp: native collectives without Python
 void bind_triton_launch(py::module_& m);  // triton_launch.cpp: the Triton level's launches and externs
 }  // namespace torchvendor
 
@@ -256,5 +257,6 @@ PYBIND11_MODULE(_C, m) {
   bind_kernels(m);
   bind_collectives(m);
   torchvendor::bind_replay(m);
+  torchvendor::bind_process_group(m);
   torchvendor::bind_triton_launch(m);
 }

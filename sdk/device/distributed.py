@@ -39,12 +39,21 @@ CPU tensors go to gloo directly and are not counted. Functional collectives
 C++: through torch's trampoline, or through the c10d backend the group registers for the device
 type (``torchvendor._C.attach_device_backend``), which hands each call back to the method of the
 same name here.
+
+The native path's common case has no Python: ``all_reduce``, ``broadcast``,
+``all_gather_into_tensor``, ``reduce_scatter_tensor`` and their coalesced forms on contiguous
+tensors of the communicator's device and a runtime dtype run in C++ (csrc/device/process_group.cpp:
+one runtime entry per tensor on the current stream, and a Work whose ``wait()`` is a
+stream-ordered event wait), through methods the backend sets on the group's instance. What they
+decline (the first call, which joins the communicator; other layouts, dtypes, ops; CPU tensors;
+the staged path) runs the methods of this class.
 """
 from __future__ import annotations
 
 import collections
 import datetime
 import queue
+import sys
 import threading
 import uuid
 import weakref
@@ -87,13 +96,20 @@ def collective_counts() -> dict[str, int]:
         {}
     """
     with _lock:
-        return dict(sorted(_counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        counts = collections.Counter(_counts)
+    ext = sys.modules.get("torchvendor._C")  # the C++ fast path's counts, once the device layer is loaded
+    if ext is not None:
+        counts.update(ext.native_collective_counts())
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def reset_collective_counts() -> None:
-    """Forget the staged-collective counts."""
+    """Forget the collective counts (both paths)."""
     with _lock:
         _counts.clear()
+    ext = sys.modules.get("torchvendor._C")
+    if ext is not None:
+        ext.reset_native_collective_counts()
 
 
 def register_distributed() -> str:
@@ -280,7 +296,9 @@ class DeviceProcessGroup(dist.ProcessGroup):
         # What c10d dispatches per device type (functional collectives, hence DTensor and FSDP2,
         # call ProcessGroup methods that torch's trampoline does not hand to Python) reaches the
         # C++ backend registered for the device: ours hands each call back to the method of the
-        # same name here. gloo there received device pointers and crashed.
+        # same name here. gloo there received device pointers and crashed. It also sets the
+        # native fast path's methods on this instance (allreduce, broadcast, ...): C++ callables
+        # that fall back to this class's methods.
         self._ext.attach_device_backend(self, BACKEND_NAME)
         # c10d's C++ side (torch 2.15's flight recorder, sequence numbers) asks the group for its
         # default backend: the device's, as c10d picks for a group bound to a device
@@ -313,6 +331,8 @@ class DeviceProcessGroup(dist.ProcessGroup):
             raise ValueError(f"{BACKEND_NAME}: the runtime has no collective entries (runtime.h minor 1: "
                              "comm_create ... recv); collectives can only be staged over gloo.")
         self._native = bool(on)
+        index, handle = self._comm or (-1, 0)
+        self._ext.set_native_collectives(self, self._native, handle, index)
 
     def getBackendName(self) -> str:
         """c10d's name for this backend (also what DDP logs)."""
@@ -398,6 +418,7 @@ class DeviceProcessGroup(dist.ProcessGroup):
                                                device.index)
             self._comm = (device.index, handle)
             weakref.finalize(self, self._ext.comm_destroy, handle)
+            self._ext.set_native_collectives(self, self._native, handle, device.index)  # C++ takes over
         index, handle = self._comm
         if index != device.index:
             raise ValueError(f"{BACKEND_NAME}: this group's communicator is on {self._device_type}:{index}, "
