@@ -5,9 +5,12 @@ whole path on a PrivateUse1 GPU over the reference CUDA runtime, in a process of
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
+import types
 import warnings
 
 import pytest
@@ -106,6 +109,141 @@ def test_every_kernel_goes_through_the_hooks_and_the_binary_cache(acme, tmp_path
     assert all(ok for _, ok in seen["ir"]) and sorted(n for n, _ in seen["ir"]) == sorted(names), \
         "each binary is built once, then read from the cache"
     assert len(list(tmp_path.rglob("*.triton"))) == len(names)
+
+
+# ---- the per-call path in C++ (torchvendor._C.TritonLaunch, ExternCall), on the simulator ----
+
+def _sim_kernel(acme, name):
+    import importlib.resources
+
+    path = os.fspath(importlib.resources.files("torchvendor") / "lib" / "libtorchvendor_sim_kernels.so")
+    return acme.get_function(acme.load_module(path, device=0), name)
+
+
+def _native():
+    from torchvendor import _C
+
+    if not hasattr(_C, "TritonLaunch"):
+        pytest.skip("this build of the device layer has no TritonLaunch")
+    return _C
+
+
+def test_launch_codes_lay_out_the_buffer_as_pack_format():
+    from torchvendor.ir.compat.triton_api import launch_codes, pack_format
+
+    types = ["i1", "*fp32", "fp16", "i32", "bf16", "fp64", "u8", "*i64", "i16", "fp32", "u64"]
+    fmt, pointers = pack_format([*types, "*i8", "*i8"])
+    launch = _native().TritonLaunch(1, launch_codes(types, True, True), [128], 0, 0)
+    assert launch.size == struct.calcsize(fmt) and tuple(launch.pointer_offsets) == pointers
+
+
+def test_the_cpp_launcher_packs_pointers_ints_and_floats(acme):
+    """Inductor's kernel arguments as passed (tensors, Python ints and floats) packed in C++ and
+    launched through the runtime table: the simulator translates each pointer, so a wrong offset
+    or a host address fails."""
+    ext = _native()
+    add = ext.TritonLaunch(_sim_kernel(acme, "tv_add_f32"), "qppp", [1], 0, 0)
+    fill = ext.TritonLaunch(_sim_kernel(acme, "tv_fill_f32"), "qpfi", [1], 0, 0)  # i: the struct's tail
+    a, b = torch.arange(6.0).to("acme"), torch.full((6,), 0.5).to("acme")
+    out = torch.zeros(6, device="acme")
+    add(1, 1, 1, 6, a, b, out)
+    torch.testing.assert_close(out.cpu(), torch.arange(6.0) + 0.5)
+    fill(1, 1, 1, 4, out, 2.25, 0)
+    fill(0, 1, 1, 6, out, 9.0, 0)  # an empty grid launches nothing, as Triton's launcher
+    torch.testing.assert_close(out.cpu(), torch.tensor([2.25] * 4 + [4.5, 5.5]))
+    with pytest.raises(ValueError, match="values"):
+        add(1, 1, 1, 6, a, b)
+    with pytest.raises(TypeError, match="pointer"):
+        add(1, 1, 1, 6, a, "b", out)
+
+
+def test_scratch_is_device_memory_allocated_per_launch(acme):
+    """``s``: the global scratch, ``scratch_bytes`` per program, a device pointer the runtime
+    accepts; ``z``: a NULL pointer. Both follow the values and take none."""
+    launch = _native().TritonLaunch(_sim_kernel(acme, "tv_add_f32"), "qpppsz", [1], 0, 64)
+    a, out = torch.ones(3).to("acme"), torch.zeros(3, device="acme")
+    launch(2, 1, 1, 3, a, a, out)
+    torch.testing.assert_close(out.cpu(), torch.full((3,), 2.0))
+
+
+def test_the_python_launcher_is_the_fallback(acme, monkeypatch):
+    """A launcher's first ``go`` loads the function and binds what launches it from then on:
+    the C++ launcher, or with ``TORCHVENDOR_TRITON_NATIVE=0`` (or no native hook) the struct packer."""
+    from torchvendor.ir.compat import triton_api as ta
+
+    function = _sim_kernel(acme, "tv_add_f32")
+    kb = ta.KernelBinary(b"", "tv_add_f32", 1, 1, 0, (), ())
+    a, out = torch.ones(2).to("acme"), torch.zeros(2, device="acme")
+    for native in ("1", "0"):
+        monkeypatch.setenv("TORCHVENDOR_TRITON_NATIVE", native)
+        hooks = types.SimpleNamespace(load=lambda image, device, name: function, launch=acme.launch,
+                                      native=getattr(_native(), "TritonLaunch"))
+        scope = {}
+        scope["go"] = ta._Go(types.SimpleNamespace(hooks=hooks), kb, ["i64", "*fp32", "*fp32", "*fp32"], {}, scope)
+        scope["go"](1, 1, 1, 2, a, out, out)
+        scope["go"](1, 1, 1, 2, a, out, out)
+        assert isinstance(scope["go"], ta._PyLaunch) == (native == "0")
+        torch.testing.assert_close(out.cpu(), torch.full((2,), 2.0))
+        out.zero_()
+
+
+def test_an_extern_runs_on_aliases_and_maps_results_back(acme):
+    """``alias_extern``: operands become tensors of the library's device over the same memory
+    (here acme over acme: the simulator's memory is no host memory); an ``out=`` result comes back
+    as the operand itself, a view as a view of the operand's storage, a new result as it is."""
+    if TritonBackend.alias_extern(torch.add, "acme", "acme") is None:
+        pytest.skip("this build of the device layer has no ExternCall")
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append([id(a) for a in (*args, *kwargs.values())])
+        return torch.mm(*args, **kwargs)
+
+    mm = TritonBackend.alias_extern(spy, "acme", "acme")
+    x, y = torch.randn(3, 4), torch.randn(4, 2)
+    a, b, out = x.to("acme"), y.to("acme"), torch.empty(3, 2, device="acme")
+    assert mm(a, b, out=out) is out and mm(a, b, out=out) is out
+    torch.testing.assert_close(out.cpu(), x @ y)
+    assert seen[0] == seen[1] and id(a) not in seen[0], "operands are aliases, made once"
+    new = mm(a, b)
+    assert new.device == a.device
+    torch.testing.assert_close(new.cpu(), x @ y)
+    t = TritonBackend.alias_extern(torch.Tensor.t, "acme", "acme")(a)
+    assert t.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() and t.stride() == (1, 4)
+    parts = TritonBackend.alias_extern(torch.split, "acme", "acme")(a, [1, 2])
+    assert isinstance(parts, tuple) and [p.shape[0] for p in parts] == [1, 2]
+    torch.testing.assert_close(parts[1].cpu(), x[1:])
+    assert TritonBackend.alias_extern(lambda n, s: (n, s), "acme", "acme")(3, "k") == (3, "k")
+
+
+def test_builds_run_on_threads_and_the_first_failure_raises(monkeypatch):
+    from torchvendor.ir.compat import triton_api as ta
+    from torchvendor.sdk.compile.triton_level import build_threads
+
+    monkeypatch.setenv("TORCHVENDOR_TRITON_BUILD_THREADS", "3")
+    assert build_threads() == 3
+    names = [f.result() for f in [ta._submit(2, lambda: threading.current_thread().name) for _ in range(4)]]
+    assert all(n.startswith("torchvendor-triton-build") for n in names)
+    assert ta._submit(1, lambda: threading.current_thread().name).result() == threading.current_thread().name
+
+    ready = []
+
+    class Fake:
+        def __init__(self, fail):
+            self.fail = fail
+
+        def _ready(self):
+            ready.append(self)
+            if self.fail:
+                raise RuntimeError("ptxas failed")
+
+    ta._PENDING[:] = [Fake(False), Fake(True), Fake(False)]
+    with pytest.raises(RuntimeError, match="ptxas"):
+        ta.finish_builds()
+    assert len(ready) == 3 and not ta._PENDING, "every build is waited for, then the first failure raised"
+    ta._PENDING[:] = [Fake(True)]
+    ta.finish_builds(strict=False)
+    assert not ta._PENDING
 
 
 GPU_SCRIPT = """

@@ -12,10 +12,11 @@
 // ExternCall runs a library function of another torch device (cuBLAS behind `torch.mm` on
 // `cuda`) on aliases of the vendor device's operands: where the two devices address the same
 // memory (the reference GPU device over the CUDA runtime), each operand becomes a tensor of the
-// library's device over the same bytes, no copy; a result that lies in an operand's memory comes
-// back as that operand (or a view of its storage), any other result as a vendor tensor over the
-// library's memory, which keeps it alive. Streams: when either side's current stream is not its
-// default stream, the vendor device is synchronized before and the library's stream after.
+// library's device over the same bytes, no copy (cached, owning nothing); a result that lies in
+// an operand's memory comes back as that operand (or a view of its storage), any other result as
+// a vendor tensor over the library's memory, which keeps it alive. Streams: when either side's
+// current stream is not its default stream, the vendor device is synchronized before and the
+// library's stream after (and such a result is copied into vendor memory).
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/TensorImpl.h>
@@ -27,6 +28,7 @@
 #include <torch/python.h>
 
 #include <cstring>
+#include <unordered_map>
 
 #include "tv_device.h"
 
@@ -187,12 +189,13 @@ class TritonLaunch {
 // ---- ExternCall ---------------------------------------------------------------------------------
 
 // A tensor of `device` over the storage of `t` (the whole storage, so views of it stay in bounds),
-// with the geometry of `t`; it keeps that storage alive.
-at::Tensor alias_on(const at::Tensor& t, c10::Device device) {
+// with the geometry of `t`; with `keep`, it keeps that storage alive.
+at::Tensor alias_on(const at::Tensor& t, c10::Device device, bool keep = true) {
   const c10::Storage& s = t.storage();
-  auto* keep = new c10::Storage(s);
-  c10::DataPtr data(const_cast<void*>(s.data()), keep,
-                    [](void* p) { delete static_cast<c10::Storage*>(p); }, device);
+  void* bytes = const_cast<void*>(s.data());
+  c10::DataPtr data = keep ? c10::DataPtr(bytes, new c10::Storage(s),
+                                          [](void* p) { delete static_cast<c10::Storage*>(p); }, device)
+                           : c10::DataPtr(bytes, device);
   c10::Storage storage(c10::Storage::use_byte_size_t(), s.nbytes(), std::move(data), nullptr, false);
   auto keys = c10::DispatchKeySet(c10::computeDispatchKey(t.scalar_type(), c10::kStrided, device));
   at::Tensor a = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, t.dtype());
@@ -201,6 +204,48 @@ at::Tensor alias_on(const at::Tensor& t, c10::Device device) {
 }
 
 py::object wrap(at::Tensor t) { return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(t))); }
+
+// Operand aliases by (device, storage bytes and size, dtype, geometry): an operand's alias owns
+// nothing, so the one made for an earlier tensor of the same memory and layout serves a later one
+// (an extern's operands are the same buffers at every call). Used under the GIL only.
+struct AliasKey {
+  std::vector<int64_t> v;
+  bool operator==(const AliasKey& o) const { return v == o.v; }
+};
+struct AliasKeyHash {
+  size_t operator()(const AliasKey& k) const {
+    size_t h = 0;
+    for (int64_t x : k.v) h = h * 1000003u ^ std::hash<int64_t>()(x);
+    return h;
+  }
+};
+
+AliasKey alias_key(const at::Tensor& t, c10::Device device) {
+  AliasKey k;
+  k.v.reserve(7 + 2 * t.dim());
+  k.v = {static_cast<int64_t>(device.type()), device.index(),
+         reinterpret_cast<int64_t>(t.storage().data()), static_cast<int64_t>(t.storage().nbytes()),
+         static_cast<int64_t>(t.scalar_type()), t.storage_offset(), t.dim()};
+  for (int64_t x : t.sizes()) k.v.push_back(x);
+  for (int64_t x : t.strides()) k.v.push_back(x);
+  return k;
+}
+
+std::unordered_map<AliasKey, py::object, AliasKeyHash>& operand_aliases() {
+  static auto* cache = new std::unordered_map<AliasKey, py::object, AliasKeyHash>();  // never freed: no
+  return *cache;                                                                    // Python at exit
+}
+
+py::object operand_alias(const at::Tensor& t, c10::Device device) {
+  auto& cache = operand_aliases();
+  AliasKey key = alias_key(t, device);
+  auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  if (cache.size() >= 4096) cache.clear();
+  py::object alias = wrap(alias_on(t, device, false));
+  cache.emplace(std::move(key), alias);
+  return alias;
+}
 
 class ExternCall {
  public:
@@ -244,9 +289,10 @@ class ExternCall {
         const at::Tensor& t = THPVariable_Unpack(o);
         if (!t.defined() || t.device().type() != self->vendor_ || t.layout() != c10::kStrided || !t.has_storage())
           return py::reinterpret_borrow<py::object>(v);
-        at::Tensor a = alias_on(t, self->library_device(t.device().index()));
-        made.push_back({a.storage().unsafeGetStorageImpl(), py::reinterpret_borrow<py::object>(v), t});
-        return wrap(std::move(a));
+        py::object a = operand_alias(t, self->library_device(t.device().index()));
+        made.push_back({THPVariable_Unpack(a.ptr()).storage().unsafeGetStorageImpl(),
+                        py::reinterpret_borrow<py::object>(v), t});
+        return a;
       }
       return map(v, [this](py::handle x) { return to(x); });
     }

@@ -21,11 +21,12 @@ import json as _json
 import os as _os
 import struct as _struct
 import tempfile as _tempfile
+import threading as _threading
 from typing import Any as _Any, Callable as _Callable, Iterator as _Iterator, Sequence as _Sequence
 
 __all__ = ["triton_unavailable", "triton_version", "TritonHooks", "KernelBinary", "TritonRuntimeKernel",
            "kernel_runtime", "register_kernel_runtime", "scoped_triton_backend", "triton_wrapper_class",
-           "pack_format"]
+           "pack_format", "launch_codes", "finish_builds", "native_launch_enabled"]
 
 
 def triton_version() -> str | None:
@@ -72,7 +73,11 @@ class TritonHooks:
     block, args, pointer_offsets, stream, shared_memory_bytes)`` (``torch.<device>.launch``; the
     stream None: the current one) are the runtime table's module load, get function and launch;
     ``extern(name, fn) -> fn`` may replace one of Inductor's extern kernels (matmul, convolution);
-    ``build(key, make) -> KernelBinary`` caches a compiled binary by content key.
+    ``build(key, make) -> KernelBinary`` caches a compiled binary by content key;
+    ``native(function, codes, block, shared_memory_bytes, scratch_bytes, keep) -> launch`` (or
+    None) makes a launcher in C++ (``torchvendor._C.TritonLaunch``: ``launch(gx, gy, gz,
+    *values)``, values packed by ``codes``, see :func:`launch_codes`) that replaces the Python
+    packing; ``workers`` compiles that many configurations at once (threads; 1: one at a time).
     """
 
     target: str
@@ -86,6 +91,8 @@ class TritonHooks:
     extern: _Callable[[str, _Any], _Any] = lambda name, fn: fn
     build: _Callable[[str, _Callable[[], "KernelBinary"]], "KernelBinary"] = lambda key, make: make()
     options: dict = _dataclasses.field(default_factory=dict)
+    native: "_Callable[..., _Callable[..., None]] | None" = None
+    workers: int = 1
 
 
 @_dataclasses.dataclass
@@ -158,7 +165,8 @@ def kernel_runtime(key: str) -> _Runtime:
 
 # ---- one kernel -------------------------------------------------------------------------------
 
-#: struct codes of Triton's scalar argument types (pointers are "Q")
+#: struct codes of Triton's scalar argument types (pointers are "Q" in a struct format, "p" in
+#: :func:`launch_codes`; bfloat16 is "H" to struct, its bits, and "E" to the C++ launcher)
 _SCALARS = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u1": "B", "u8": "B", "u16": "H",
             "u32": "I", "u64": "Q", "fp32": "f", "f32": "f", "fp64": "d", "fp16": "e", "bf16": "H"}
 
@@ -183,6 +191,18 @@ def pack_format(types: _Sequence[str]) -> tuple[str, tuple[int, ...]]:
     return fmt, tuple(pointers)
 
 
+def launch_codes(types: _Sequence[str], scratch: bool = False, profile_scratch: bool = False) -> str:
+    """The argument codes of a C++ launcher (``torchvendor._C.TritonLaunch``) for Triton argument
+    types: ``p`` a pointer, the struct letter of a scalar (``E`` for bfloat16), then ``s`` for
+    the global scratch (allocated per launch) and ``z`` for the profile scratch (NULL).
+
+    >>> launch_codes(["*fp32", "i32", "bf16", "fp32"], scratch=True, profile_scratch=True)
+    'piEfsz'
+    """
+    codes = "".join("p" if ty.startswith("*") else ("E" if ty == "bf16" else _SCALARS[ty]) for ty in types)
+    return codes + "s" * scratch + "z" * profile_scratch
+
+
 def _config_key(cfg: _Any) -> str:
     """A stable description of a ``triton.Config`` (its ``repr`` is the object's address, which
     another config may have later): block sizes, warps, stages and the rest of its fields."""
@@ -193,10 +213,49 @@ def _bf16(value: float) -> int:
     return _struct.unpack("<I", _struct.pack("<f", value))[0] >> 16
 
 
+_POOL: list = []            # the build threads (one executor, made on first use)
+_PENDING: list = []         # kernels whose builds were submitted and not yet collected
+_HOOK_LOCK = _threading.Lock()  # a vendor's kernel_ir hook runs on one thread at a time
+
+
+def _submit(workers: int, fn: _Callable[..., _Any], *args: _Any) -> _Any:
+    """``fn(*args)`` on a build thread (a finished future when ``workers`` is 1: no thread)."""
+    import concurrent.futures as cf
+
+    if workers <= 1:
+        done: cf.Future = cf.Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - re-raised by result(), as a thread's would be
+            done.set_exception(e)
+        return done
+    if not _POOL or _POOL[0]._max_workers < workers:
+        _POOL[:] = [cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="torchvendor-triton-build")]
+    return _POOL[0].submit(fn, *args)
+
+
+def finish_builds(strict: bool = True) -> None:
+    """Wait for every kernel defined since the last call and make its launchers: the SDK calls it
+    inside the compile that defined them, whose Inductor settings and Triton driver the builds
+    read. ``strict``: the first failed build raises (else a failed kernel raises when run).
+
+    >>> finish_builds()
+    """
+    failed: Exception | None = None
+    while _PENDING:  # all of them, so that no build outlives the compile
+        try:
+            _PENDING.pop(0)._ready()
+        except Exception as e:  # noqa: BLE001 - the first is raised below
+            failed = failed or e
+    if strict and failed is not None:
+        raise failed
+
+
 class TritonRuntimeKernel:
     """One Inductor Triton kernel, compiled for the hooks' target and launched through them;
-    the generated wrapper calls ``run(*args, stream=...)`` as on Inductor's own kernels. With
-    several configurations the first call times each on the device and keeps the fastest."""
+    the generated wrapper calls ``run(*args, stream=...)`` as on Inductor's own kernels. Each of
+    Inductor's configurations is built on a build thread (``hooks.workers``); with several, the
+    first call times each on the device and keeps the fastest, which then serves ``run`` itself."""
 
     def __init__(self, name: str, source: str, hooks: TritonHooks) -> None:
         self.name, self.hooks = name, hooks
@@ -204,12 +263,26 @@ class TritonRuntimeKernel:
         # Inductor's module selects Triton's active driver; launches here are the runtime's
         module = _load_source(self.source.replace("triton_helpers.set_driver_to_gpu()", "pass"))
         self.autotuner = getattr(module, name)
-        self.launchers = [self._launcher(cfg) for cfg in self.autotuner.configs]
-        self._chosen = self.launchers[0] if len(self.launchers) == 1 else None
+        self._builds = [_submit(hooks.workers, self._binary, cfg) for cfg in self.autotuner.configs]
+        self.launchers: list = []
+        self._chosen: _Any = None
+        _PENDING.append(self)
 
     def run(self, *args: _Any, stream: _Any = None, **_: _Any) -> None:
+        self._ready()
         launcher = self._chosen if self._chosen is not None else self._autotune(args)
         launcher(*args)
+
+    def _ready(self) -> None:
+        if self._builds:  # a failed build raises here again at each call
+            self.launchers = [self._launcher(cfg, *b.result()) for cfg, b in zip(self.autotuner.configs, self._builds)]
+            self._builds = []
+            if len(self.launchers) == 1:
+                self._choose(self.launchers[0])
+
+    def _choose(self, launcher: _Callable[..., None]) -> _Callable[..., None]:
+        self._chosen = self.run = launcher  # the wrapper's kernel.run(...) is then the launcher itself
+        return launcher
 
     # ---- compile ----
     def _binary(self, cfg: _Any) -> tuple[KernelBinary, dict]:
@@ -235,7 +308,8 @@ class TritonRuntimeKernel:
         src = ASTSource(self.autotuner.fn, meta["signature"], meta["constants"], meta["configs"][0])
         binary = triton.compile(src, target=target, options=options)
         ttir = binary.asm.get("ttir", "")
-        rewritten = self.hooks.ir(self.name, ttir)
+        with _HOOK_LOCK:
+            rewritten = self.hooks.ir(self.name, ttir)
         if rewritten is not None and rewritten != ttir:
             with _tempfile.TemporaryDirectory() as tmp:
                 path = _os.path.join(tmp, f"{self.name}.ttir")
@@ -257,24 +331,23 @@ class TritonRuntimeKernel:
         return KernelBinary(image if isinstance(image, bytes) else image.encode(), md.name, md.num_warps,
                             getattr(md, "warp_size", self.hooks.warp_size), md.shared, scratch, profile, ttir)
 
-    def _launcher(self, cfg: _Any) -> _Callable[..., None]:
+    def _launcher(self, cfg: _Any, kb: KernelBinary, meta: dict) -> _Callable[..., None]:
+        """``launcher(*args, stream=None)``: Inductor's grid from the arguments, then ``go(gx, gy,
+        gz, *values)`` with the non-constexpr arguments as passed (tensors, ints, floats)."""
         from torch._inductor.runtime.triton_heuristics import GridExpr
 
         at = self.autotuner
-        kb, meta = self._binary(cfg)
-        fn = at.fn
-        names = list(fn.arg_names)
-        declared = {names[i] for i in _constexpr_indices(fn)}
+        names = list(at.fn.arg_names)
+        declared = {names[i] for i in _constexpr_indices(at.fn)}
         implicit = ({"num_warps", "num_stages"} | declared) & set(meta["constants"])
         def_args = [a for a in names if a not in implicit] + list(at.inductor_meta.get("extra_launcher_args", ()))
         packed = [a for a in names if meta["signature"].get(a, "constexpr") != "constexpr"]
-        types = [meta["signature"][a] for a in packed] + ["*i8"] * (bool(kb.scratch) + bool(kb.profile_scratch))
-        fmt, pointers = pack_format(types)
-        values = ", ".join(_value_expr(a, meta["signature"][a]) for a in packed)
         grid = GridExpr.from_meta(at.inductor_meta, cfg)
-        lines = [f"def launcher({', '.join(def_args)}):", *[f"    {line}" for line in grid.prefix],
-                 f"    go(({grid.x_grid}, {grid.y_grid}, {grid.z_grid}), ({values}{',' if values else ''}))"]
-        scope: dict[str, _Any] = {"go": _Go(self, kb, fmt, pointers, meta), "_bf16": _bf16}
+        lines = [f"def launcher({', '.join([*def_args, 'stream=None', '**_'])}):",
+                 *[f"    {line}" for line in grid.prefix],
+                 f"    go({grid.x_grid}, {grid.y_grid}, {grid.z_grid}{''.join(', ' + a for a in packed)})"]
+        scope: dict[str, _Any] = {}
+        scope["go"] = _Go(self, kb, [meta["signature"][a] for a in packed], meta, scope)
         exec("\n".join(lines), scope)  # noqa: S102 - Inductor builds its launchers the same way
         launcher = scope["launcher"]
         launcher.config, launcher.binary = cfg, kb
@@ -291,55 +364,86 @@ class TritonRuntimeKernel:
         names = list(at.fn.arg_names)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         if device is None:
-            self._chosen = self.launchers[0]
-            return self._chosen
+            return self._choose(self.launchers[0])
         times = []
         for launcher in self.launchers:
             trial = [a.clone() if isinstance(a, torch.Tensor) and name in mutated else a
                      for name, a in zip(names, args)]
             times.append(_time_launch(launcher, trial, device))
-        self._chosen = self.launchers[min(range(len(times)), key=times.__getitem__)]
-        return self._chosen
+        return self._choose(self.launchers[min(range(len(times)), key=times.__getitem__)])
+
+
+def native_launch_enabled() -> bool:
+    """Whether launchers use the C++ launcher a runtime offers (``TORCHVENDOR_TRITON_NATIVE=0``:
+    never, every launch packs its arguments in Python).
+
+    >>> isinstance(native_launch_enabled(), bool)
+    True
+    """
+    return _os.environ.get("TORCHVENDOR_TRITON_NATIVE", "1") != "0"
 
 
 class _Go:
-    """Packs one configuration's arguments and launches it (the launcher's last line)."""
+    """A launcher's first ``go``: loads the function, then puts in the launcher's scope what
+    launches it from then on: the hooks' C++ launcher, or :class:`_PyLaunch`."""
 
-    def __init__(self, kernel: TritonRuntimeKernel, kb: KernelBinary, fmt: str, pointers: tuple, meta: dict) -> None:
-        self.kernel, self.kb, self.fmt, self.pointers, self.meta = kernel, kb, fmt, pointers, meta
+    def __init__(self, kernel: TritonRuntimeKernel, kb: KernelBinary, types: list[str], meta: dict,
+                 scope: dict) -> None:
+        self.kernel, self.kb, self.types, self.scope = kernel, kb, types, scope
         self.device = int(getattr(meta.get("device"), "index", None) or 0)
-        self.block = (kb.num_warps * kb.warp_size, 1, 1)
-        self.function: _Any = None
-        self.extra = tuple(0 for _ in range(bool(kb.scratch) + bool(kb.profile_scratch)))
-        self.launch = kernel.hooks.launch
 
-    def __call__(self, grid: tuple, values: tuple) -> None:
-        if self.function is None:
-            self.function = self.kernel.hooks.load(self.kb.image, self.device, self.kb.name)
-        if grid[0] <= 0 or grid[1] <= 0 or grid[2] <= 0:
+    def __call__(self, *grid_and_values: _Any) -> None:
+        kb, hooks = self.kb, self.kernel.hooks
+        function = hooks.load(kb.image, self.device, kb.name)
+        block = (kb.num_warps * kb.warp_size, 1, 1)
+        scratch = kb.scratch[0] if kb.scratch else 0
+        go: _Callable[..., None]
+        if hooks.native is not None and native_launch_enabled():
+            go = hooks.native(function, launch_codes(self.types, bool(kb.scratch), bool(kb.profile_scratch)),
+                              list(block), kb.shared, scratch, None)
+        else:
+            go = _PyLaunch(hooks.launch, function, block, kb, self.types)
+        self.scope["go"] = go
+        go(*grid_and_values)
+
+
+class _PyLaunch:
+    """Packs one configuration's arguments with ``struct`` and launches through ``hooks.launch``."""
+
+    def __init__(self, launch: _Callable[..., None], function: _Any, block: tuple, kb: KernelBinary,
+                 types: list[str]) -> None:
+        self.launch, self.function, self.block, self.kb = launch, function, block, kb
+        extra = bool(kb.scratch) + bool(kb.profile_scratch)
+        self.fmt, self.pointers = pack_format([*types, *["*i8"] * extra])
+        self.convert = [_converter(ty) for ty in types]
+        self.extra = (0,) * extra
+
+    def __call__(self, gx: int, gy: int, gz: int, *values: _Any) -> None:
+        if gx <= 0 or gy <= 0 or gz <= 0:
             return
         extra, keep = self.extra, None
         if self.kb.scratch and self.kb.scratch[0] > 0:
-            keep = _scratch(self.kb.scratch[0] * grid[0] * grid[1] * grid[2], values)
+            keep = _scratch(self.kb.scratch[0] * gx * gy * gz)
             extra = (keep.data_ptr(), *extra[1:])
-        self.launch(self.function, grid, self.block, _struct.pack(self.fmt, *values, *extra), self.pointers, None,
-                    self.kb.shared)
+        packed = [f(v) for f, v in zip(self.convert, values)]
+        self.launch(self.function, (gx, gy, gz), self.block, _struct.pack(self.fmt, *packed, *extra), self.pointers,
+                    None, self.kb.shared)
 
 
-def _scratch(nbytes: int, values: tuple) -> _Any:
+def _converter(ty: str) -> _Callable[[_Any], _Any]:
+    if ty.startswith("*"):  # Inductor passes a tensor (or None, or an address)
+        return lambda v: v.data_ptr() if hasattr(v, "data_ptr") else int(v or 0)
+    if ty == "bf16":
+        return _bf16
+    if ty.startswith(("fp", "f3")):
+        return float
+    return int
+
+
+def _scratch(nbytes: int) -> _Any:
     import torch
 
     return torch.empty(nbytes, dtype=torch.int8, device=torch._C._get_privateuse1_backend_name())
-
-
-def _value_expr(name: str, ty: str) -> str:
-    if ty.startswith("*"):  # Inductor passes a tensor (a None argument is no parameter)
-        return f"{name}.data_ptr()"
-    if ty == "bf16":
-        return f"_bf16({name})"
-    if ty.startswith(("fp", "f3")):
-        return f"float({name})"
-    return name
 
 
 def _constexpr_indices(fn: _Any) -> list[int]:

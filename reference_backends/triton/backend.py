@@ -2,9 +2,10 @@
 runtime (``reference_backends/cuda/runtime``), with NVIDIA's Triton backend as the vendor's
 Triton target: Inductor's Triton kernels, compiled to cubins by ``triton.compile`` for target
 ``cuda``, loaded by the runtime's ``module_load_data`` (``cuModuleLoadData``) and launched by its
-``launch`` (``cuLaunchKernel`` on the device's current stream). Extern kernels (matmul,
-convolution) run by cuBLAS/cuDNN on aliases of the device's memory, as the CUDA LOOP backend's
-do (:mod:`.externs`).
+``launch`` (``cuLaunchKernel`` on the device's current stream), each launch packed in C++
+(``torchvendor._C.TritonLaunch``). Extern kernels (matmul, convolution) run by cuBLAS/cuDNN on
+``cuda`` aliases of the device's memory, made in C++ (:meth:`TritonBackend.alias_extern`), or
+in Python (:mod:`.externs`) where the device layer's build lacks that.
 
     >>> TritonCudaBackend.triton_target, TritonCudaBackend.binary_format
     ('cuda', 'cubin')
@@ -31,6 +32,9 @@ class TritonCudaBackend(TritonBackend):
     lowering_options = {"layout_optimization": False}
 
     def extern_kernel(self, name: str, fn: Callable[..., Any], device: str) -> Callable[..., Any]:
+        import torch
+
         from .externs import on_cuda
 
-        return on_cuda(fn, device)
+        torch.cuda.init()  # the aliases' CUDA side (its allocator serves the library's results)
+        return self.alias_extern(fn, device, "cuda") or on_cuda(fn, device)

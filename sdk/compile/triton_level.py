@@ -37,6 +37,7 @@ Example (no Triton needed to declare; compiling needs the target's backend)::
 """
 from __future__ import annotations
 
+import os
 import types
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -107,6 +108,26 @@ class TritonBackend(AotFlow):
         call in the generated wrapper, ``fn`` ATen's) on ``device``. Default ``fn``."""
         return fn
 
+    @staticmethod
+    def alias_extern(fn: Callable[..., Any], device: str, library: str) -> Callable[..., Any] | None:
+        """``fn``, a function of torch device ``library`` (cuBLAS's ``torch.mm`` on ``"cuda"``), run
+        on aliases of its ``device`` operands, for a device whose memory ``library`` addresses
+        too; None where the device layer's build lacks it (``torchvendor._C.ExternCall``, C++)
+        or ``TORCHVENDOR_TRITON_NATIVE=0``. Each tensor operand on ``device`` becomes a ``library``
+        tensor over the same bytes (no copy); a result in an operand's memory comes back as that
+        operand (or a view of it), another as a ``device`` tensor over the result's memory, which
+        keeps it alive. Where either device's current stream is not its default, ``device`` is
+        synchronized before the call and ``library``'s stream after.
+
+        >>> f = TritonBackend.alias_extern(torch.add, "cpu", "cpu")
+        >>> f is None or f(torch.ones(2), torch.ones(2)).tolist() == [2.0, 2.0]
+        True
+        """
+        make = getattr(_device_layer(), "ExternCall", None)
+        if make is None or not triton_api.native_launch_enabled():
+            return None
+        return make(fn, device, library)
+
     def lowering_config(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Mapping[str, Any]:
         """The Inductor config keys set while lowering this partition (default :attr:`lowering_options`)."""
         return self.lowering_options
@@ -138,8 +159,13 @@ class TritonBackend(AotFlow):
         with compat.outside_tracing_context(), \
                 triton_api.scoped_triton_backend(device, key, _cache_key_pass(key), props), \
                 compat.inductor_config_patch(**settings):
-            compiled = compat.inductor().compile_fx_inner(copy, list(examples), is_backward=kind == "backward",
-                                                          is_inference=kind == "inference")
+            try:
+                compiled = compat.inductor().compile_fx_inner(copy, list(examples), is_backward=kind == "backward",
+                                                              is_inference=kind == "inference")
+            except BaseException:
+                triton_api.finish_builds(strict=False)
+                raise
+            triton_api.finish_builds()  # the kernels' builds, run on build threads, all done here
         return _Compiled(compiled, single)
 
     def _runtime(self, device: str) -> str:
@@ -167,7 +193,7 @@ class TritonBackend(AotFlow):
             target=self.triton_target, arch=arch, warp_size=self.warp_size, binary_format=self.binary_format,
             source=self.kernel_source, ir=self.kernel_ir, load=load, launch=mod.launch,
             extern=lambda name, fn: self.extern_kernel(name, fn, device), build=build,
-            options=dict(self.compile_options))
+            options=dict(self.compile_options), native=_native_launcher(), workers=build_threads())
 
     @classmethod
     def _check_definition(cls) -> None:
@@ -187,6 +213,34 @@ class TritonBackend(AotFlow):
 
 
 _REGISTERED: set[str] = set()
+
+
+def build_threads() -> int:
+    """How many kernel configurations the level builds at once: ``TORCHVENDOR_TRITON_BUILD_THREADS``,
+    else the CPUs this process may use, at most 16 (1: one at a time, on the compiling thread).
+
+    >>> build_threads() >= 1
+    True
+    """
+    env = os.environ.get("TORCHVENDOR_TRITON_BUILD_THREADS")
+    if env:
+        return max(1, int(env))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(16, cpus))
+
+
+def _device_layer() -> Any:
+    """``torchvendor._C``, or None where it is not built."""
+    try:
+        from torchvendor import _C
+    except ImportError:
+        return None
+    return _C
+
+
+def _native_launcher() -> Callable[..., Any] | None:
+    """The device layer's C++ Triton launcher, or None in a build without it."""
+    return getattr(_device_layer(), "TritonLaunch", None)
 
 
 class _Compiled:
