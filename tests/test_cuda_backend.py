@@ -285,6 +285,47 @@ def test_only_launch_bound_layouts_are_graphed_the_others_keep_the_runners_repla
     assert graphs.stats["not capturable"] == before.get("not capturable", 0) + 1
 
 
+def test_graphed_partitions_give_the_sdk_the_runners_boxed_backward(acme, tmp_path):
+    """Through torch.compile: a backend that wraps its runners in ``GraphedProgram`` (as the CUDA
+    backend does) still frees a backward's saved activations as it runs (the SDK takes the
+    runner's boxed call through ``GraphedProgram.boxed``): the chain of tests/test_boxed_calls.py,
+    whose backward allocates well under its gradients' 8 MiB that way (on ``acme``: no graphs)."""
+    from torchvendor.ir import compat
+    from torchvendor.reference_backends.cpu.backend import CpuBackend
+    from torchvendor.reference_backends.cuda.graphs import GraphedProgram
+
+    class Graphed(CpuBackend):
+        def program_runner(self, runner, program):  # noqa: ANN001, ANN201
+            return GraphedProgram(runner, program)
+
+    def chain(x, ws):  # noqa: ANN001, ANN202
+        for w in ws:
+            x = torch.tanh(x @ w)
+        return x.sum()
+    compat.dynamo_reset()
+    torch.manual_seed(0)
+    x = torch.randn(512, 512).to("acme")
+    ws = [(torch.randn(512, 512) / 23).to("acme").requires_grad_() for _ in range(8)]
+    f = torch.compile(chain, backend=Graphed(cache_dir=str(tmp_path)))
+    for _ in range(2):
+        f(x, ws).backward()
+        for w in ws:
+            w.grad = None
+    loss = f(x, ws)
+    acme.synchronize()
+    base = acme.memory_allocated()
+    acme.reset_peak_memory_stats()
+    loss.backward()
+    acme.synchronize()
+    peak = acme.max_memory_allocated() - base
+    assert peak < 8 * 512 * 512 * 4 * 3 // 4, f"the backward allocated {peak / 2**20:.1f} MiB"
+    grads = [w.grad.cpu() for w in ws]
+    xc, wc = x.cpu(), [w.detach().cpu().requires_grad_() for w in ws]
+    chain(xc, wc).backward()
+    for got, w in zip(grads, wc):
+        torch.testing.assert_close(got, w.grad, rtol=1e-3, atol=1e-4)
+
+
 def test_the_backend_option_sets_the_rules_limit():
     from torchvendor.reference_backends.cuda import CudaBackend, graphs
 
