@@ -25,15 +25,18 @@ RUNTIME = "torchvendor.reference_backends.cuda.runtime:build_runtime"
 
 def _row(model: str, ind: dict[str, Any], tri: dict[str, Any]) -> dict[str, Any]:
     """One model: each side's status over the parts run (``correct``, ``fell back``, ``wrong``,
-    ``error``...) and its inference time (ms, the suite's min over its timing budget)."""
-    def side(rec: dict[str, Any], backend: str) -> tuple[str, float | None]:
+    ``error``...), its inference time (ms, the suite's min over its timing budget) and its compile
+    time (s, the first part's: compile and first call, cold caches)."""
+    def side(rec: dict[str, Any], backend: str) -> tuple[str, float | None, float | None]:
         b = rec.get("backends", {}).get(backend, {})
         status = b.get("status") or rec.get("not_run") or rec.get("eager_error") or "missing"
-        return str(status), rec.get("ms", {}).get(backend)
+        compile_s = next(iter(b.get("compile_s", {}).values()), None)
+        return str(status), rec.get("ms", {}).get(backend), compile_s
 
-    (s_i, ms_i), (s_t, ms_t) = side(ind, "inductor"), side(tri, "torchvendor_triton")
+    (s_i, ms_i, c_i), (s_t, ms_t, c_t) = side(ind, "inductor"), side(tri, "torchvendor_triton")
     ratio = ms_i / ms_t if ms_i and ms_t else None
-    return {"model": model, "inductor": s_i, "triton": s_t, "inductor_ms": ms_i, "triton_ms": ms_t, "ratio": ratio}
+    return {"model": model, "inductor": s_i, "triton": s_t, "inductor_ms": ms_i, "triton_ms": ms_t, "ratio": ratio,
+            "inductor_compile_s": c_i, "triton_compile_s": c_t}
 
 
 def profile(model: str, calls: int = 200, top: int = 25) -> None:
@@ -109,11 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     ind = run_suite(models, ["inductor"], device="cuda", **common)
     tri = run_suite(models, ["torchvendor_triton"], device="gpu", runtime=RUNTIME, **common)
     rows = [_row(m, a, b) for m, a, b in zip(models, ind, tri)]
-    print(f"{'model':<14} {'inductor':<12} {'triton':<12} {'ind ms':>8} {'tri ms':>8} {'ratio':>6}")
+    print(f"{'model':<14} {'inductor':<12} {'triton':<12} {'ind ms':>8} {'tri ms':>8} {'ratio':>6} "
+          f"{'ind s':>7} {'tri s':>7}")
     for r in rows:
-        fmt = lambda v: f"{v:8.3f}" if isinstance(v, float) else f"{'-':>8}"  # noqa: E731
+        fmt = lambda v, w=8, d=3: f"{v:{w}.{d}f}" if isinstance(v, float) else f"{'-':>{w}}"  # noqa: E731
         print(f"{r['model']:<14} {r['inductor']:<12} {r['triton']:<12} {fmt(r['inductor_ms'])} "
-              f"{fmt(r['triton_ms'])} {r['ratio'] if r['ratio'] is None else round(r['ratio'], 2)!s:>6}")
+              f"{fmt(r['triton_ms'])} {r['ratio'] if r['ratio'] is None else round(r['ratio'], 2)!s:>6} "
+              f"{fmt(r['inductor_compile_s'], 7, 1)} {fmt(r['triton_compile_s'], 7, 1)}")
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
         print(f"geomean inductor/triton: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f} "

@@ -1,7 +1,9 @@
 """Level.TRITON (issue 37): the level's declarations and refusals (here, no Triton needed); with
 Triton's NVIDIA backend installed, the compile path on the simulated device up to the runtime's
 module load, which cannot take a cubin (the partition falls back, saying so); marked gpu, the
-whole path on a PrivateUse1 GPU over the reference CUDA runtime, in a process of its own."""
+whole path on a PrivateUse1 GPU over the reference CUDA runtime, in a process of its own, with the
+C++ launcher and externs and with the Python ones. The C++ launcher and the externs' aliasing are
+checked on the simulator too (its sample kernels, acme memory aliased as acme)."""
 from __future__ import annotations
 
 import os
@@ -275,14 +277,26 @@ GPU_SCRIPT = """
     assert rep.partitions and all(p.status == "compiled" and p.calls for p in rep.partitions), rep.summary()
     fell = {k: v for k, v in gpu.fallback_counts().items() if "mm" in k}
     assert not fell, fell   # matmuls ran by cuBLAS (extern_kernel), not the CPU fallback
+
+    # a convolution: cuDNN's result is no operand, and comes back as a device tensor over it
+    conv, img = torch.nn.Conv2d(3, 8, 3), torch.randn(2, 3, 12, 12)
+    want = torch.relu(conv(img)) * 2
+    with torch.no_grad():
+        got = torch.compile(lambda m, t: torch.relu(m(t)) * 2, backend="torchvendor_triton")(conv.to("gpu"),
+                                                                                              img.to("gpu"))
+        again = got.clone()
+    torch.testing.assert_close(got.cpu(), want.detach(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(again.cpu(), want.detach(), atol=1e-4, rtol=1e-4)
     print("OK", len(rep.partitions))
 """
 
 
 @pytest.mark.gpu
-def test_inference_and_training_on_a_private_use1_gpu():
+@pytest.mark.parametrize("native", ["1", "0"], ids=["cpp_launch", "python_launch"])
+def test_inference_and_training_on_a_private_use1_gpu(native):
     if not torch.cuda.is_available() or triton_unavailable("cuda") is not None:
         pytest.skip("needs an NVIDIA GPU and Triton's NVIDIA backend")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "TORCHVENDOR_TRITON_NATIVE": native}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(GPU_SCRIPT)], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                          timeout=600, env=env)
     assert done.returncode == 0 and "OK" in done.stdout, done.stdout[-3000:] + done.stderr[-5000:]
