@@ -257,3 +257,19 @@ def test_constants_and_host_scalars_replay(acme, monkeypatch):
                 torch.testing.assert_close(compiled(x, s).cpu(), f(x, s).cpu())
     assert len(made) == 2 and all(p._replay is not None and p.record.calls == 3 for p in made)
     torch._dynamo.reset()
+
+
+def test_host_buffers_on_one_storage_share_one_device_copy(acme):
+    """A device kernel that writes a host buffer through one view and reads it through another
+    (BEiT's relative position index: a CPU table built in the graph, fused with device work) runs
+    on one device copy of their storage, copied back once; separate copies read stale values."""
+    from torchvendor.sdk.compile.loop_runner import _on_device
+
+    def kernel(base, view, out):  # writes through the view, then reads the base
+        view.fill_(7)
+        out.copy_(base.sum())
+
+    base = torch.zeros(4, dtype=torch.long)
+    out = torch.zeros((), dtype=torch.long, device="acme")
+    _on_device(kernel, (0, 1), (1,), torch.device("acme"), base, base[2:], out)
+    assert out.item() == 14 and base.tolist() == [0, 0, 7, 7]

@@ -163,18 +163,21 @@ def _on_device(fn: Callable[..., Any], moved: tuple[int, ...], back: tuple[int, 
     """``fn(*args)`` with the host tensors at ``moved`` replaced by device copies of the storage
     span they address (strides and offset kept), and those at ``back`` (written) copied back.
     Inductor lets a device kernel read a 0-d host tensor (its own wrapper passes it by value);
-    a device cannot dereference host memory."""
-    def flat(t: torch.Tensor, offset: int) -> torch.Tensor:  # the storage span ``t`` addresses
-        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
-        return t.as_strided((span,), (1,), offset)
-
-    copies = list(args)
+    a device cannot dereference host memory. Host tensors on one storage (a buffer and its views,
+    which a kernel may write through one and read through another) share one device copy of it."""
+    copies, spans = list(args), {}  # storage address -> (host bytes, device bytes)
     for i in moved:
         t = args[i]
-        copies[i] = flat(t, t.storage_offset()).to(device).as_strided(t.shape, t.stride(), 0)
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in spans:
+            host = torch.empty(0, dtype=torch.uint8).set_(storage)
+            spans[key] = (host, host.to(device))
+        copies[i] = spans[key][1].view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
     fn(*copies)
-    for i in back:
-        flat(args[i], args[i].storage_offset()).copy_(flat(copies[i], 0))
+    for key in {args[i].untyped_storage().data_ptr() for i in back}:
+        host, dev = spans[key]
+        host.copy_(dev)
 
 
 def _constant(value: Any, size: tuple[int, ...], dtype: torch.dtype, device: Any) -> torch.Tensor:
