@@ -116,6 +116,7 @@ def _ddp(rank: int, dev: str, compiled: bool) -> list[torch.Tensor]:
 
 
 def _worker(rank: int, store_path: str, out_dir: str, compiled: bool, path: str) -> None:
+    from torchvendor import _C
     from torchvendor.sdk import collective_counts, register_device, register_distributed
 
     if path == "staged":  # read by the simulator when register_device loads it
@@ -131,6 +132,7 @@ def _worker(rank: int, store_path: str, out_dir: str, compiled: bool, path: str)
         _async_on_side_stream(rank, dev, out)
         out["counts"] = collective_counts()
         out["device_module_counts"] = acme.collective_counts()
+        out["cpp_counts"] = _C.native_collective_counts()  # the part the C++ fast path ran
         _errors(dev, out)
         if path == "native":
             _runtime_refusal(rank, dev, out)
@@ -205,6 +207,22 @@ def test_collectives_are_counted_under_the_path_that_ran(results: list[dict[str,
     assert results[1]["counts"][f"{path}:recv"] == 1
     # DDP: parameter broadcast at construction and one bucketed all-reduce per step
     assert results[0]["ddp_counts"].get(f"{path}:all_reduce.sum", 0) >= STEPS
+
+
+def test_native_collectives_run_without_python_after_the_first(results: list[dict[str, Any]]) -> None:
+    """The first collective joins the communicator in Python; later ones on contiguous tensors of a
+    runtime dtype run in C++ (csrc/device/process_group.cpp), and the list forms stay in Python."""
+    cpp = results[0]["cpp_counts"]
+    if results[0]["path"] == "staged":
+        assert cpp == {}, cpp
+        return
+    assert cpp["native:all_reduce.sum"] == 2, cpp  # int64 and the async one; the first SUM joined
+    for name in ("all_reduce.avg", "all_reduce.max", "all_reduce.min", "all_reduce.product", "broadcast",
+                 "all_gather_single", "reduce_scatter_single.avg"):
+        assert cpp[f"native:{name}"] == 1, name
+    for python_only in ("all_gather", "reduce_scatter.sum", "send"):  # list forms and point-to-point
+        assert f"native:{python_only}" not in cpp, cpp
+    assert results[0]["counts"] == results[0]["device_module_counts"]  # merged with the Python counts
 
 
 def test_unsupported_input_is_a_clear_error(results: list[dict[str, Any]]) -> None:
