@@ -377,7 +377,7 @@ class CudaRenderer(CStyleRenderer):
                         out.pop(buf)
                     elif kind == "load" and (not col or nests.index(prod_nest) >= k or c.role == "row"):
                         out.pop(buf)
-        return out
+        return _unclobbered(out, nests)
 
     def _escapes(self, name: str) -> bool:
         b = self.buffers.get(name)
@@ -887,6 +887,47 @@ class CudaRenderer(CStyleRenderer):
 
 def _in_masked(body: Sequence[Stmt], buf: str) -> bool:
     return any(st.op == "masked" and any(s.attr("buffer") == buf for s in st.walk()) for st in body)
+
+
+
+def _unclobbered(local: dict[str, tuple[Any, Stmt]], nests: list[Any]) -> dict[str, tuple[Any, Stmt]]:
+    """The local buffers whose recomputation reads what their producer read. A load of a local
+    buffer renders its producer's nest again at the load, so no buffer that nest reads (directly
+    or through another local buffer) may be stored to from the producer's nest up to the last
+    nest that recomputes it (whose own store comes after its loads). An in-place update (an
+    optimizer's ``exp_avg.lerp_`` stored back into its input, then read by the parameter's update
+    through a local ``exp_avg``) would otherwise be applied twice."""
+    local = dict(local)
+    at = {id(c): k for k, c in enumerate(nests)}
+    loads = [{buf for kind, buf, _, _ in accesses(c.nest) if kind == "load"} for c in nests]
+    stores = [{buf for kind, buf, _, _ in accesses(c.nest) if kind != "load"} for c in nests]
+    while True:
+        producer = {name: at[id(part)] for name, (part, _) in local.items()}
+
+        def reads(name: str) -> tuple[set[str], int]:   # what recomputing ``name`` loads, from which nest on
+            bufs, first = set(), producer[name]
+            for buf in loads[producer[name]]:
+                if buf in local and buf != name:
+                    more, k = reads(buf)
+                    bufs, first = bufs | more, min(first, k)
+                else:
+                    bufs.add(buf)
+            return bufs, first
+
+        def last_use(name: str) -> int:
+            direct = [k for k, ls in enumerate(loads) if name in ls and k != producer[name]]
+            via = [last_use(o) for o in local if o != name and name in loads[producer[o]]]
+            return max(direct + via, default=producer[name])
+
+        clobbered = set()
+        for name in local:
+            bufs, first = reads(name)
+            if any(bufs & (stores[k] - local.keys()) for k in range(first, last_use(name))):
+                clobbered.add(name)
+        if not clobbered:
+            return local
+        for name in clobbered:
+            local.pop(name)
 
 
 def generate(kernel: Kernel, buffers: Sequence[Buffer], size_vars: Sequence[str],
