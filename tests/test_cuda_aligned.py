@@ -55,24 +55,40 @@ def test_aligned_small_float32_and_other_operators_run_unchanged():
 
 
 @pytest.mark.parametrize("dtype", HALF)
-def test_large_matmuls_run_a_block_of_rows_at_a_time_into_a_contiguous_result(monkeypatch, dtype):
-    """The LM head's three matmuls (logits, and both gradients) above CHUNK_BYTES: a block of
-    rows at a time (the padded copies one block at most, not the whole logits), the result
-    contiguous (the program's layout: no second copy), the values ATen's; biases of addmm (a row
-    broadcast or one per row) follow their rows."""
+def test_large_matmuls_run_a_block_at_a_time_into_a_contiguous_result(monkeypatch, dtype):
+    """The LM head's three matmuls (logits, and both gradients) above CHUNK_BYTES run a block at a
+    time (padded copies of one block at most, not of the whole logits) into a contiguous result
+    (the program's layout: no second copy), with ATen's values. The logits (``h @ W.T``, only
+    the vocabulary odd) go a block of W's rows at a time, and only the last block is copied;
+    biases of addmm (a row broadcast or one per row) follow their blocks."""
     from torchvendor.reference_backends.cuda import aligned
 
     monkeypatch.setattr(aligned, "CHUNK_BYTES", 64 * 1024)
     monkeypatch.setattr(aligned, "MIN_CHUNK_ROWS", 16)
+    made = {}   # storage -> elements (a column-major copy is made through the transpose: counted once)
+    padded = aligned._padded
+
+    def counting(t, rows, cols):  # noqa: ANN001, ANN202
+        out = padded(t, rows, cols)
+        if out is not t:
+            made[out.untyped_storage().data_ptr()] = out.numel()
+        return out
+    monkeypatch.setattr(aligned, "_padded", counting)
     mm, addmm = aligned_matmul(aten.mm.default), aligned_matmul(aten.addmm.default)
-    h, w = torch.randn(300, 64, dtype=dtype), torch.randn(1001, 64, dtype=dtype)
-    g = torch.randn(300, 1001, dtype=dtype)
+    # results of at least MIN_ELEMENTS (smaller ones are not padded at all)
+    h, w, g = torch.randn(304, 256, dtype=dtype), torch.randn(1001, 256, dtype=dtype), torch.randn(304, 1001, dtype=dtype)
     for a, b in ((h, w.t()), (g, w), (g.t(), h)):
+        made.clear()
         out = mm(a, b)
+        copies = list(made.values())
         assert out.is_contiguous() and out.shape == (a.shape[0], b.shape[1])
         torch.testing.assert_close(out, aten.mm.default(a, b), **TOL[dtype])
-    assert aligned._chunk_rows(h, 304, 64, 1008) < 300 and aligned._chunk_rows(g.t(), 1008, 304, 64) < 1001
-    for bias in (torch.randn(1001, dtype=dtype), torch.randn(300, 1001, dtype=dtype)):
-        got = addmm(bias, h, w.t(), beta=0.5, alpha=2.0)
-        assert got.is_contiguous()
-        torch.testing.assert_close(got, aten.addmm.default(bias, h, w.t(), beta=0.5, alpha=2.0), **TOL[dtype])
+        assert copies and max(copies) * a.element_size() <= 64 * 1024 + 1008 * 256 * 2, copies  # a block, b
+        if a is h:
+            assert len(copies) == 1 and copies[0] < w.numel() // 4, copies         # the last block of W only
+    for bias in (torch.randn(1001, dtype=dtype), torch.randn(304, 1001, dtype=dtype)):
+        for a in (h, h[:300]):   # the column blocks, and the row blocks (an odd M)
+            got = addmm(bias[:a.shape[0]] if bias.dim() == 2 else bias, a, w.t(), beta=0.5, alpha=2.0)
+            want = aten.addmm.default(bias[:a.shape[0]] if bias.dim() == 2 else bias, a, w.t(), beta=0.5, alpha=2.0)
+            assert got.is_contiguous()
+            torch.testing.assert_close(got, want, **TOL[dtype])

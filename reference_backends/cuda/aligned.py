@@ -14,12 +14,17 @@ takes the same SIMT kernels either way. An operand already aligned at its extent
 
 Memory: padding copies operands, and a padded result is copied again into the program's layout;
 for the LM head those are the step's largest tensors (the logits and their gradient: 412 MB each
-for GPT-2 at 8 x 512 in bf16), so whole copies would raise a training step's peak by one of
-them. A 2-D matmul whose padded row operand or result is larger than :data:`CHUNK_BYTES` runs a
-block of rows at a time: each block of ``a`` padded, multiplied by the padded ``b`` (padded
-once) and its rows copied into a contiguous result, the layout the program declares. The extra
-memory is then one block and the padded ``b``; the rows a block gives to cuBLAS (hundreds at
-least) keep each matmul large.
+for GPT-2 at 8 x 512 in bf16), so whole copies would raise a step's peak by one of them. A 2-D
+matmul whose padded operand row or result row times its rows is over :data:`CHUNK_BYTES` runs a
+block at a time into a contiguous result, the layout the program declares:
+
+- the logits (``h @ W.T``: ``a`` aligned, only the vocabulary odd) a block of ``b``'s columns at a
+  time; every block of the weight but the last is aligned as it is, so the weight is not copied
+  (Inductor's ``pad_mm`` copies it padded) and the extra memory is one block of the result;
+- otherwise (the gradients: ``grad_logits @ W``, ``grad_logits.T @ h``) a block of ``a``'s rows at
+  a time, each padded, against ``b`` padded once: one block plus the padded ``b``.
+
+The blocks hold hundreds of rows or columns at least, so each matmul stays large.
 
     >>> import torch
     >>> mm = aligned_matmul(torch.ops.aten.mm.default)
@@ -106,9 +111,10 @@ def aligned_matmul(aten: Callable[..., Any]) -> Callable[..., Any]:
         n = _lanes(a)
         (m, k), cols = a.shape[-2:], b.shape[-1]
         mp, kp, np_ = _up(m, n), _up(k, n), _up(cols, n)
-        rows = _chunk_rows(a, mp, kp, np_)
-        if rows < m:
-            return _by_rows(aten, first, args, kwargs, rows, (kp, np_))
+        if a.dim() == 2 and mp * max(kp, np_) * a.element_size() > CHUNK_BYTES:
+            if (mp, kp) == (m, k) and _is_aligned(a):   # only b's width is odd: b a block of columns at a time
+                return _by_cols(aten, first, args, kwargs, _block(a, m))
+            return _by_rows(aten, first, args, kwargs, _block(a, max(kp, np_)), (kp, np_))
         head = [_padded_bias(args[0], m, cols, mp, np_)] if first else []
         out = aten(*head, _padded(a, mp, kp), _padded(b, kp, np_), *args[first + 2:], **kwargs)
         return out[..., :m, :cols]
@@ -116,15 +122,11 @@ def aligned_matmul(aten: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _chunk_rows(a: torch.Tensor, mp: int, kp: int, np_: int) -> int:
-    """Rows per block of a 2-D matmul (module docstring): all of them (``mp``) where the padded
-    ``a`` and result fit in :data:`CHUNK_BYTES`, else as many as do (a multiple of the lanes, at
-    least :data:`MIN_CHUNK_ROWS`)."""
-    row_bytes = max(kp, np_) * a.element_size()
-    if a.dim() != 2 or mp * row_bytes <= CHUNK_BYTES:
-        return mp
+def _block(a: torch.Tensor, width: int) -> int:
+    """Rows (or columns) per block where a row (column) is ``width`` elements of ``a``'s dtype:
+    as many as fit in :data:`CHUNK_BYTES`, a multiple of the lanes, at least :data:`MIN_CHUNK_ROWS`."""
     n = _lanes(a)
-    return max(MIN_CHUNK_ROWS, CHUNK_BYTES // row_bytes // n * n)
+    return max(MIN_CHUNK_ROWS, CHUNK_BYTES // (width * a.element_size()) // n * n)
 
 
 def _by_rows(aten: Callable[..., Any], first: int, args: tuple, kwargs: dict, rows: int,
@@ -148,5 +150,31 @@ def _by_rows(aten: Callable[..., Any], first: int, args: tuple, kwargs: dict, ro
         if out is None:
             out = res.new_empty((m, cols))
         out[r:r + block.shape[0]].copy_(res[:block.shape[0], :cols])
+        del res
+    return out
+
+
+def _by_cols(aten: Callable[..., Any], first: int, args: tuple, kwargs: dict, step: int) -> torch.Tensor:
+    """A 2-D matmul whose ``a`` is aligned and whose ``b`` is not only for its width (the LM head:
+    ``h @ W.T`` with a vocabulary of odd size), ``step`` columns of ``b`` at a time into a
+    contiguous result: each block of ``b`` but the last is aligned as it is (no copy of the
+    weight), the last is padded, and the extra memory is one block of the result."""
+    a, b = args[first], args[first + 1]
+    m, cols = a.shape[0], b.shape[1]
+    bias = args[0] if first else None
+    lanes = _lanes(a)
+    out = None
+    for c in range(0, cols, step):
+        block = b[:, c:c + step]
+        nb = block.shape[1]
+        nbp = _up(nb, lanes)
+        head = []
+        if bias is not None:
+            piece = bias[..., c:c + step] if bias.dim() and bias.shape[-1] == cols else bias
+            head = [_padded_bias(piece, m, nb, m, nbp)]
+        res = aten(*head, a, _padded(block, block.shape[0], nbp), *args[first + 2:], **kwargs)
+        if out is None:
+            out = res.new_empty((m, cols))
+        out[:, c:c + nb].copy_(res[:, :nb])
         del res
     return out
