@@ -11,7 +11,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import threading
 import types
 import warnings
 
@@ -181,7 +180,8 @@ def test_the_python_launcher_is_the_fallback(acme, monkeypatch):
         hooks = types.SimpleNamespace(load=lambda image, device, name: function, launch=acme.launch,
                                       native=getattr(_native(), "TritonLaunch"))
         scope = {}
-        scope["go"] = ta._Go(types.SimpleNamespace(hooks=hooks), kb, ["i64", "*fp32", "*fp32", "*fp32"], {}, scope)
+        scope["go"] = ta._Go(types.SimpleNamespace(hooks=hooks), kb, ["i64", "*fp32", "*fp32", "*fp32"], "qppp", {},
+                             scope)
         scope["go"](1, 1, 1, 2, a, out, out)
         scope["go"](1, 1, 1, 2, a, out, out)
         assert isinstance(scope["go"], ta._PyLaunch) == (native == "0")
@@ -218,15 +218,13 @@ def test_an_extern_runs_on_aliases_and_maps_results_back(acme):
     assert TritonBackend.alias_extern(lambda n, s: (n, s), "acme", "acme")(3, "k") == (3, "k")
 
 
-def test_builds_run_on_threads_and_the_first_failure_raises(monkeypatch):
+def test_build_workers_and_the_first_failed_build_raises(monkeypatch):
     from torchvendor.ir.compat import triton_api as ta
-    from torchvendor.sdk.compile.triton_level import build_threads
+    from torchvendor.sdk.compile.triton_level import build_workers
 
-    monkeypatch.setenv("TORCHVENDOR_TRITON_BUILD_THREADS", "3")
-    assert build_threads() == 3
-    names = [f.result() for f in [ta._submit(2, lambda: threading.current_thread().name) for _ in range(4)]]
-    assert all(n.startswith("torchvendor-triton-build") for n in names)
-    assert ta._submit(1, lambda: threading.current_thread().name).result() == threading.current_thread().name
+    monkeypatch.setenv("TORCHVENDOR_TRITON_BUILD_WORKERS", "3")
+    assert build_workers() == 3
+    assert ta._build_pool(1) is None
 
     ready = []
 

@@ -15,18 +15,19 @@ table). Triton is imported lazily; without it :func:`triton_unavailable` says wh
 """
 from __future__ import annotations
 
+import atexit as _atexit
 import contextlib as _contextlib
 import dataclasses as _dataclasses
 import json as _json
 import os as _os
 import struct as _struct
 import tempfile as _tempfile
-import threading as _threading
+import warnings as _warnings
 from typing import Any as _Any, Callable as _Callable, Iterator as _Iterator, Sequence as _Sequence
 
 __all__ = ["triton_unavailable", "triton_version", "TritonHooks", "KernelBinary", "TritonRuntimeKernel",
            "kernel_runtime", "register_kernel_runtime", "scoped_triton_backend", "triton_wrapper_class",
-           "pack_format", "launch_codes", "finish_builds", "native_launch_enabled"]
+           "pack_format", "launch_codes", "finish_builds", "start_build_workers", "native_launch_enabled"]
 
 
 def triton_version() -> str | None:
@@ -77,7 +78,8 @@ class TritonHooks:
     ``native(function, codes, block, shared_memory_bytes, scratch_bytes, keep) -> launch`` (or
     None) makes a launcher in C++ (``torchvendor._C.TritonLaunch``: ``launch(gx, gy, gz,
     *values)``, values packed by ``codes``, see :func:`launch_codes`) that replaces the Python
-    packing; ``workers`` compiles that many configurations at once (threads; 1: one at a time).
+    packing; ``workers`` builds that many configurations at once (build worker processes; 1: one at
+    a time, in this process).
     """
 
     target: str
@@ -213,31 +215,44 @@ def _bf16(value: float) -> int:
     return _struct.unpack("<I", _struct.pack("<f", value))[0] >> 16
 
 
-_POOL: list = []            # the build threads (one executor, made on first use)
-_PENDING: list = []         # kernels whose builds were submitted and not yet collected
-_HOOK_LOCK = _threading.Lock()  # a vendor's kernel_ir hook runs on one thread at a time
+_POOL: list = []            # [the build workers' pool, or None where it cannot start], made on first use
+_PENDING: list = []         # kernels whose builds were started and not yet collected
 
 
-def _submit(workers: int, fn: _Callable[..., _Any], *args: _Any) -> _Any:
-    """``fn(*args)`` on a build thread (a finished future when ``workers`` is 1: no thread)."""
-    import concurrent.futures as cf
-
+def _build_pool(workers: int) -> _Any:
+    """Inductor's compile-worker pool (``SubprocPool``: a fresh interpreter that forks
+    ``workers`` processes) for ``triton.compile``, or None for ``workers`` <= 1 or where it cannot
+    start. Processes, not threads: Triton's front end parses Python, whose AST constructor is not
+    safe to run on two threads at once before Python 3.13."""
     if workers <= 1:
-        done: cf.Future = cf.Future()
+        return None
+    if not _POOL:
         try:
-            done.set_result(fn(*args))
-        except BaseException as e:  # noqa: BLE001 - re-raised by result(), as a thread's would be
-            done.set_exception(e)
-        return done
-    if not _POOL or _POOL[0]._max_workers < workers:
-        _POOL[:] = [cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="torchvendor-triton-build")]
-    return _POOL[0].submit(fn, *args)
+            from torch._inductor.compile_worker.subproc_pool import SubprocPool
+
+            pool = SubprocPool(workers)
+            _atexit.register(pool.shutdown)
+        except Exception as e:  # noqa: BLE001 - builds then run in this process, one at a time
+            _warnings.warn(f"torchvendor: the Triton build workers did not start ({type(e).__name__}: {e}); "
+                           f"building kernels in this process", RuntimeWarning, stacklevel=2)
+            pool = None
+        _POOL.append(pool)
+    return _POOL[0]
+
+
+def start_build_workers(workers: int) -> None:
+    """Start the build workers now (they start in the background; a compile calls this before
+    lowering, so that they are up by the time its kernels are defined).
+
+    >>> start_build_workers(1)
+    """
+    _build_pool(workers)
 
 
 def finish_builds(strict: bool = True) -> None:
     """Wait for every kernel defined since the last call and make its launchers: the SDK calls it
-    inside the compile that defined them, whose Inductor settings and Triton driver the builds
-    read. ``strict``: the first failed build raises (else a failed kernel raises when run).
+    inside the compile that defined them. ``strict``: the first failed build raises (else a failed
+    kernel raises when run).
 
     >>> finish_builds()
     """
@@ -251,19 +266,55 @@ def finish_builds(strict: bool = True) -> None:
         raise failed
 
 
+class _Miss(Exception):
+    """The binary cache has no entry (raised by the probe that must not build)."""
+
+
+def _miss() -> KernelBinary:
+    raise _Miss
+
+
+#: the compiled kernel's metadata a KernelBinary is made from
+_METADATA = ("name", "num_warps", "warp_size", "shared", "num_ctas", "global_scratch_size", "global_scratch_align",
+             "profile_scratch_size", "profile_scratch_align")
+
+
+def _compiled_parts(binary: _Any, binary_format: str) -> tuple[dict, dict]:
+    """(the asm a KernelBinary needs, plus ``"formats"``: every asm key; the metadata fields) of
+    a ``triton.compile`` result, as plain values (a build worker returns them)."""
+    asm = {k: binary.asm[k] for k in (binary_format, "ttir") if k in binary.asm}
+    asm["formats"] = sorted(binary.asm)
+    md = binary.metadata
+    return asm, {k: getattr(md, k) for k in _METADATA if hasattr(md, k)}
+
+
+def _build_job(source: str, name: str, signature: dict, constants: dict, attrs: _Any, options: dict,
+               target: tuple, binary_format: str) -> tuple[dict, dict]:
+    """One configuration's ``triton.compile`` in a build worker: the kernel's module loaded from
+    its source as in the compiling process, then built for ``target`` (backend, arch, warp size)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(_load_source(source), name).fn
+    binary = triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget(*target), options=options)
+    return _compiled_parts(binary, binary_format)
+
+
 class TritonRuntimeKernel:
     """One Inductor Triton kernel, compiled for the hooks' target and launched through them;
-    the generated wrapper calls ``run(*args, stream=...)`` as on Inductor's own kernels. Each of
-    Inductor's configurations is built on a build thread (``hooks.workers``); with several, the
-    first call times each on the device and keeps the fastest, which then serves ``run`` itself."""
+    the generated wrapper calls ``run(*args, stream=...)`` as on Inductor's own kernels. A
+    configuration not in the binary cache is built by a build worker (``hooks.workers`` > 1) while
+    the compile goes on, else at once; with several configurations, the first call times each on
+    the device and keeps the fastest, which then serves ``run`` itself."""
 
     def __init__(self, name: str, source: str, hooks: TritonHooks) -> None:
         self.name, self.hooks = name, hooks
         self.source = hooks.source(name, source)
         # Inductor's module selects Triton's active driver; launches here are the runtime's
-        module = _load_source(self.source.replace("triton_helpers.set_driver_to_gpu()", "pass"))
-        self.autotuner = getattr(module, name)
-        self._builds = [_submit(hooks.workers, self._binary, cfg) for cfg in self.autotuner.configs]
+        self._module_source = self.source.replace("triton_helpers.set_driver_to_gpu()", "pass")
+        self.autotuner = getattr(_load_source(self._module_source), name)
+        self._builds = [self._start(cfg) for cfg in self.autotuner.configs]
         self.launchers: list = []
         self._chosen: _Any = None
         _PENDING.append(self)
@@ -275,7 +326,8 @@ class TritonRuntimeKernel:
 
     def _ready(self) -> None:
         if self._builds:  # a failed build raises here again at each call
-            self.launchers = [self._launcher(cfg, *b.result()) for cfg, b in zip(self.autotuner.configs, self._builds)]
+            self.launchers = [self._launcher(cfg, *finish()) for cfg, finish in zip(self.autotuner.configs,
+                                                                                     self._builds)]
             self._builds = []
             if len(self.launchers) == 1:
                 self._choose(self.launchers[0])
@@ -285,8 +337,9 @@ class TritonRuntimeKernel:
         return launcher
 
     # ---- compile ----
-    def _binary(self, cfg: _Any) -> tuple[KernelBinary, dict]:
-        at = self.autotuner
+    def _start(self, cfg: _Any) -> _Callable[[], tuple[KernelBinary, dict]]:
+        """Start building one configuration; returns what finishes it: (binary, compile meta)."""
+        at, hooks = self.autotuner, self.hooks
         meta = at._create_compile_meta(cfg)
         # Inductor's own options (warps, stages, debug, no overflow sanitizer: Triton's default
         # checks every index computation when debug is on); device-specific ones it adds only
@@ -294,10 +347,32 @@ class TritonRuntimeKernel:
         make = getattr(at, "_create_compile_options", None)
         options = make(cfg, meta) if make is not None else {
             **{k: meta[k] for k in ("num_warps", "num_stages", "debug") if k in meta}, "sanitize_overflow": False}
-        options.update(self.hooks.options)
-        key = _json.dumps([self.source, _config_key(cfg), self.hooks.target, repr(self.hooks.arch),
-                           self.hooks.warp_size, sorted(options.items(), key=str), triton_version()], default=str)
-        return self.hooks.build(key, lambda: self._compile(meta, options)), meta
+        options.update(hooks.options)
+        key = _json.dumps([self.source, _config_key(cfg), hooks.target, repr(hooks.arch),
+                           hooks.warp_size, sorted(options.items(), key=str), triton_version()], default=str)
+        pool = _build_pool(hooks.workers)
+        if pool is None:
+            kb = hooks.build(key, lambda: self._compile(meta, options))
+            return lambda: (kb, meta)
+        try:
+            kb = hooks.build(key, _miss)
+            return lambda: (kb, meta)
+        except _Miss:
+            pass
+        job = pool.submit(_build_job, self._module_source, self.name, meta["signature"], meta["constants"],
+                          meta["configs"][0], options, (hooks.target, hooks.arch, hooks.warp_size),
+                          hooks.binary_format)
+
+        def built() -> KernelBinary:
+            try:
+                asm, md = job.result()
+            except Exception as e:  # noqa: BLE001 - a worker's trouble: build here, as without workers
+                _warnings.warn(f"torchvendor: a Triton build worker failed on {self.name} ({type(e).__name__}: "
+                               f"{str(e)[-300:]}); building it in this process", RuntimeWarning, stacklevel=2)
+                return self._compile(meta, options)
+            return self._kernel_binary(asm, md, options)
+
+        return lambda: (hooks.build(key, built), meta)
 
     def _compile(self, meta: dict, options: dict) -> KernelBinary:
         import triton
@@ -307,29 +382,37 @@ class TritonRuntimeKernel:
         target = GPUTarget(self.hooks.target, self.hooks.arch, self.hooks.warp_size)
         src = ASTSource(self.autotuner.fn, meta["signature"], meta["constants"], meta["configs"][0])
         binary = triton.compile(src, target=target, options=options)
-        ttir = binary.asm.get("ttir", "")
-        with _HOOK_LOCK:
-            rewritten = self.hooks.ir(self.name, ttir)
+        return self._kernel_binary(*_compiled_parts(binary, self.hooks.binary_format), options)
+
+    def _kernel_binary(self, asm: dict, md: dict, options: dict) -> KernelBinary:
+        """The KernelBinary of one build, after the vendor's ``kernel_ir`` hook (a rewrite is
+        rebuilt here, from the TTIR)."""
+        ttir = asm.get("ttir", "")
+        rewritten = self.hooks.ir(self.name, ttir)
         if rewritten is not None and rewritten != ttir:
+            import triton
+            from triton.backends.compiler import GPUTarget
+
             with _tempfile.TemporaryDirectory() as tmp:
                 path = _os.path.join(tmp, f"{self.name}.ttir")
                 with open(path, "w") as f:
                     f.write(rewritten)
-                binary = triton.compile(path, target=target, options=options)
+                target = GPUTarget(self.hooks.target, self.hooks.arch, self.hooks.warp_size)
+                asm, md = _compiled_parts(triton.compile(path, target=target, options=options),
+                                          self.hooks.binary_format)
             ttir = rewritten
-        if self.hooks.binary_format not in binary.asm:
-            raise RuntimeError(f"Triton's {self.hooks.target!r} compiler produced {sorted(binary.asm)}, not the "
+        if self.hooks.binary_format not in asm:
+            raise RuntimeError(f"Triton's {self.hooks.target!r} compiler produced {asm['formats']}, not the "
                                f"binary format {self.hooks.binary_format!r} the runtime loads")
-        md = binary.metadata
-        image = binary.asm[self.hooks.binary_format]
-        scratch = (md.global_scratch_size, getattr(md, "global_scratch_align", 1)) \
-            if hasattr(md, "global_scratch_size") else ()
-        profile = (md.profile_scratch_size, getattr(md, "profile_scratch_align", 1)) \
-            if hasattr(md, "profile_scratch_size") else ()
-        if getattr(md, "num_ctas", 1) != 1:
-            raise RuntimeError(f"kernel {self.name}: num_ctas={md.num_ctas} (clusters) is not launched here")
-        return KernelBinary(image if isinstance(image, bytes) else image.encode(), md.name, md.num_warps,
-                            getattr(md, "warp_size", self.hooks.warp_size), md.shared, scratch, profile, ttir)
+        image = asm[self.hooks.binary_format]
+        scratch = (md["global_scratch_size"], md.get("global_scratch_align", 1)) \
+            if "global_scratch_size" in md else ()
+        profile = (md["profile_scratch_size"], md.get("profile_scratch_align", 1)) \
+            if "profile_scratch_size" in md else ()
+        if md.get("num_ctas", 1) != 1:
+            raise RuntimeError(f"kernel {self.name}: num_ctas={md['num_ctas']} (clusters) is not launched here")
+        return KernelBinary(image if isinstance(image, bytes) else image.encode(), md["name"], md["num_warps"],
+                            md.get("warp_size", self.hooks.warp_size), md["shared"], scratch, profile, ttir)
 
     def _launcher(self, cfg: _Any, kb: KernelBinary, meta: dict) -> _Callable[..., None]:
         """``launcher(*args, stream=None)``: Inductor's grid from the arguments, then ``go(gx, gy,
@@ -346,8 +429,10 @@ class TritonRuntimeKernel:
         lines = [f"def launcher({', '.join([*def_args, 'stream=None', '**_'])}):",
                  *[f"    {line}" for line in grid.prefix],
                  f"    go({grid.x_grid}, {grid.y_grid}, {grid.z_grid}{''.join(', ' + a for a in packed)})"]
+        types = [meta["signature"][a] for a in packed]
+        codes = launch_codes(types, bool(kb.scratch), bool(kb.profile_scratch))  # an unknown type fails here
         scope: dict[str, _Any] = {}
-        scope["go"] = _Go(self, kb, [meta["signature"][a] for a in packed], meta, scope)
+        scope["go"] = _Go(self, kb, types, codes, meta, scope)
         exec("\n".join(lines), scope)  # noqa: S102 - Inductor builds its launchers the same way
         launcher = scope["launcher"]
         launcher.config, launcher.binary = cfg, kb
@@ -387,9 +472,9 @@ class _Go:
     """A launcher's first ``go``: loads the function, then puts in the launcher's scope what
     launches it from then on: the hooks' C++ launcher, or :class:`_PyLaunch`."""
 
-    def __init__(self, kernel: TritonRuntimeKernel, kb: KernelBinary, types: list[str], meta: dict,
+    def __init__(self, kernel: TritonRuntimeKernel, kb: KernelBinary, types: list[str], codes: str, meta: dict,
                  scope: dict) -> None:
-        self.kernel, self.kb, self.types, self.scope = kernel, kb, types, scope
+        self.kernel, self.kb, self.types, self.codes, self.scope = kernel, kb, types, codes, scope
         self.device = int(getattr(meta.get("device"), "index", None) or 0)
 
     def __call__(self, *grid_and_values: _Any) -> None:
@@ -399,8 +484,7 @@ class _Go:
         scratch = kb.scratch[0] if kb.scratch else 0
         go: _Callable[..., None]
         if hooks.native is not None and native_launch_enabled():
-            go = hooks.native(function, launch_codes(self.types, bool(kb.scratch), bool(kb.profile_scratch)),
-                              list(block), kb.shared, scratch, None)
+            go = hooks.native(function, self.codes, list(block), kb.shared, scratch, None)
         else:
             go = _PyLaunch(hooks.launch, function, block, kb, self.types)
         self.scope["go"] = go

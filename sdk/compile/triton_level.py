@@ -156,6 +156,7 @@ class TritonBackend(AotFlow):
         copy, single = _lowerable_copy(sub)
         settings = {**_SETTINGS, **self.lowering_config(sub, examples)}
         props = _properties(device, self.warp_size)
+        triton_api.start_build_workers(build_workers())  # they start while Inductor lowers
         with compat.outside_tracing_context(), \
                 triton_api.scoped_triton_backend(device, key, _cache_key_pass(key), props), \
                 compat.inductor_config_patch(**settings):
@@ -165,7 +166,7 @@ class TritonBackend(AotFlow):
             except BaseException:
                 triton_api.finish_builds(strict=False)
                 raise
-            triton_api.finish_builds()  # the kernels' builds, run on build threads, all done here
+            triton_api.finish_builds()  # the kernels' builds, in build workers, all done here
         return _Compiled(compiled, single)
 
     def _runtime(self, device: str) -> str:
@@ -193,7 +194,7 @@ class TritonBackend(AotFlow):
             target=self.triton_target, arch=arch, warp_size=self.warp_size, binary_format=self.binary_format,
             source=self.kernel_source, ir=self.kernel_ir, load=load, launch=mod.launch,
             extern=lambda name, fn: self.extern_kernel(name, fn, device), build=build,
-            options=dict(self.compile_options), native=_native_launcher(), workers=build_threads())
+            options=dict(self.compile_options), native=_native_launcher(), workers=build_workers())
 
     @classmethod
     def _check_definition(cls) -> None:
@@ -215,14 +216,15 @@ class TritonBackend(AotFlow):
 _REGISTERED: set[str] = set()
 
 
-def build_threads() -> int:
-    """How many kernel configurations the level builds at once: ``TORCHVENDOR_TRITON_BUILD_THREADS``,
-    else the CPUs this process may use, at most 16 (1: one at a time, on the compiling thread).
+def build_workers() -> int:
+    """How many kernel configurations the level builds at once, each in a build worker process:
+    ``TORCHVENDOR_TRITON_BUILD_WORKERS``, else the CPUs this process may use, at most 16 (1: one
+    at a time, in the compiling process; so for processes that already compile side by side).
 
-    >>> build_threads() >= 1
+    >>> build_workers() >= 1
     True
     """
-    env = os.environ.get("TORCHVENDOR_TRITON_BUILD_THREADS")
+    env = os.environ.get("TORCHVENDOR_TRITON_BUILD_WORKERS")
     if env:
         return max(1, int(env))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
