@@ -99,7 +99,7 @@ def check_training_peak() -> dict[str, Any]:
         model.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             run(x).backward()
-        grads[name] = [p.grad.float() for p in model.parameters()]
+        grads[name] = [p.grad.float().cpu() for p in model.parameters()]   # off the GPU: not in the next peak
         del model, run
         torch.cuda.empty_cache()
     for g, e in zip(grads["torchvendor_cuda"], grads["eager"]):
