@@ -309,7 +309,13 @@ class CompiledKernel:
         return NativeKernel(tuple(launches), tuple(scratch))
 
     def __call__(self, *args: Any) -> None:
-        device, tensors = kernel_operands(args[: self.nbuf], self.home)
+        # the common case, every operand on cuda, without kernel_operands' per-tensor checks: a
+        # partition that is not launch-bound (graphs.launch_bound) launches each kernel this way
+        tensors = args[: self.nbuf]
+        if tensors and all(t.is_cuda for t in tensors):
+            device = tensors[0].device
+        else:
+            device, tensors = kernel_operands(tensors, self.home)
         sizes = tuple(int(s) for s in args[self.nbuf:])
         fns = self._functions(device)
         ptrs = [t.data_ptr() for t in tensors]
