@@ -62,6 +62,8 @@ struct Guard {
   c10::ScalarType dtype;
   std::vector<int64_t> sizes, strides;
   c10::Device device;
+  bool scalar = false;  // a scalar input (a size symbol's value): an exact int equal to `value`
+  int64_t value = 0;
 };
 
 struct Slot {
@@ -99,13 +101,20 @@ Launch parse_launch(const py::handle& spec, size_t n_buffers, size_t n_sizes) {
 
 class Replay {
  public:
-  // guards: per input (dtype, sizes, strides, device); ops: tuples (see parse); outputs: per
+  // guards: per input (dtype, sizes, strides, device), or ("int", value) for a scalar input (a size
+  // symbol's value the call was written for); ops: tuples (see parse); outputs: per
   // output a slot index or ("value", object); form: 0 list, 1 tuple, 2 the single output.
   Replay(const py::list& guards, int n_slots, const py::list& ops, const py::list& outputs, int form,
          const py::tuple& exact_types, c10::Device device)
       : n_slots_(n_slots), form_(form), device_(device) {
     for (const auto& g : guards) {
       auto t = g.cast<py::tuple>();
+      if (py::isinstance<py::str>(t[0])) {  // ("int", value)
+        TORCH_CHECK_VALUE(t[0].cast<std::string>() == "int", "Replay: a scalar guard is (\"int\", value)");
+        guards_.push_back({c10::ScalarType::Long, {}, {}, c10::Device(c10::DeviceType::CPU), true,
+                           t[1].cast<int64_t>()});
+        continue;
+      }
       guards_.push_back({t[0].cast<c10::ScalarType>(), ints_of(t[1]), ints_of(t[2]), t[3].cast<c10::Device>()});
     }
     for (const auto& type : exact_types) types_.push_back(type.ptr());
@@ -126,6 +135,13 @@ class Replay {
     std::vector<Slot> slots(n_slots_);
     for (size_t i = 0; i < guards_.size(); ++i) {
       PyObject* obj = args[i].ptr();
+      if (guards_[i].scalar) {  // the written call baked this value in: any other takes the Python call
+        if (!PyLong_CheckExact(obj)) return py::none();
+        int overflow = 0;
+        if (PyLong_AsLongLongAndOverflow(obj, &overflow) != guards_[i].value || overflow) return py::none();
+        slots[i].o = py::reinterpret_borrow<py::object>(obj);
+        continue;
+      }
       if (!exact(obj)) return py::none();
       const at::Tensor& t = THPVariable_Unpack(obj);
       if (!matches(t, guards_[i])) return py::none();

@@ -415,8 +415,9 @@ class ProgramRunner:
     def replay(self, *inputs: Any, form: int = 0) -> Callable[..., Any] | None:
         """The call for inputs laid out as these, without per-call Python (:mod:`.runner_replay`):
         ``replay(*inputs)`` returns the outputs (a list; ``form`` 1: a tuple, 2: the one output),
-        or None where inputs do not have this layout. None here where the program cannot be
-        replayed (size symbols, scalar inputs).
+        or None where inputs do not have this layout. A program with size symbols replays the
+        call written for these inputs' binding (the guard pins each input's sizes and each scalar
+        input's value). None here where the program cannot be replayed.
 
         >>> import torch
         >>> from torchvendor.ir import capture
@@ -429,7 +430,7 @@ class ProgramRunner:
         >>> fast is None or fast(torch.randn(9)) is None    # another layout: the Python call runs it
         True
         """
-        if self._binders or len(inputs) != len(self._inputs):
+        if len(inputs) != len(self._inputs):
             return None
-        written, plan = self._written_call({})
+        written, plan = self._written_call(self._bind(inputs))
         return build_replay(written.ops, self.steps, self._inputs, plan, inputs, self.device, form, self._helpers())

@@ -19,7 +19,10 @@ from torchvendor.ir import compat
 from .levels import BackendError
 from .report import PartitionRecord
 
-__all__ = ["PartitionCall", "box_partition_calls", "device_of_values", "example_value", "output_nodes", "value_meta"]
+#: the most input layouts (bindings of a dynamic graph's sizes) one partition keeps a replay for
+MAX_REPLAYS = 4
+
+__all__ = ["MAX_REPLAYS", "PartitionCall", "box_partition_calls", "device_of_values", "example_value", "output_nodes", "value_meta"]
 
 
 class PartitionCall(torch.nn.Module):
@@ -44,8 +47,12 @@ class PartitionCall(torch.nn.Module):
         self._quick = [None if e is None else (e[0], e[1] if all(isinstance(s, int) for s in e[1]) else None,
                                                e[2].type) for e in expected]
         #: the compiled callable's replay for the layout of the first call (``replay(*args)``:
-        #: the outputs, or None for inputs of another layout), made after that call passed
+        #: the outputs, or None for inputs of another layout), made after that call passed, and
+        #: those of later layouts (a dynamic graph called with several bindings of its sizes:
+        #: Switch Transformers' encoder and decoder run one graph), at most :data:`MAX_REPLAYS`
         self._replay: Callable[..., Any] | None = None
+        self._more: list[Callable[..., Any]] = []
+        self._tries = 0
         #: called with one list it owns (AOTAutograd's boxed convention, :func:`box_partition_calls`)
         self.boxed = False
         #: the compiled callable's boxed call (``run(args)``: it clears the list and frees each
@@ -88,6 +95,8 @@ class PartitionCall(torch.nn.Module):
         if replay is not None:
             try:
                 out = replay(*args)
+                if out is None and self._more:
+                    out = next((o for o in (r(*args) for r in self._more) if o is not None), None)
             except Exception as e:  # noqa: BLE001
                 return self._failed(args, e)
             if out is not None:
@@ -116,8 +125,14 @@ class PartitionCall(torch.nn.Module):
         if before is not None:
             after = watch.fallback_counts()
             self.record.device_fallback = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+        if self._tries < MAX_REPLAYS:  # a layout no replay took (the first call's, or a new one)
+            self._tries += 1
+            made = self._make_replay(args)
+            if made is not None and self._replay is None:
+                self._replay = made
+            elif made is not None:
+                self._more.append(made)
         if self.record.calls == 0:
-            self._replay = self._make_replay(args)
             self._boxed_run = self._make_boxed(args) if self.boxed else None
         self.record.calls += 1
         return outs[0] if self.single else tuple(outs)
@@ -125,7 +140,7 @@ class PartitionCall(torch.nn.Module):
     def _failed(self, args: Sequence[Any], e: Exception) -> Any:
         """A vendor exception: reported once, and this partition falls back for good."""
         self.backend._vendor_failed(self.record, "run", e)
-        self.compiled, self._replay = None, None
+        self.compiled, self._replay, self._more = None, None, []
         return self.fallback(*args)
 
     def _make_replay(self, args: Sequence[Any]) -> Callable[..., Any] | None:

@@ -90,14 +90,17 @@ def build_replay(ops: Sequence[tuple], steps: Sequence[Any], inputs: Sequence[tu
                  values: Sequence[Any], device_type: str, form: int = 0,
                  helpers: Mapping[str, Any] | None = None) -> Any:
     """The C++ replay of one written call (``Written.ops``) for inputs laid out as ``values`` (the
-    call's first inputs), or None where it cannot be replayed (a scalar input, no input on the
-    program's device, no replay in this build). ``form``: 0 returns a list, 1 a tuple, 2 the one
-    output; ``helpers``: the runner's ``_constant`` and ``_on_device`` where ``ops`` use them."""
-    if not replay_available() or any(buf is None for _, buf in inputs) or len(values) != len(inputs):
+    call's first inputs; a scalar input, a size symbol's value, is guarded to equal its value
+    there), or None where it cannot be replayed (no input on the program's device, no replay in
+    this build). ``form``: 0 returns a list, 1 a tuple, 2 the one output; ``helpers``: the
+    runner's ``_constant`` and ``_on_device`` where ``ops`` use them."""
+    if not replay_available() or len(values) != len(inputs):
         return None
-    if not all(type(v) in (torch.Tensor, torch.nn.Parameter) for v in values):
-        return None
-    device = next((v.device for v in values if v.device.type == device_type), None)
+    for (_, buf), v in zip(inputs, values):
+        if not (type(v) is int if buf is None else type(v) in (torch.Tensor, torch.nn.Parameter)):
+            return None
+    device = next((v.device for (_, buf), v in zip(inputs, values) if buf is not None and v.device.type == device_type),
+                  None)
     if device is None and device_type == "cpu":
         device = torch.device("cpu")
     if device is None:
@@ -108,7 +111,10 @@ def build_replay(ops: Sequence[tuple], steps: Sequence[Any], inputs: Sequence[tu
         return slots.setdefault(name, len(slots))
 
     guards = []
-    for (name, _), value, stride in zip(inputs, values, plan.strides):
+    for (name, buf), value, stride in zip(inputs, values, plan.strides):
+        if buf is None:
+            guards.append(("int", value))
+            continue
         size, _, dtype = plan.layouts[name]
         guards.append((dtype, list(size), list(stride or value.stride()), value.device))
     table: list[tuple] = []
