@@ -218,6 +218,19 @@ def test_an_extern_runs_on_aliases_and_maps_results_back(acme):
     assert TritonBackend.alias_extern(lambda n, s: (n, s), "acme", "acme")(3, "k") == (3, "k")
 
 
+def test_the_wrappers_allocation_call_for_the_device_and_others(acme):
+    """``EmptyStrided``: Inductor's ``empty_strided(size, stride, device=..., dtype=...)`` served by
+    the device allocator for the device by name, by ``torch.empty_strided`` for anything else."""
+    alloc = _native().EmptyStrided(torch.empty_strided, "acme")
+    t = alloc((2, 3, 4), (12, 1, 3), device="acme", dtype=torch.float16)
+    assert (t.device.type, t.shape, t.stride(), t.dtype) == ("acme", (2, 3, 4), (12, 1, 3), torch.float16)
+    t.fill_(1.5)
+    assert t.cpu().sum().item() == 36.0
+    c = alloc((4,), (1,), device="cpu", dtype=torch.int64)
+    assert c.device.type == "cpu" and c.dtype == torch.int64
+    assert alloc((2,), (1,), device="acme:0", dtype=torch.float32).device.type == "acme"
+
+
 def test_build_workers_and_the_first_failed_build_raises(monkeypatch):
     from torchvendor.ir.compat import triton_api as ta
     from torchvendor.sdk.compile.triton_level import build_workers

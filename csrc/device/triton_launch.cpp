@@ -1,5 +1,5 @@
-// torchvendor._C.TritonLaunch and torchvendor._C.ExternCall: the Triton level's per-call work in
-// C++ (ir/compat/triton_api.py and sdk/compile/triton_level.py build them).
+// torchvendor._C.TritonLaunch, ExternCall and EmptyStrided: the Triton level's per-call work in C++
+// (ir/compat/triton_api.py and sdk/compile/triton_level.py build them).
 //
 // TritonLaunch is one compiled configuration of one Triton kernel: its function handle and a
 // compact argument spec fixed when the launcher is built (per non-constexpr argument a code:
@@ -17,6 +17,7 @@
 // a vendor tensor over the library's memory, which keeps it alive. Streams: when either side's
 // current stream is not its default stream, the vendor device is synchronized before and the
 // library's stream after (and such a result is copied into vendor memory).
+#include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/TensorImpl.h>
@@ -24,6 +25,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/python.h>
 
@@ -368,9 +370,49 @@ class ExternCall {
   c10::DeviceType vendor_, library_;
 };
 
+// ---- EmptyStrided ---------------------------------------------------------------------------------
+
+// Inductor's allocation call in a generated wrapper, `empty_strided(size, stride, device='<name>',
+// dtype=torch.float32)`: for the device by name (its current index, as torch.empty_strided with
+// that string), the device allocator straight away, as Inductor's empty_strided_cuda does for
+// cuda; any other call goes to `fallback` (torch.empty_strided).
+class EmptyStrided {
+ public:
+  EmptyStrided(py::object fallback, std::string name) : fallback_(std::move(fallback)), name_(std::move(name)) {}
+
+  py::object call(const py::handle& size, const py::handle& stride, const py::handle& device,
+                  const py::handle& dtype) const {
+    if (PyUnicode_Check(device.ptr()) && PyUnicode_CompareWithASCIIString(device.ptr(), name_.c_str()) == 0 &&
+        THPDtype_Check(dtype.ptr()) && PyTuple_Check(size.ptr()) && PyTuple_Check(stride.ptr())) {
+      std::vector<int64_t> sizes = ints(size), strides = ints(stride);
+      if (sizes.size() == strides.size()) {
+        at::Tensor t = at::detail::empty_strided_generic(
+            sizes, strides, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+            reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+        return wrap(std::move(t));
+      }
+    }
+    return fallback_(size, stride, py::arg("device") = device, py::arg("dtype") = dtype);
+  }
+
+ private:
+  static std::vector<int64_t> ints(const py::handle& tuple) {
+    std::vector<int64_t> out(PyTuple_GET_SIZE(tuple.ptr()));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = as_int(PyTuple_GET_ITEM(tuple.ptr(), i));
+    return out;
+  }
+
+  py::object fallback_;
+  std::string name_;
+};
+
 }  // namespace
 
 void bind_triton_launch(py::module_& m) {
+  py::class_<EmptyStrided>(m, "EmptyStrided")
+      .def(py::init<py::object, std::string>(), py::arg("fallback"), py::arg("device"))
+      .def("__call__", &EmptyStrided::call, py::arg("size"), py::arg("stride"), py::kw_only(),
+           py::arg("device") = py::none(), py::arg("dtype") = py::none());
   py::class_<TritonLaunch>(m, "TritonLaunch")
       .def(py::init<uintptr_t, std::string, const std::vector<int64_t>&, uint32_t, int64_t, py::object>(),
            py::arg("function"), py::arg("codes"), py::arg("block"), py::arg("shared_memory_bytes"),

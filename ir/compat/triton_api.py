@@ -78,7 +78,8 @@ class TritonHooks:
     ``native(function, codes, block, shared_memory_bytes, scratch_bytes, keep) -> launch`` (or
     None) makes a launcher in C++ (``torchvendor._C.TritonLaunch``: ``launch(gx, gy, gz,
     *values)``, values packed by ``codes``, see :func:`launch_codes`) that replaces the Python
-    packing; ``workers`` builds that many configurations at once (build worker processes; 1: one at
+    packing; ``alloc(torch.empty_strided) -> empty_strided`` (or None) replaces the wrapper's
+    allocation call (``torchvendor._C.EmptyStrided``); ``workers`` builds that many configurations at once (build worker processes; 1: one at
     a time, in this process).
     """
 
@@ -95,6 +96,7 @@ class TritonHooks:
     options: dict = _dataclasses.field(default_factory=dict)
     native: "_Callable[..., _Callable[..., None]] | None" = None
     workers: int = 1
+    alloc: "_Callable[[_Callable[..., _Any]], _Callable[..., _Any]] | None" = None
 
 
 @_dataclasses.dataclass
@@ -148,6 +150,13 @@ class _Runtime:
 
     def extern_kernels(self, namespace: _Any) -> _Any:
         return _Externs(namespace, self.hooks())
+
+    def empty_strided(self) -> _Any:
+        """The wrapper's ``empty_strided``: the hooks' fast one for the device, or torch's."""
+        import torch
+
+        alloc = self.hooks().alloc
+        return torch.empty_strided if alloc is None or not native_launch_enabled() else alloc(torch.empty_strided)
 
 
 class _Externs:
@@ -579,6 +588,7 @@ def triton_wrapper_class(key: str) -> type:
             self.imports.writeline("from torchvendor.ir.compat.triton_api import kernel_runtime as _tv_kernel_runtime")
             self.header.writeline(f"_tv_triton = _tv_kernel_runtime({key!r})")
             self.header.writeline("extern_kernels = _tv_triton.extern_kernels(extern_kernels)")
+            self.header.writeline("empty_strided = _tv_triton.empty_strided()")
 
         def define_kernel(self, kernel_name: str, kernel_body: str, metadata: _Any = None, gpu: bool = True,
                           cpp_definition: _Any = None) -> None:

@@ -194,7 +194,8 @@ class TritonBackend(AotFlow):
             target=self.triton_target, arch=arch, warp_size=self.warp_size, binary_format=self.binary_format,
             source=self.kernel_source, ir=self.kernel_ir, load=load, launch=mod.launch,
             extern=lambda name, fn: self.extern_kernel(name, fn, device), build=build,
-            options=dict(self.compile_options), native=_native_launcher(), workers=build_workers())
+            options=dict(self.compile_options), native=_native_launcher(), workers=build_workers(),
+            alloc=_allocator(device))
 
     @classmethod
     def _check_definition(cls) -> None:
@@ -238,6 +239,12 @@ def _device_layer() -> Any:
     except ImportError:
         return None
     return _C
+
+
+def _allocator(device: str) -> Callable[[Callable[..., Any]], Any] | None:
+    """The device layer's allocation call for generated wrappers on ``device``, or None."""
+    make = getattr(_device_layer(), "EmptyStrided", None)
+    return None if make is None else lambda fallback: make(fallback, device)
 
 
 def _native_launcher() -> Callable[..., Any] | None:
