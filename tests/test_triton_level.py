@@ -112,6 +112,39 @@ def test_every_kernel_goes_through_the_hooks_and_the_binary_cache(acme, tmp_path
     assert len(list(tmp_path.rglob("*.triton"))) == len(names)
 
 
+@needs_nvidia_triton
+def test_a_build_worker_that_fails_is_replaced_by_a_build_here(acme, tmp_path, monkeypatch):
+    """Build workers are an optimization: a job that fails there (or cannot be sent) is built in
+    the compiling process, with a warning, and the kernels are the same."""
+    import concurrent.futures as cf
+
+    from torchvendor.ir.compat import triton_api as ta
+
+    class BrokenPool:
+        def submit(self, *args, **kwargs):
+            failed = cf.Future()
+            failed.set_exception(RuntimeError("worker died"))
+            return failed
+
+    class Rebuilt(TritonBackend):
+        name = "t_rebuilt"
+        triton_target, binary_format = "cuda", "cubin"
+
+        def triton_arch(self, properties):
+            return 90
+
+    monkeypatch.setenv("TORCHVENDOR_TRITON_BUILD_WORKERS", "2")
+    monkeypatch.setattr(ta, "_POOL", [BrokenPool()])
+    register_backend(Rebuilt)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="build worker failed"):
+        got = torch.compile(_f, backend="t_rebuilt", options={"cache_dir": str(tmp_path)})(x.to("acme"), y.to("acme"))
+    torch.testing.assert_close(got.cpu(), _f(x, y))
+    (part,) = last_report().partitions
+    assert "module_load" in part.reason, part.reason   # built, then refused by the simulator's loader
+    assert list(tmp_path.rglob("*.triton"))
+
+
 # ---- the per-call path in C++ (torchvendor._C.TritonLaunch, ExternCall), on the simulator ----
 
 def _sim_kernel(acme, name):

@@ -368,9 +368,13 @@ class TritonRuntimeKernel:
             return lambda: (kb, meta)
         except _Miss:
             pass
-        job = pool.submit(_build_job, self._module_source, self.name, meta["signature"], meta["constants"],
-                          meta["configs"][0], options, (hooks.target, hooks.arch, hooks.warp_size),
-                          hooks.binary_format)
+        try:
+            job = pool.submit(_build_job, self._module_source, self.name, meta["signature"], meta["constants"],
+                              meta["configs"][0], options, (hooks.target, hooks.arch, hooks.warp_size),
+                              hooks.binary_format)
+        except Exception:  # noqa: BLE001 - e.g. a value that does not pickle: build here
+            kb = hooks.build(key, lambda: self._compile(meta, options))
+            return lambda: (kb, meta)
 
         def built() -> KernelBinary:
             try:
