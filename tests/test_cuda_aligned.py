@@ -60,7 +60,8 @@ def test_large_matmuls_run_a_block_at_a_time_into_a_contiguous_result(monkeypatc
     time (padded copies of one block at most, not of the whole logits) into a contiguous result
     (the program's layout: no second copy), with ATen's values. The logits (``h @ W.T``, only
     the vocabulary odd) go a block of W's rows at a time, and only the last block is copied;
-    biases of addmm (a row broadcast or one per row) follow their blocks."""
+    ``grad_logits @ W`` copies blocks of grad_logits only (W's odd last row goes in a small
+    product); biases of addmm (a row broadcast or one per row) follow their blocks."""
     from torchvendor.reference_backends.cuda import aligned
 
     monkeypatch.setattr(aligned, "CHUNK_BYTES", 64 * 1024)
@@ -82,10 +83,17 @@ def test_large_matmuls_run_a_block_at_a_time_into_a_contiguous_result(monkeypatc
         out = mm(a, b)
         copies = list(made.values())
         assert out.is_contiguous() and out.shape == (a.shape[0], b.shape[1])
-        torch.testing.assert_close(out, aten.mm.default(a, b), **TOL[dtype])
+        want = aten.mm.default(a, b)
+        if a is g:   # the split rounds W's odd last row's product on its own: within an ulp of the largest
+            ulp = want.abs().max().item() * torch.finfo(dtype).eps
+            assert (out.float() - want.float()).abs().max().item() <= ulp
+        else:
+            torch.testing.assert_close(out, want, **TOL[dtype])
         assert copies and max(copies) * a.element_size() <= 64 * 1024 + 1008 * 256 * 2, copies  # a block, b
         if a is h:
             assert len(copies) == 1 and copies[0] < w.numel() // 4, copies         # the last block of W only
+        if a is g:
+            assert max(copies) < w.numel() // 4, copies   # W aligned but for its last row: not copied
     for bias in (torch.randn(1001, dtype=dtype), torch.randn(304, 1001, dtype=dtype)):
         for a in (h, h[:300]):   # the column blocks, and the row blocks (an odd M)
             got = addmm(bias[:a.shape[0]] if bias.dim() == 2 else bias, a, w.t(), beta=0.5, alpha=2.0)

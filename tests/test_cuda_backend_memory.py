@@ -217,9 +217,9 @@ def check_replay_on_cuda() -> dict[str, Any]:
 
 def check_padded_lm_head() -> dict[str, Any]:
     """GPT-2's LM head in bf16 at 8 x 512 tokens: the logits (4096 x 768 @ 768 x 50257) and both
-    gradients through the padded matmuls. Memory beyond the result: for the logits one block (the
-    weight is not copied), for the gradients one block and the padded weight, never a copy of the
-    logits (412 MB); values equal ATen's."""
+    gradients through the padded matmuls. Memory beyond the result: one block (the weight is not
+    copied), never a copy of the logits (412 MB); values within two ulps of the largest of ATen's
+    (blocks and the split of grad_logits @ W round differently); time beside ATen's."""
     from torchvendor.reference_backends.cuda.aligned import CHUNK_BYTES, aligned_matmul
 
     mm = aligned_matmul(torch.ops.aten.mm.default)
@@ -227,7 +227,7 @@ def check_padded_lm_head() -> dict[str, Any]:
     w = torch.randn(50257, 768, device="cuda", dtype=torch.bfloat16)
     g = torch.randn(4096, 50257, device="cuda", dtype=torch.bfloat16) / 100
     res: dict[str, Any] = {}
-    for name, a, b, bound in (("logits", h, w.t(), CHUNK_BYTES), ("grad_h", g, w, CHUNK_BYTES + w.numel() * 2),
+    for name, a, b, bound in (("logits", h, w.t(), CHUNK_BYTES), ("grad_h", g, w, CHUNK_BYTES),
                               ("grad_w", g.t(), h, CHUNK_BYTES)):
         want = torch.ops.aten.mm.default(a, b)
         result = want.numel() * 2
@@ -237,7 +237,7 @@ def check_padded_lm_head() -> dict[str, Any]:
         out = mm(a, b)
         torch.cuda.synchronize()
         extra = torch.cuda.max_memory_allocated() - base - result
-        torch.testing.assert_close(out, want, rtol=1.6e-2, atol=1e-2)
+        error = (out.float() - want.float()).abs().max().item() / want.abs().max().item()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for f in (lambda: mm(a, b), lambda: torch.ops.aten.mm.default(a, b)):
@@ -249,8 +249,8 @@ def check_padded_lm_head() -> dict[str, Any]:
             torch.cuda.synchronize()
             times.append(round(start.elapsed_time(end) / 5, 3))
         res[name] = {"extra_mib": round(extra / MiB, 1), "result_mib": round(result / MiB, 1),
-                     "ms_padded_vs_aten": times}
-        assert out.is_contiguous() and extra <= bound + 8 * MiB, res
+                     "ms_padded_vs_aten": times, "error_of_max": error}
+        assert out.is_contiguous() and extra <= bound + 8 * MiB and error <= 2 * 2 ** -8, res
         del want, out
     return res
 

@@ -22,7 +22,9 @@ block at a time into a contiguous result, the layout the program declares:
   time; every block of the weight but the last is aligned as it is, so the weight is not copied
   (Inductor's ``pad_mm`` copies it padded) and the extra memory is one block of the result;
 - otherwise (the gradients: ``grad_logits @ W``, ``grad_logits.T @ h``) a block of ``a``'s rows at
-  a time, each padded, against ``b`` padded once: one block plus the padded ``b``.
+  a time, each padded, against ``b`` padded once: one block plus the padded ``b``; where ``b`` is
+  aligned but for its last few rows (``W`` in ``grad_logits @ W``: K is the vocabulary) those rows
+  go in a small product added as ``addmm``'s bias, and ``b`` is not copied.
 
 The blocks hold hundreds of rows or columns at least, so each matmul stays large.
 
@@ -132,26 +134,41 @@ def _block(a: torch.Tensor, width: int) -> int:
 def _by_rows(aten: Callable[..., Any], first: int, args: tuple, kwargs: dict, rows: int,
              padded: tuple[int, int]) -> torch.Tensor:
     """A 2-D matmul ``rows`` rows of ``a`` at a time into a contiguous result, ``b`` padded to
-    ``padded`` once (module docstring)."""
+    ``padded`` once (module docstring); a plain ``mm`` whose ``b`` is aligned but for its last
+    few rows (``grad_logits @ W``: K the vocabulary) is not copied at all (:func:`_split_k`)."""
     a, b = args[first], args[first + 1]
-    (m, _), cols = a.shape, b.shape[-1]
+    (m, k), cols = a.shape, b.shape[-1]
     kp, np_ = padded
-    bp = _padded(b, kp, np_)
+    main = k // _lanes(a) * _lanes(a)
+    split = aten is _aten.mm.default and not kwargs and 0 < main < k and np_ == cols and _is_aligned(b[:main])
+    bp = b[:main] if split else _padded(b, kp, np_)
     bias = args[0] if first else None
     out = None
     for r in range(0, m, rows):
         block = a[r:r + rows]
         mp = _up(block.shape[0], _lanes(a))
-        head = []
-        if bias is not None:
-            piece = bias[r:r + rows] if bias.dim() == 2 and bias.shape[0] == m else bias
-            head = [_padded_bias(piece, block.shape[0], cols, mp, np_)]
-        res = aten(*head, _padded(block, mp, kp), bp, *args[first + 2:], **kwargs)
+        if split:
+            res = _split_k(block, b, main, mp)
+        else:
+            head = []
+            if bias is not None:
+                piece = bias[r:r + rows] if bias.dim() == 2 and bias.shape[0] == m else bias
+                head = [_padded_bias(piece, block.shape[0], cols, mp, np_)]
+            res = aten(*head, _padded(block, mp, kp), bp, *args[first + 2:], **kwargs)
         if out is None:
             out = res.new_empty((m, cols))
         out[r:r + block.shape[0]].copy_(res[:block.shape[0], :cols])
         del res
     return out
+
+
+def _split_k(block: torch.Tensor, b: torch.Tensor, main: int, mp: int) -> torch.Tensor:
+    """``block @ b`` where ``b``'s first ``main`` rows are aligned as they are, so the weight is
+    not copied: the product of ``block``'s last few columns and ``b``'s last rows (fewer than 8
+    terms of each sum, rounded to the dtype on its own) is the ``addmm`` bias of the aligned rest
+    (``block``'s first ``main`` columns copied aligned, ``mp`` rows), whose sum is rounded once."""
+    rest = _aten.mm.default(block[:, main:], b[main:])
+    return _aten.addmm.default(_padded(rest, mp, rest.shape[1]), _padded(block[:, :main], mp, main), b[:main])
 
 
 def _by_cols(aten: Callable[..., Any], first: int, args: tuple, kwargs: dict, step: int) -> torch.Tensor:
