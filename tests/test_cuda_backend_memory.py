@@ -198,21 +198,35 @@ def check_boxed_frees_on_cuda() -> dict[str, Any]:
 
 
 def check_replay_on_cuda() -> dict[str, Any]:
-    """Inference of a model too large for graphs: its partition runs the runner's C++ replay on
-    ``cuda`` after the first call, results equal eager's."""
+    """A partition too large for a graph runs the runner's C++ replay on ``cuda`` (kernels called
+    through Python), right for new inputs; through torch.compile, inference of such a model is
+    right at every call and each partition has its replay or its boxed call."""
     import torchvendor.reference_backends.cuda  # noqa: F401
+    from torchvendor.reference_backends.cuda.graphs import GraphedProgram
 
+    f = lambda x, w: torch.nn.functional.gelu(x @ w) * 2  # noqa: E731
+    n = 2048
+    runner, prog = _compiled_runner(f, [torch.randn(n, n, device="cuda")] * 2)
+    graphed = GraphedProgram(runner, prog)
+    x, w = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda") / 45
+    graphed(x, w)
+    fast = graphed.replay(x, w)
+    assert fast is not None, "no C++ replay on cuda (replay_available() false in this build?)"
+    for _ in range(2):
+        x = torch.randn(n, n, device="cuda")
+        torch.testing.assert_close(fast(x, w)[0], f(x, w), rtol=1e-3, atol=1e-3)
     made = _spy_partitions()
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.LayerNorm(4096),
                                 torch.nn.Linear(4096, 1024)).cuda()
-    f = torch.compile(model, backend="torchvendor_cuda", options={"strict": True})
+    g = torch.compile(model, backend="torchvendor_cuda", options={"strict": True})
     with torch.no_grad():
         for _ in range(3):
             x = torch.randn(4096, 1024, device="cuda")
-            torch.testing.assert_close(f(x), model(x), rtol=1e-3, atol=1e-3)
-    replayed = [p._replay is not None for p in made]
-    assert replayed and all(replayed), replayed
-    return {"replayed": replayed}
+            torch.testing.assert_close(g(x), model(x), rtol=1e-3, atol=1e-3)
+    paths = [("replay" if p._replay is not None else "") + ("+boxed" if p._boxed_run is not None else "")
+             for p in made]
+    assert paths and all(paths), paths
+    return {"paths": paths}
 
 
 def check_padded_lm_head() -> dict[str, Any]:
