@@ -22,8 +22,10 @@ reset and a first call again with the disk caches kept (``compile_s.warm``). Res
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
+import math
 import os
 import platform
 import re
@@ -192,6 +194,49 @@ SPECS: dict[str, RealSpec] = {s.name: s for s in [
 ]}
 
 
+#: Inductor's cold compile of one model (inference, training), in seconds on an H200 host: the
+#: driver's cost estimate (:func:`estimate_s`), used only to order the work and to start nothing
+#: that cannot end before ``--stop``. GPT-2 was measured (12 / 30-35 s); the rest are guesses from
+#: the graphs' sizes (layers, an encoder-decoder's two stacks, the MoE's expert loop).
+INDUCTOR_COLD_S: dict[str, tuple[float, float]] = {
+    "llama_h2048_l4": (8.0, 20.0), "gpt2_124m": (12.0, 32.0), "bert_base": (12.0, 30.0), "vit_b16": (12.0, 30.0),
+    "whisper_base": (16.0, 42.0), "t5_small": (18.0, 45.0), "resnet50": (20.0, 55.0), "mixtral_h1024": (25.0, 70.0),
+}
+#: a backend's cold compile as a multiple of Inductor's (ours: 1.4x on GPT-2's inference, 1.8x on
+#: its training; max-autotune benchmarks every matmul's templates)
+_COMPILE_FACTOR = {"eager": 0.05, "inductor": 1.0, "inductor_cudagraphs": 1.1, "inductor_max_autotune": 4.0,
+                   "inductor_max_autotune_cudagraphs": 4.2}
+_VENDOR_FACTOR = 1.8
+_START_S = 10.0  # a child's imports, the model's build, the timed calls
+
+
+def estimate_s(unit: tuple[str, str, str], backends: list[str], warm: bool = True) -> float:
+    """The driver's guess of one unit's seconds (model, part, dtype) on a GPU host: every
+    backend's cold compile (:data:`INDUCTOR_COLD_S` times its factor), a third more for a warm
+    compile, plus a fixed start.
+
+    >>> round(estimate_s(("gpt2_124m", "inference", "bf16"), ["eager", "inductor", "torchvendor_cuda"], warm=False), 1)
+    44.2
+    """
+    base = INDUCTOR_COLD_S.get(unit[0], (20.0, 50.0))[unit[1] == "training"]
+    factors = [_COMPILE_FACTOR.get(b, _VENDOR_FACTOR) for b in backends]
+    compile_s = base * sum(factors)
+    return _START_S + compile_s * (1.3 if warm else 1.0)
+
+
+def order_units(units: list[tuple[str, str, str]], backends: list[str], warm: bool = True
+                ) -> list[tuple[str, str, str]]:
+    """Cheapest first (:func:`estimate_s`), so a run cut short has measured the most units; ties
+    keep the given order.
+
+    >>> order_units([("resnet50", "inference", "bf16"), ("llama_h2048_l4", "training", "bf16"),
+    ...              ("llama_h2048_l4", "inference", "bf16")], ["eager", "inductor"])  # doctest: +NORMALIZE_WHITESPACE
+    [('llama_h2048_l4', 'inference', 'bf16'), ('resnet50', 'inference', 'bf16'),
+     ('llama_h2048_l4', 'training', 'bf16')]
+    """
+    return sorted(units, key=lambda u: estimate_s(u, backends, warm))
+
+
 # ---- one model in one process -------------------------------------------------------------------
 
 
@@ -282,6 +327,44 @@ def _profile(step: Callable[[], Any], device: str, calls: int) -> dict[str, Any]
     top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:12]  # where the time goes, for the diagnosis
     shares["top"] = [[name, round(sum(v) / calls / 1e3, 4), len(v) // calls] for name, v in top]
     return shares
+
+
+@contextlib.contextmanager
+def gpu_lock() -> Iterator[float]:
+    """Hold the GPU alone while timing: children that share a GPU (``--per-gpu`` > 1) compile
+    side by side but take ``$TORCHVENDOR_BENCH_LOCK`` (a file lock) around their warm-up, timed
+    and profiled calls. Yields the seconds spent waiting; without the variable, no lock.
+
+    >>> with gpu_lock() as waited:
+    ...     waited
+    0.0
+    """
+    path = os.environ.get("TORCHVENDOR_BENCH_LOCK")
+    if not path:
+        yield 0.0
+        return
+    import fcntl
+
+    t0 = time.perf_counter()
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield time.perf_counter() - t0
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _warm_choice(args: argparse.Namespace) -> str:
+    return "none" if getattr(args, "no_warm", False) else getattr(args, "warm", "all")
+
+
+def warm_part(args: argparse.Namespace, part: str) -> bool:
+    """Whether ``part`` gets a warm compile (``--warm all|none|inference|training``; ``--no-warm``: none).
+
+    >>> warm_part(argparse.Namespace(warm="inference", no_warm=False), "training")
+    False
+    """
+    return _warm_choice(args) in ("all", part)
 
 
 def _rel(got: Any, ref: Any) -> float | None:
@@ -391,18 +474,20 @@ def _measure(case: _Case, base: Any, backend: str) -> dict[str, Any]:
     res["second"] = _fingerprint(second)
     del first, second
     timer = _Timer(dev)
-    timer(step, a.warmup)
-    if dev == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    times = timer(step, a.iters)
-    res["ms"] = statistics.median(times)
-    res["ms_min"], res["ms_max"] = min(times), max(times)
-    if dev == "cuda":
-        res["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
-    if a.profile_calls:
-        res["profile"] = _profile(step, dev, a.profile_calls)
-    if backend != "eager" and not a.no_warm:
+    with gpu_lock() as waited:
+        res["lock_wait_s"] = waited
+        timer(step, a.warmup)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        times = timer(step, a.iters)
+        res["ms"] = statistics.median(times)
+        res["ms_min"], res["ms_max"] = min(times), max(times)
+        if dev == "cuda":
+            res["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
+        if a.profile_calls:
+            res["profile"] = _profile(step, dev, a.profile_calls)
+    if backend != "eager" and warm_part(a, case.part):
         del step
         dynamo_reset()
         step = case.stepper(model, _compile(model, backend))
@@ -411,6 +496,20 @@ def _measure(case: _Case, base: Any, backend: str) -> dict[str, Any]:
         _sync(dev)
         res["compile_s"]["warm"] = time.perf_counter() - t0
     return res
+
+
+def graph_stats() -> dict[str, int]:
+    """How the reference CUDA backend's partitions fared with CUDA graphs so far in this process
+    (``captured``: layouts replayed from a graph; see its ``graphs.stats``); empty without it.
+
+    >>> isinstance(graph_stats(), dict)
+    True
+    """
+    try:
+        from torchvendor.reference_backends.cuda.graphs import stats
+    except Exception:  # noqa: BLE001 - a build without the CUDA backend
+        return {}
+    return dict(stats)
 
 
 def _coverage_from_reports(backend: str, before: set[int]) -> dict[str, Any] | None:
@@ -434,7 +533,8 @@ def run_model(name: str, args: argparse.Namespace, emit: Callable[[dict[str, Any
     from torchvendor.sdk import reports
 
     spec = SPECS[name]
-    base = spec.build(args.scale)
+    base = spec.build(args.scale, device=args.device).to("cpu")  # random init on the GPU is fast; kept
+    # on the host so that no backend's peak memory counts it
     workdir = Path(args.workdir)
     for part in args.parts.split(","):
         for dtype in args.dtypes.split(","):
@@ -446,10 +546,14 @@ def run_model(name: str, args: argparse.Namespace, emit: Callable[[dict[str, Any
                 _fresh_caches(workdir, f"{name}-{part}-{dtype}-{backend.replace(':', '_')}")
                 before = {id(r) for r in reports()}
                 emit({"start": [part, dtype, backend]})
+                graphs = graph_stats()
                 try:
                     res = _measure(case, base, backend)
                 except Exception as e:  # noqa: BLE001 - a failing backend is data
                     res = {"raised": f"{type(e).__name__}: {e}"[:1500]}
+                graphs = {k: v - graphs.get(k, 0) for k, v in graph_stats().items() if v - graphs.get(k, 0)}
+                if graphs:
+                    res["cuda_graphs"] = graphs
                 samples = {k: res.pop(k) for k in ("first", "second") if k in res}
                 if samples and not ref:  # eager when it runs first, else the first backend that ran
                     ref.update(samples, name=backend)
@@ -479,6 +583,48 @@ def _child(args: argparse.Namespace) -> None:
             f.flush()
         run_model(args.child, args, emit)
         f.write(json.dumps({"done": True}) + "\n")
+
+
+# ---- the smoke test: every model, tiny, on the CPU ---------------------------------------------
+
+#: the largest relative error against eager (the second call's loss or output) a smoke run accepts
+SMOKE_TOL = {"fp32": 1e-3, "bf16": 5e-2}
+
+
+def smoke(models: list[str] | None = None, parts: tuple[str, ...] = PARTS, dtypes: tuple[str, ...] = DTYPES,
+          backend: str = "torchvendor_cpu", device: str = "cpu", say: Callable[[str], None] = print) -> list[str]:
+    """Each model at ``scale="tiny"`` through eager and ``backend`` in this process (one timed
+    call, no profile, no warm compile): the problems found, empty where every part and dtype ran
+    and matched eager within :data:`SMOKE_TOL`. Partitions that fell back are reported, not failed.
+
+    >>> smoke(["resnet50"], parts=("inference",), dtypes=("fp32",), backend="eager", say=lambda line: None)
+    []
+    """
+    args = argparse.Namespace(device=device, parts=",".join(parts), dtypes=",".join(dtypes), scale="tiny", iters=1,
+                              warmup=0, profile_calls=0, warm="none", no_warm=True, backends=f"eager,{backend}",
+                              workdir=tempfile.mkdtemp(prefix="bench_real_smoke_"))
+    problems = []
+    for name in models or list(SPECS):
+        events: list[dict[str, Any]] = []
+        t0 = time.perf_counter()
+        try:
+            run_model(name, args, events.append)
+        except Exception as e:  # noqa: BLE001 - building the model or its inputs failed
+            problems.append(f"{name}: {type(e).__name__}: {e}"[:500])
+        for row in _assemble(name, events, None):
+            res = row["backends"].get(backend, {})
+            where = f"{name} {row['part']} {row['dtype']}"
+            raised = [f"{b}: {r['raised'][:400]}" for b, r in row["backends"].items() if r.get("raised")]
+            err, cov = res.get("rel_second"), (res.get("coverage") or {})
+            if raised:
+                problems += [f"{where}: {x}" for x in raised]
+            elif err is None or err > SMOKE_TOL[row["dtype"]]:
+                problems.append(f"{where}: {backend} differs from eager by {err} (tolerance {SMOKE_TOL[row['dtype']]})")
+            say(f"{where}: {'FAIL' if raised or err is None or err > SMOKE_TOL[row['dtype']] else 'ok'}, rel. error "
+                f"{_f(err, '.1e')}, coverage {_f(cov.get('coverage'), '.0%')}"
+                + "".join(f"; fell back: {why[:200]}" for why in cov.get("fallback_reasons", [])))
+        say(f"{name}: {time.perf_counter() - t0:.0f} s")
+    return problems
 
 
 # ---- the driver: a process per model ------------------------------------------------------------
@@ -515,7 +661,7 @@ def _child_command(unit: tuple[str, str, str], args: argparse.Namespace, events:
            "--backends", ",".join(backends), "--device", args.device, "--parts", part, "--dtypes", dtype,
            "--scale", args.scale, "--iters", str(args.iters), "--warmup", str(args.warmup),
            "--profile-calls", str(args.profile_calls), "--workdir", args.workdir]
-    return cmd + (["--no-warm"] if args.no_warm else []) + (["--tf32"] if args.tf32 else [])
+    return cmd + ["--warm", _warm_choice(args)] + (["--tf32"] if args.tf32 else [])
 
 
 @dataclass
@@ -525,40 +671,94 @@ class _Running:
     events: Path
     stderr: Path
     started: float
+    gpu: int
+    size: int = -1  #: the events file's size when the run's JSON was last written
 
 
-def _launch(unit: tuple[str, str, str], slot: int, args: argparse.Namespace, backends: list[str]) -> _Running:
-    """One model, part and dtype in a child process (on GPU ``slot`` when ``--gpus`` > 1)."""
+def gpu_count(args: argparse.Namespace) -> int:
+    """``--gpus``: a number, or ``auto`` (every GPU torch sees on ``cuda``, else 1).
+
+    >>> gpu_count(argparse.Namespace(gpus="auto", device="cpu")), gpu_count(argparse.Namespace(gpus="2", device="cuda"))
+    (1, 2)
+    """
+    if str(args.gpus) != "auto":
+        return max(1, int(args.gpus))
+    if args.device != "cuda":
+        return 1
+    import torch
+
+    return max(1, torch.cuda.device_count())
+
+
+def _launch(unit: tuple[str, str, str], gpu: int, args: argparse.Namespace, backends: list[str]) -> _Running:
+    """One model, part and dtype in a child process of its own session (so that ``--stop`` ends
+    its compile workers too), on GPU ``gpu`` when there are several, holding that GPU's timing
+    lock when children share it (:func:`gpu_lock`)."""
     stem = Path(args.workdir) / "-".join(unit)
     events, stderr = stem.with_suffix(".events.jsonl"), stem.with_suffix(".stderr.txt")
     events.unlink(missing_ok=True)
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    if args.gpus > 1:
-        env["CUDA_VISIBLE_DEVICES"] = str(slot)
+    if args.ngpus > 1:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if args.per_gpu > 1:
+        env["TORCHVENDOR_BENCH_LOCK"] = str(Path(args.workdir) / f"gpu{gpu}.lock")
     with open(stderr, "w") as err:
         proc = subprocess.Popen(_child_command(unit, args, events, backends), stdout=subprocess.DEVNULL, stderr=err,
-                                cwd=ROOT, env=env)
-    return _Running(unit, proc, events, stderr, time.time())
+                                cwd=ROOT, env=env, start_new_session=True)
+    return _Running(unit, proc, events, stderr, time.time(), gpu)
 
 
-def _collect(r: _Running, stopped: str | None) -> list[dict[str, Any]]:
-    lines = r.events.read_text().splitlines() if r.events.exists() else []
+def _kill(r: _Running) -> None:
+    import signal
+
+    try:
+        os.killpg(r.proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        r.proc.kill()
+    r.proc.wait()
+
+
+def _events(r: _Running) -> list[dict[str, Any]]:
     parsed = []
-    for line in lines:
+    for line in (r.events.read_text().splitlines() if r.events.exists() else []):
         try:
             parsed.append(json.loads(line))
         except ValueError:
             continue  # cut short
+    return parsed
+
+
+def _collect(r: _Running, stopped: str | None, started: float) -> list[dict[str, Any]]:
+    """The unit's rows from its events; a child that died (or was stopped, or is still running:
+    ``stopped`` = ``"running"``) marks the backend it was in. Each row says where and when it ran."""
+    parsed = _events(r)
     died = stopped
     if died is None and r.proc.returncode != 0:
         died = f"exit {r.proc.returncode}: {r.stderr.read_text()[-1200:] if r.stderr.exists() else ''}"
     if died is None and not any(e.get("done") for e in parsed):
         died = "no end event"
-    return _assemble(r.unit[0], parsed, died)
+    if died == "running":
+        rows = _assemble(r.unit[0], parsed, None)
+        for row in rows:
+            row["running"] = True
+    else:
+        rows = _assemble(r.unit[0], parsed, died)
+    for row in rows:
+        row.update(gpu=r.gpu, start_s=round(r.started - started, 1), seconds=round(time.time() - r.started, 1))
+    return rows
 
 
-def _run_record(args: argparse.Namespace, vendors: list[str], backends: list[str], started: float,
-                rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _tree() -> str | None:
+    """The commit measured (``git describe``, ``-dirty`` for local changes), where git knows it."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _run_header(args: argparse.Namespace, vendors: list[str], backends: list[str], started: float) -> dict[str, Any]:
     import torch
 
     try:
@@ -566,13 +766,15 @@ def _run_record(args: argparse.Namespace, vendors: list[str], backends: list[str
         tv = transformers.__version__
     except ImportError:
         tv = "not installed"
-    gpu = f", {torch.cuda.get_device_name()}" if args.device == "cuda" and torch.cuda.is_available() else ""
+    gpu = f", {args.ngpus} × {torch.cuda.get_device_name()}" if args.device == "cuda" and torch.cuda.is_available() else ""
     return {"size": "real", "scale": args.scale, "device": args.device, "vendors": vendors, "backends": backends,
             "machine": f"{platform.node()} {os.cpu_count()} cores{gpu}", "torch": torch.__version__,
-            "transformers": tv, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+            "transformers": tv, "tree": _tree(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
             "settings": {"iters": args.iters, "warmup": args.warmup, "profile_calls": args.profile_calls,
-                         "tf32": bool(args.tf32), "optimizer": "AdamW (fused on CUDA, foreach elsewhere), eager"},
-            "seconds": time.time() - started, "note": args.note or "", "rows": rows}
+                         "tf32": bool(args.tf32), "warm": _warm_choice(args), "gpus": args.ngpus,
+                         "per_gpu": args.per_gpu, "stop": args.stop, "timeout": args.timeout,
+                         "optimizer": "AdamW (fused on CUDA, foreach elsewhere), eager"},
+            "note": args.note or ""}
 
 
 def _units(args: argparse.Namespace) -> list[tuple[str, str, str]]:
@@ -583,57 +785,145 @@ def _units(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     return [(m, p, d) for m in models for p in args.parts.split(",") for d in args.dtypes.split(",")]
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Each model, part and dtype in its own child process, ``--gpus`` of them at once (one per
-    GPU); the run's JSON rewritten after each."""
+def _say(args: argparse.Namespace, text: str) -> None:
+    """A progress line on stderr and in ``--log``."""
+    line = f"[real {time.strftime('%H:%M:%S', time.gmtime())}] {text}"
+    print(line, file=sys.stderr, flush=True)
+    if args.log:
+        with open(args.log, "a") as f:
+            f.write(line + "\n")
+
+
+def _log_child(args: argparse.Namespace, r: _Running, rows: list[dict[str, Any]]) -> None:
+    """The end of a child's stderr in ``--log``: more of it where something went wrong."""
+    bad = any("not_run" in row or any("raised" in b for b in row["backends"].values()) for row in rows)
+    text = r.stderr.read_text(errors="replace") if r.stderr.exists() else ""
+    tail = text[-6000:] if bad else text[-600:]
+    _say(args, f"{' '.join(r.unit)} on gpu {r.gpu}: {time.time() - r.started:.0f} s, "
+               f"{'something failed' if bad else 'ok'}" + (f"; its stderr ends:\n{tail}" if tail.strip() else ""))
+
+
+def _pick(pending: list[tuple[str, str, str]], left: float, args: argparse.Namespace,
+          backends: list[str]) -> tuple[str, str, str] | None:
+    """The first pending unit whose estimate fits the time left (``--fit`` times it), or None."""
+    for unit in pending:
+        if estimate_s(unit, backends, _warm_choice(args) != "none") <= left * args.fit:
+            return unit
+    return None
+
+
+def _backends(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     vendors = [b for b in args.backend.split(",") if b]
     baselines = [] if args.baseline == "none" else args.baseline.split(",")
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
         raise SystemExit(f"unknown baseline(s) {unknown}; choose from {sorted(BASELINES)}")
-    backends = [*baselines, *vendors]  # ours last: a crash then costs no baseline its result
-    pending = _units(args)
-    order = {u: i for i, u in enumerate(pending)}
+    return vendors, [*baselines, *vendors]  # ours last: a crash then costs no baseline its result
+
+
+@dataclass
+class _Driver:
+    """The state of one run: units pending, running (per slot) and done; :meth:`write` saves it."""
+    args: argparse.Namespace
+    backends: list[str]
+    header: dict[str, Any]
+    pending: list[tuple[str, str, str]]
+    path: Path
+    started: float = field(default_factory=time.time)
+    done: dict[tuple[str, str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    running: dict[int, _Running] = field(default_factory=dict)
+
+    def write(self) -> dict[str, Any]:
+        order = {u: i for i, u in enumerate(self.header["units"])}
+        rows = [r for u in sorted(self.done, key=order.__getitem__) for r in self.done[u]]
+        rows += [r for run in self.running.values() for r in _collect(run, "running", self.started)]
+        record = {**self.header, "seconds": time.time() - self.started, "rows": rows}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1, default=str))
+        os.replace(tmp, self.path)  # a run killed while writing keeps the previous JSON whole
+        for run in self.running.values():
+            run.size = run.events.stat().st_size if run.events.exists() else 0
+        return record
+
+    def finish(self, r: _Running, slot: int, stopped: str | None) -> None:
+        if stopped:
+            _kill(r)
+        self.done[r.unit] = _collect(r, stopped, self.started)
+        _log_child(self.args, r, self.done[r.unit])
+        del self.running[slot]
+
+    def not_run(self, unit: tuple[str, str, str], why: str) -> None:
+        self.done[unit] = [{"model": unit[0], "what": SPECS[unit[0]].what, "part": unit[1], "dtype": unit[2],
+                            "not_run": why, "backends": {}}]
+        _say(self.args, f"{' '.join(unit)}: not run ({why})")
+
+    def tick(self) -> bool:
+        """Start, stop and collect children once; whether anything changed that the JSON lacks."""
+        a, now = self.args, time.time()
+        left = (self.started + a.stop - now) if a.stop else float("inf")
+        changed = False
+        for unit in [u for u in self.pending if estimate_s(u, self.backends, _warm_choice(a) != "none") > left * a.fit]:
+            self.pending.remove(unit)
+            self.not_run(unit, "--stop reached" if left <= 0 else f"its estimate ({estimate_s(unit, self.backends):.0f} s) "
+                         f"is over the {left:.0f} s left before --stop")
+            changed = True
+        for slot in range(a.ngpus * a.per_gpu):
+            if slot not in self.running and self.pending:
+                unit = self.pending.pop(0)
+                _say(a, f"{' '.join(unit)} on gpu {slot % a.ngpus} (slot {slot}, estimate "
+                        f"{estimate_s(unit, self.backends):.0f} s, {left:.0f} s left) ...")
+                self.running[slot] = _launch(unit, slot % a.ngpus, a, self.backends)
+        for slot, r in list(self.running.items()):
+            over = left <= 0 or now - r.started > a.timeout
+            if r.proc.poll() is not None or over:
+                self.finish(r, slot, f"stopped after {now - r.started:.0f} s (--stop/--timeout)" if over and
+                            r.proc.poll() is None else None)
+                changed = True
+            elif (r.events.stat().st_size if r.events.exists() else 0) != r.size:
+                changed = True
+        return changed
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Each model, part and dtype in its own child process, ``--per-gpu`` of them on each of
+    ``--gpus`` GPUs at once, cheapest first (:func:`order_units`; ``--order given``: as listed);
+    the run's JSON rewritten whenever a child reports a result, so a run killed from outside
+    still leaves what it measured. ``--stop``: nothing starts that its estimate says cannot end
+    in time (``--fit``), and what still runs then is ended and written."""
+    import signal
+
+    vendors, backends = _backends(args)
+    args.ngpus, args.per_gpu = gpu_count(args), max(1, args.per_gpu)
+    units = _units(args)
+    if args.order == "cheap":
+        units = order_units(units, backends, _warm_choice(args) != "none")
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench_real_")
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    started = time.time()
-    deadline = started + (args.stop or 1e9)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.name or args.device + '_' + '_'.join(vendors or ['baselines'])}.json"
-    done: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    running: dict[int, _Running] = {}
+    started = time.time()
+    header = {**_run_header(args, vendors, backends, started), "name": path.stem, "units": units}
+    d = _Driver(args, backends, header, list(units), path, started)
 
-    def write() -> dict[str, Any]:
-        rows = [r for u in sorted(done, key=order.__getitem__) for r in done[u]]
-        record = _run_record(args, vendors, backends, started, rows)
-        path.write_text(json.dumps(record, indent=1, default=str))
-        return record
-
-    while pending or running:
-        now = time.time()
-        for slot in range(args.gpus):
-            if slot not in running and pending and now < deadline:
-                print(f"[real] {' '.join(pending[0])} (slot {slot}) ...", file=sys.stderr, flush=True)
-                running[slot] = _launch(pending.pop(0), slot, args, backends)
-        if now >= deadline:
-            for u in pending:
-                done[u] = [{"model": u[0], "what": SPECS[u[0]].what, "part": u[1], "dtype": u[2],
-                            "not_run": "--stop reached", "backends": {}}]
-            pending = []
-        for slot, r in list(running.items()):
-            stopped = None
-            if r.proc.poll() is None and (now >= deadline or now - r.started > args.timeout):
-                r.proc.kill()
-                stopped = f"stopped after {now - r.started:.0f} s (--stop/--timeout)"
-            if r.proc.poll() is not None or stopped:
-                r.proc.wait()
-                done[r.unit] = _collect(r, stopped)
-                del running[slot]
-                write()
-        time.sleep(0.2)
-    record = write()
-    print(f"[real] wrote {path}", file=sys.stderr)
+    def term(*_: Any) -> None:
+        raise SystemExit(143)
+    previous = signal.signal(signal.SIGTERM, term)
+    try:
+        d.write()
+        while d.pending or d.running:
+            if d.tick():
+                d.write()
+            time.sleep(0.2)
+    finally:  # an outside SIGTERM or ^C: end the children, keep what they measured
+        for slot, r in list(d.running.items()):
+            d.finish(r, slot, "stopped: the driver was ended")
+        for unit in d.pending:
+            d.not_run(unit, "the driver was ended")
+        d.pending = []
+        record = d.write()
+        signal.signal(signal.SIGTERM, previous)
+    _say(args, f"wrote {path}")
     return record
 
 
@@ -642,6 +932,89 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _f(v: Any, spec: str = ".2f") -> str:
     return "—" if v is None else f"{v:{spec}}"
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _reference(run: dict[str, Any]) -> str | None:
+    """The baseline that peak memory and compile times are compared with: Inductor's default mode
+    where the run has it, else its first compiled baseline."""
+    compiled = [b for b in run["backends"] if b not in run["vendors"] and b != "eager"]
+    return "inductor" if "inductor" in compiled else (compiled[0] if compiled else None)
+
+
+def _ratios(rows: list[dict[str, Any]], vendor: str, other: str, key: Callable[[dict[str, Any]], Any],
+            invert: bool = False) -> list[tuple[float, str]]:
+    """(ratio, model) over the rows where both backends have a value: other / ours (a speed), or
+    ours / other with ``invert`` (memory, compile time)."""
+    out = []
+    for r in rows:
+        a, b = key(r["backends"].get(other, {})), key(r["backends"].get(vendor, {}))
+        if a and b:
+            out.append((b / a if invert else a / b, r["model"]))
+    return out
+
+
+def _stat(pairs: list[tuple[float, str]], worst: Callable[..., Any] = min) -> str:
+    """``geomean (worst model's ratio model, n)`` of (ratio, model) pairs."""
+    if not pairs:
+        return "—"
+    g, (w, model) = _geomean([p for p, _ in pairs]), worst(pairs)
+    return f"{_f(g)}× (n={len(pairs)}; {'min' if worst is min else 'max'} {w:.2f}× {model})"
+
+
+def summary(run: dict[str, Any]) -> list[str]:
+    """The run's summary table: per vendor, part and dtype, its speed against each baseline
+    (geomean of baseline ms / ours, the lowest model), its peak memory and cold and warm compile
+    against :func:`_reference` (geomean of ours / theirs, the highest model), and how many of its
+    models replayed CUDA graphs (compare those with the baselines' CUDA-graph modes).
+
+    >>> r = {"vendors": ["v"], "backends": ["eager", "inductor", "v"], "rows": [{"model": "m", "part": "training",
+    ...      "dtype": "bf16", "backends": {"eager": {"ms": 4.0}, "inductor": {"ms": 3.0, "peak_gb": 2.0},
+    ...      "v": {"ms": 2.0, "peak_gb": 3.0}}}]}
+    >>> summary(r)[2]
+    '| v | training | bf16 | 1 | 2.00× (n=1; min 2.00× m) | 1.50× (n=1; min 1.50× m) | 1.50× (n=1; max 1.50× m) | — | — | 0 of 1 |'
+    """
+    vendors, ref = run["vendors"], _reference(run)
+    others = [b for b in run["backends"] if b not in vendors]
+    head = (f"| backend | part | dtype | models | " + " | ".join(f"speed × {b}" for b in others)
+            + f" | peak GB ÷ {ref} | cold s ÷ {ref} | warm s ÷ {ref} | replayed CUDA graphs |")
+    lines = [head, "|---|---|---|---:|" + "---|" * (len(others) + 4)]
+    groups = dict.fromkeys((r["part"], r["dtype"]) for r in run["rows"] if "not_run" not in r)
+    for v in vendors:
+        for part, dtype in groups:
+            rows = [r for r in run["rows"] if (r.get("part"), r.get("dtype")) == (part, dtype) and "not_run" not in r
+                    and r["backends"].get(v, {}).get("ms")]
+            cells = [_stat(_ratios(rows, v, b, lambda x: x.get("ms"))) for b in others]
+            for key in (lambda x: x.get("peak_gb"), lambda x: x.get("compile_s", {}).get("cold"),
+                        lambda x: x.get("compile_s", {}).get("warm")):
+                cells.append(_stat(_ratios(rows, v, ref, key, invert=True), max) if ref else "—")
+            graphed = sum(1 for r in rows if (r["backends"][v].get("cuda_graphs") or {}).get("captured"))
+            lines.append(f"| {v} | {part} | {dtype} | {len(rows)} | " + " | ".join(cells) + f" | {graphed} of {len(rows)} |")
+    return lines
+
+
+def where_when(run: dict[str, Any]) -> list[str]:
+    """One line per unit: the GPU it ran on, when it started in the run, how long it took, and
+    whether it was ended early (``--stop``/``--timeout``) or still running when the JSON was written.
+
+    >>> where_when({"rows": [{"model": "m", "part": "training", "dtype": "bf16", "gpu": 1, "start_s": 3.0,
+    ...             "seconds": 40.0, "backends": {}}]})
+    ['- m training bf16: GPU 1, from +3 s, 40 s']
+    """
+    out = []
+    for r in run["rows"]:
+        if "gpu" not in r:
+            continue
+        stopped = [b for b, res in r["backends"].items() if "stopped" in str(res.get("raised", ""))]
+        out.append(f"- {r['model']} {r['part']} {r['dtype']}: " + (f"run {r['run']}, " if r.get("run") else "")
+                   + f"GPU {r['gpu']}, from +{r['start_s']:.0f} s, "
+                   f"{r['seconds']:.0f} s" + (" (still running when written)" if r.get("running") else "")
+                   + (f" (ended in {', '.join(stopped)})" if stopped else ""))
+    return out
 
 
 def _cells(res: dict[str, Any]) -> dict[str, Any]:
@@ -656,15 +1029,17 @@ def table(run: dict[str, Any]) -> list[str]:
     >>> r = {"vendors": ["v"], "backends": ["eager", "v"], "rows": [{"model": "m", "part": "training", "dtype": "bf16",
     ...      "backends": {"eager": {"ms": 4.0}, "v": {"ms": 2.0, "compile_s": {"cold": 3.0}}}}]}
     >>> table(r)[2]
-    '| m | training | bf16 | 4.00 / 2.00 | 2.00× | — / — | 3.0 | — | — / — | — |'
+    '| m | training | bf16 | 4.00 / 2.00 | 2.00× | — / — | — | 3.0 | — | — / — | — |'
     """
     vendors, backends = run["vendors"], run["backends"]
     others = [b for b in backends if b not in vendors]
     compiled = [b for b in backends if b != "eager"]
     ratio_heads = [f"{v} × {b}" for v in vendors for b in others]
+    ref = _reference(run)
     head = (f"| model | part | dtype | ms ({' / '.join(backends)}) | {' | '.join(ratio_heads) or 'speed'} | peak GB "
-            f"({' / '.join(backends)}) | cold s ({' / '.join(compiled)}) | warm s | extern mm share | rel. error vs eager ({' / '.join(vendors)}) |")
-    lines = [head, "|---|---|---|---|" + "---:|" * max(1, len(ratio_heads)) + "---|---|---|---|---|"]
+            f"({' / '.join(backends)}) | peak ÷ {ref} ({' / '.join(vendors)}) | cold s ({' / '.join(compiled)}) | warm s "
+            f"| extern mm share | rel. error vs eager ({' / '.join(vendors)}) |")
+    lines = [head, "|---|---|---|---|" + "---:|" * max(1, len(ratio_heads)) + "---|---:|---|---|---|---|"]
     for r in run["rows"]:
         if "not_run" in r:
             lines.append(f"| {r['model']} | not run: {r['not_run']} |")
@@ -672,9 +1047,12 @@ def table(run: dict[str, Any]) -> list[str]:
         c = {b: _cells(r["backends"].get(b, {})) for b in backends}
         speed = [(_f(c[b]["ms"] / c[v]["ms"]) + "×") if c[b]["ms"] and c[v]["ms"] else "—" for v in vendors for b in others]
         err = [_f(r["backends"].get(v, {}).get("rel_second"), ".1e") for v in vendors]
-        lines.append(f"| {r['model']} | {r['part']} | {r['dtype']} | " + " / ".join(_f(c[b]["ms"]) for b in backends)
+        peak = [_f(c[v]["peak"] / c[ref]["peak"]) + "×" if ref and c[v]["peak"] and c[ref]["peak"] else "—" for v in vendors]
+        graphed = any((r["backends"].get(v, {}).get("cuda_graphs") or {}).get("captured") for v in vendors)
+        lines.append(f"| {r['model']} | {r['part']}{' (graphs)' if graphed else ''} | {r['dtype']} | "
+                     + " / ".join(_f(c[b]["ms"]) for b in backends)
                      + f" | {' | '.join(speed) or '—'} | " + " / ".join(_f(c[b]["peak"]) for b in backends)
-                     + " | " + " / ".join(_f(c[b]["cold"], ".1f") for b in compiled) + " | "
+                     + f" | {' / '.join(peak)} | " + " / ".join(_f(c[b]["cold"], ".1f") for b in compiled) + " | "
                      + " / ".join(_f(c[b]["warm"], ".1f") for b in compiled) + " | "
                      + " / ".join(_f(c[b]["mm"], ".0%") for b in backends) + f" | {' / '.join(err)} |")
     return lines
@@ -718,10 +1096,19 @@ def render(runs: list[dict[str, Any]]) -> list[str]:
                 f"torch {run['torch']}, transformers {run['transformers']}, {run['when']}, {run['seconds']:.0f} s; "
                 f"{run['settings']['iters']} timed calls after {run['settings']['warmup']} warm-up; TF32 "
                 f"{'on' if run['settings']['tf32'] else 'off'}." + (f" Note: {run['note']}" if run.get("note") else ""), ""]
-        out += table(run) + [""]
+        out += summary(run) + [""] + table(run) + [""]
+        where = where_when(run)
+        if where:
+            out += [f"Where and when ({_placement(run)}):", ""] + where + [""]
         problems = _problems(run)
         out += ["What did not run right:", ""] + (problems or ["- nothing"]) + [""]
     return out
+
+
+def _placement(run: dict[str, Any]) -> str:
+    st = run["settings"]
+    return (f"{st.get('gpus', 1)} GPU(s), {st.get('per_gpu', 1)} child(ren) per GPU taking turns for the timed calls"
+            f"; --stop {st.get('stop')}, --timeout {st.get('timeout')} s per unit; tree {run.get('tree') or 'unknown'}")
 
 
 def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -741,6 +1128,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for run in runs:
         for r in run["rows"]:
+            r = {**r, "run": r.get("run") or run.get("name") or run.get("when")}  # where_when's "which command"
             key = (r["model"], r.get("part", ""), r.get("dtype", ""))
             if key in rows and "not_run" not in r:
                 rows[key] = {**rows[key], **r, "backends": {**rows[key].get("backends", {}), **r["backends"]}}
@@ -771,12 +1159,26 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--profile-calls", type=int, default=3, help="calls profiled for the kernel shares (0: none)")
-    p.add_argument("--no-warm", action="store_true", help="skip the warm compile")
+    p.add_argument("--warm", default="all", choices=("all", "none", "inference", "training"),
+                   help="the parts that get a warm compile (a Dynamo reset, disk caches kept, the first call again)")
+    p.add_argument("--no-warm", action="store_true", help="the same as --warm none")
     p.add_argument("--tf32", action="store_true", help="TF32 matmuls for float32 (set_float32_matmul_precision('high'); off: torch's default, "
                    "under which convolutions already use TF32)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per model, part and dtype")
-    p.add_argument("--gpus", type=int, default=1, help="children at once, each on its own GPU (CUDA_VISIBLE_DEVICES)")
-    p.add_argument("--stop", type=float, help="start no model and end the running one after this many seconds")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per model, part and dtype (its budget: "
+                   "then the child is ended and what it measured kept)")
+    p.add_argument("--gpus", default="1", help="GPUs to spread the children over (CUDA_VISIBLE_DEVICES), or 'auto'")
+    p.add_argument("--per-gpu", type=int, default=1, help="children at once on each GPU: they compile side by side "
+                   "and take turns for the timed calls (a file lock)")
+    p.add_argument("--order", default="cheap", choices=("cheap", "given"),
+                   help="cheap: the units by their estimated seconds, cheapest first; given: models x parts x dtypes")
+    p.add_argument("--stop", type=float, help="seconds after which the run ends: nothing starts whose estimate "
+                   "does not fit (--fit), the children still running are ended, the JSON is written")
+    p.add_argument("--fit", type=float, default=1.5, help="start a unit while its estimate is at most this many "
+                   "times the seconds left before --stop")
+    p.add_argument("--log", help="a file for the progress lines and the end of each child's stderr")
+    p.add_argument("--smoke", action="store_true", help="every model at a tiny size on the CPU with "
+                   "torchvendor_cpu beside eager, in this process, inference and training, bf16 and fp32; "
+                   "exits 1 where one raises or differs from eager (before spending GPU time)")
     p.add_argument("--workdir", help="folder of the children's events and caches (default: a fresh temp folder)")
     p.add_argument("--name", help="the run JSON's stem")
     p.add_argument("--out", default=str(RUNS), help="folder of the run JSON")
@@ -810,6 +1212,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         _child(args)
         return 0
+    if args.smoke:
+        problems = smoke(args.models.split(",") if args.models else None, tuple(args.parts.split(",")),
+                         tuple(args.dtypes.split(",")), args.backend if "," not in args.backend else "torchvendor_cpu")
+        print("\n".join(["smoke: problems:", *problems] if problems else ["smoke: every model ran and matched eager"]))
+        return 1 if problems else 0
     run(args)
     if Path(args.out).resolve() == RUNS.resolve():
         sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -130,3 +130,84 @@ def test_stop_ends_the_children_and_still_writes_the_run(tmp_path):
     assert [r["model"] for r in run["rows"]] == ["gpt2_124m", "resnet50"]
     assert all("not_run" in r for r in run["rows"]), run["rows"]
     assert "not run" in "\n".join(real.render([run]))
+
+
+def test_every_model_has_a_cost_estimate_and_the_order_is_cheapest_first():
+    assert set(real.INDUCTOR_COLD_S) == set(real.SPECS)
+    units = [(m, p, "bf16") for m in real.SPECS for p in real.PARTS]
+    ordered = real.order_units(units, ["eager", "inductor", "torchvendor_cuda"])
+    costs = [real.estimate_s(u, ["eager", "inductor", "torchvendor_cuda"]) for u in ordered]
+    assert sorted(ordered) == sorted(units) and costs == sorted(costs)
+    assert real.estimate_s(units[0], ["eager", "inductor_max_autotune"]) > real.estimate_s(units[0], ["eager", "inductor"])
+
+
+def _fake_run():
+    def row(model, part, ms, peak, cold, graphs=0):
+        ours = {"ms": ms[2], "peak_gb": peak[1], "compile_s": {"cold": cold[1], "warm": cold[1] / 4}}
+        if graphs:
+            ours["cuda_graphs"] = {"captured": graphs}
+        return {"model": model, "part": part, "dtype": "bf16", "gpu": 1, "start_s": 2.0, "seconds": 50.0,
+                "backends": {"eager": {"ms": ms[0]}, "inductor": {"ms": ms[1], "peak_gb": peak[0],
+                                                                  "compile_s": {"cold": cold[0], "warm": cold[0] / 4}},
+                             "v": ours}}
+    rows = [row("a", "training", (4.0, 2.0, 1.0), (1.0, 2.0), (10.0, 20.0)),
+            row("b", "training", (4.0, 2.0, 4.0), (1.0, 1.0), (10.0, 10.0), graphs=3),
+            {"model": "c", "part": "training", "dtype": "bf16", "not_run": "--stop reached", "backends": {}}]
+    return {"vendors": ["v"], "backends": ["eager", "inductor", "v"], "rows": rows, "device": "cuda",
+            "machine": "m", "scale": "real", "torch": "t", "transformers": "x", "when": "w", "seconds": 9.0,
+            "tree": "abc123", "settings": {"iters": 3, "warmup": 1, "tf32": False, "gpus": 2, "per_gpu": 1}}
+
+
+def test_summary_has_geomeans_against_each_baseline_and_ratios_to_inductor():
+    line, = [x for x in real.summary(_fake_run()) if x.startswith("| v |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[:4] == ["v", "training", "bf16", "2"]
+    assert cells[4].startswith("2.00× (n=2; min 1.00× b)")      # vs eager: 4/1 and 4/4
+    assert cells[5].startswith("1.00× (n=2; min 0.50× b)")      # vs inductor: 2/1 and 2/4
+    assert cells[6].startswith("1.41× (n=2; max 2.00× a)")      # peak: 2/1 and 1/1
+    assert cells[7].startswith("1.41× (n=2; max 2.00× a)")      # cold compile
+    assert cells[9] == "1 of 2"                                 # b replayed CUDA graphs
+
+
+def test_render_says_what_ran_where_and_when_and_what_did_not_run():
+    text = "\n".join(real.render([_fake_run()]))
+    assert "| b | training (graphs) | bf16 |" in text and "| 1.00× |" in text  # b's peak over Inductor's
+    assert "- a training bf16: GPU 1, from +2 s, 50 s" in text and "tree abc123" in text
+    assert "| c | not run: --stop reached |" in text
+
+
+def test_the_json_is_written_while_a_child_runs_and_a_stopped_child_keeps_its_results(tmp_path):
+    """A child still running shows in the JSON with the backends it finished; --stop ends it
+    (its whole process group) and marks the backend it was in."""
+    events = tmp_path / "e.jsonl"
+    events.write_text(json.dumps({"start": ["inference", "bf16", "eager"]}) + "\n"
+                      + json.dumps({"result": {"part": "inference", "dtype": "bf16", "backend": "eager", "ms": 2.0}})
+                      + "\n" + json.dumps({"start": ["inference", "bf16", "v"]}) + "\n")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    unit = ("gpt2_124m", "inference", "bf16")
+    r = real._Running(unit, proc, events, tmp_path / "err.txt", 0.0, gpu=1)
+    args = argparse.Namespace(log=str(tmp_path / "log.txt"))
+    d = real._Driver(args, ["eager", "v"], {"units": [unit], "vendors": ["v"]}, [], tmp_path / "run.json")
+    d.running[0] = r
+    d.write()
+    row, = json.loads((tmp_path / "run.json").read_text())["rows"]
+    assert row["running"] and row["backends"] == {"eager": {"ms": 2.0}} and row["gpu"] == 1
+    d.finish(r, 0, "stopped after 5 s (--stop/--timeout)")
+    assert proc.returncode is not None and not d.running
+    row, = d.write()["rows"]
+    assert row["backends"]["v"]["raised"].startswith("the process died: stopped after 5 s")
+    assert "gpt2_124m inference bf16 on gpu 1" in (tmp_path / "log.txt").read_text()
+
+
+def test_gpu_lock_takes_a_file_lock_when_children_share_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHVENDOR_BENCH_LOCK", str(tmp_path / "gpu0.lock"))
+    with real.gpu_lock() as waited:
+        assert waited >= 0.0 and (tmp_path / "gpu0.lock").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_smoke_every_model_through_torchvendor_cpu(name):
+    """What `--smoke` does, one model at a time: tiny, inference and training, bf16 autocast,
+    torchvendor_cpu against eager (catches a broken model before GPU time is spent on it)."""
+    assert real.smoke([name], dtypes=("bf16",), say=lambda line: None) == []
