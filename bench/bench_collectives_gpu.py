@@ -48,8 +48,9 @@ for _var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DI
 
 
 def _burst(size: int) -> int:
-    """Calls per timed burst: about 64 MiB moved, at least 4 and at most 200 calls."""
-    return max(4, min(200, (64 << 20) // size))
+    """Calls per timed burst: about 256 MiB moved, at least 10 and at most 200 calls (the sync after
+    a burst, and the idle device's first call, then weigh a tenth or less of it)."""
+    return max(10, min(200, (256 << 20) // size))
 
 
 def _collective(kind: str, size: int, dev: str, group: Any) -> Callable[[], Any]:
