@@ -326,6 +326,23 @@ def test_graphed_partitions_give_the_sdk_the_runners_boxed_backward(acme, tmp_pa
         torch.testing.assert_close(got, w.grad, rtol=1e-3, atol=1e-4)
 
 
+def test_the_memory_trace_writes_a_line_per_partition_call(monkeypatch, tmp_path):
+    """$TORCHVENDOR_CUDA_MEMORY_TRACE: each call through what GraphedProgram hands out appends the
+    program, the path, memory allocated before and after, and the peak; unset, nothing is wrapped."""
+    from torchvendor.reference_backends.cuda import graphs
+
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setattr(graphs, "_TRACE", str(trace))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 5)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 7)
+    runner, prog = _runner(lambda x: x * 2, torch.randn(4))
+    x = torch.randn(4)
+    torch.testing.assert_close(graphs._traced(runner, prog, "boxed")(x)[0], x * 2)
+    assert json.loads(trace.read_text()) == {"program": prog.name, "path": "boxed", "before": 5, "after": 5, "peak": 7}
+    monkeypatch.setattr(graphs, "_TRACE", "")
+    assert graphs._traced(runner, prog, "boxed") is runner
+
+
 def test_the_backend_option_sets_the_rules_limit():
     from torchvendor.reference_backends.cuda import CudaBackend, graphs
 

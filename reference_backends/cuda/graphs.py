@@ -210,6 +210,11 @@ class GraphedProgram:
         self.params: frozenset[int] | None = None
 
     def __call__(self, *inputs: Any) -> list[Any]:
+        if _TRACE and _cuda_device(inputs) is not None:
+            return _traced(self._call, self.program, "call")(*inputs)
+        return self._call(*inputs)
+
+    def _call(self, *inputs: Any) -> list[Any]:
         device = _cuda_device(inputs)
         if not self.usable or device is None or torch.cuda.is_current_stream_capturing():
             return self.runner(*inputs)
@@ -254,7 +259,7 @@ class GraphedProgram:
         make = getattr(self.runner, "replay", None)
         if make is None or self.graphed(*inputs):
             return None
-        return make(*inputs, form=form)
+        return _traced(make(*inputs, form=form), self.program, "replay")
 
     def boxed(self, *inputs: Any) -> Callable[[list], list] | None:
         """The SDK runner's boxed call (``ProgramRunner.boxed``: AOTAutograd's convention, each
@@ -264,7 +269,7 @@ class GraphedProgram:
         make = getattr(self.runner, "boxed", None)
         if make is None or self.graphed(*inputs):
             return None
-        return make(*inputs)
+        return _traced(make(*inputs), self.program, "boxed")
 
     def _key(self, inputs: Sequence[Any]) -> tuple:
         if self.params is None:
@@ -313,6 +318,34 @@ class GraphedProgram:
             return None
         write_back = sorted(k for k in self.written if k in owned)
         return _Graph(graph, owned, {k: inputs[k].data_ptr() for k in fixed}, write_back, outputs, handouts)
+
+
+#: ``$TORCHVENDOR_CUDA_MEMORY_TRACE``: a file each partition call on ``cuda`` appends a line to
+_TRACE = os.environ.get("TORCHVENDOR_CUDA_MEMORY_TRACE", "")
+
+
+def _traced(fn: Callable[..., Any] | None, program: Any, path: str) -> Callable[..., Any] | None:
+    """``fn`` itself, or with ``$TORCHVENDOR_CUDA_MEMORY_TRACE`` set, ``fn`` appending one JSON line
+    per call to that file: the program's name, the path the call took (``call``: this wrapper,
+    graphed or not; ``replay``; ``boxed``), ``torch.cuda.memory_allocated`` before and after, and
+    ``max_memory_allocated`` after (the peak since the caller's last reset): where a step's
+    memory goes, partition by partition, without a profiler."""
+    if not _TRACE or fn is None:
+        return fn
+    import json
+
+    name = getattr(program, "name", "?")
+
+    def run(*args: Any) -> Any:
+        before = torch.cuda.memory_allocated()
+        out = fn(*args)
+        line = {"program": name, "path": path, "before": before, "after": torch.cuda.memory_allocated(),
+                "peak": torch.cuda.max_memory_allocated()}
+        with open(_TRACE, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        return out
+
+    return run
 
 
 def _cuda_device(inputs: Sequence[Any]) -> torch.device | None:
