@@ -81,6 +81,8 @@ def _padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
         return t
     if t.stride(-2) == 1 and t.stride(-1) != 1:  # column-major: pad the transpose
         return _padded(t.mT, cols, rows).mT
+    if tuple(t.shape[-2:]) == (rows, cols):   # only the leading dimension is off: a dense copy, no zeros
+        return t.contiguous()
     out = t.new_zeros((*t.shape[:-2], rows, cols))
     out[..., :t.shape[-2], :t.shape[-1]].copy_(t)
     return out
