@@ -145,6 +145,39 @@ def test_a_build_worker_that_fails_is_replaced_by_a_build_here(acme, tmp_path, m
     assert list(tmp_path.rglob("*.triton"))
 
 
+POOL_SCRIPT = """
+    import torch
+    from torchvendor.sdk import TritonBackend, last_report, register_backend, register_device
+    register_device("acme")
+
+    class Pool(TritonBackend):
+        name = "t_pool"
+        triton_target, binary_format = "cuda", "cubin"
+        def triton_arch(self, properties):
+            return 90
+
+    register_backend(Pool)
+    x = torch.randn(1, 2, 8, 8)
+    with torch.no_grad():
+        got = torch.compile(lambda t: torch.nn.functional.max_pool2d(t, 3, 2, 1) * 2, backend="t_pool")(x.to("acme"))
+    torch.testing.assert_close(got.cpu(), torch.nn.functional.max_pool2d(x, 3, 2, 1) * 2)
+    (part,) = last_report().partitions
+    assert "module_load" in part.reason, part.reason
+    print("OK")
+"""
+
+
+@needs_nvidia_triton
+def test_max_pool_in_a_fresh_process(tmp_path):
+    """Inductor's max_pool2d decomposition calls its lowering module, which a fresh process has
+    not imported when the level traces (resnet's first graph failed that way)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "TORCHVENDOR_CACHE_DIR": str(tmp_path),
+           "TORCHVENDOR_TRITON_BUILD_WORKERS": "1"}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(POOL_SCRIPT)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0 and "OK" in done.stdout, done.stdout[-3000:] + done.stderr[-5000:]
+
+
 # ---- the per-call path in C++ (torchvendor._C.TritonLaunch, ExternCall), on the simulator ----
 
 def _sim_kernel(acme, name):

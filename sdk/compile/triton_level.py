@@ -137,6 +137,7 @@ class TritonBackend(AotFlow):
     def _decompositions(self) -> Any:
         from torchvendor.ir.loop_ir import inductor_decompositions
 
+        compat.inductor()  # imports Inductor's lowering, which some of its decompositions call (max_pool2d)
         return _decomp.resolve(inductor_decompositions())
 
     def _warm_key_parts(self) -> tuple[str, ...]:
