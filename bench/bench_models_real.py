@@ -7,9 +7,14 @@ beside eager and Inductor's modes in the same process.
     python bench/bench_models.py --size real --device cuda --backend torchvendor_cuda \\
         --models gpt2_124m --parts training --dtypes bf16 --baseline eager,inductor,inductor_cudagraphs
     .venv/bin/python bench/bench_models.py --size real --device cpu --backend torchvendor_cpu --scale tiny
+    .venv/bin/python bench/bench_models.py --size real --smoke --dtypes bf16   # every model, tiny, in-process
 
-A process per model (a crash or a poisoned CUDA context costs one model); in it, per part and
-dtype, each backend in turn gets a fresh copy of the model, fresh compile caches (cold), a first
+A process per model, part and dtype (a *unit*: a crash or a poisoned CUDA context costs one),
+cheapest first by :func:`estimate_s`, ``--per-gpu`` of them on each of ``--gpus`` GPUs (they
+compile side by side and take turns for the timed calls: :func:`gpu_lock`); the run's JSON is
+rewritten whenever a child reports a result, and ``--stop`` starts nothing that cannot end in
+time and ends what still runs, so a run cut short keeps what it measured. In a unit, each
+backend in turn gets a fresh copy of the model, fresh compile caches (cold), a first
 call (``compile_s.cold``), warm-up calls, ``--iters`` timed calls (median of CUDA-event times,
 ``ms``), the peak of ``max_memory_allocated`` over them (reset before; the model, its gradients
 and AdamW's state included: ``peak_gb``), a profile of a few calls (the share of GPU time in
@@ -778,11 +783,19 @@ def _run_header(args: argparse.Namespace, vendors: list[str], backends: list[str
 
 
 def _units(args: argparse.Namespace) -> list[tuple[str, str, str]]:
-    models = args.models.split(",") if args.models else list(SPECS)
-    bad = [m for m in models if m not in SPECS]
+    """``--units`` (model:part:dtype, comma list) or ``--models`` × ``--parts`` × ``--dtypes``."""
+    if getattr(args, "units", None):
+        units = [tuple(u.split(":")) for u in args.units.split(",") if u]
+        bad = [u for u in units if len(u) != 3 or u[1] not in PARTS or u[2] not in DTYPES]
+        models = [u[0] for u in units]
+    else:
+        models = args.models.split(",") if args.models else list(SPECS)
+        units = [(m, p, d) for m in models for p in args.parts.split(",") for d in args.dtypes.split(",")]
+        bad = []
+    bad += [m for m in models if m not in SPECS]
     if bad:
-        raise SystemExit(f"unknown model(s) {bad}; choose from {sorted(SPECS)}")
-    return [(m, p, d) for m in models for p in args.parts.split(",") for d in args.dtypes.split(",")]
+        raise SystemExit(f"unknown model(s) or units {bad}; models: {sorted(SPECS)}, parts {PARTS}, dtypes {DTYPES}")
+    return units  # type: ignore[return-value]
 
 
 def _say(args: argparse.Namespace, text: str) -> None:
@@ -1085,6 +1098,14 @@ def render(runs: list[dict[str, Any]]) -> list[str]:
            "kernels it compiled earlier in the process in memory); warm: the first call after a Dynamo reset. "
            "Extern mm share: GPU time in library matmul/convolution kernels over all GPU time (torch.profiler). "
            "Rel. error: the second call's loss (after one AdamW step) or output against eager at the same dtype.", "",
+           "Each run's summary: per backend, part and dtype, the geomean of its speed against each baseline "
+           "(baseline ms ÷ ours, over the models both ran; the lowest model named) and of its peak memory and cold "
+           "and warm compile over Inductor's default mode (ours ÷ Inductor; the highest model named); a row marked "
+           "\"(graphs)\" is one where ours replayed CUDA graphs, to be read against the baselines' CUDA-graph modes. "
+           "A process per model, part and dtype (a *unit*), cheapest first by an estimate of its compile time; "
+           "with several children per GPU they compile side by side and take turns (a file lock) for the warm-up, "
+           "timed and profiled calls. `--smoke` runs every model at a tiny size through `torchvendor_cpu` against "
+           "eager on the CPU first.", "",
            "Models: " + "; ".join(f"`{s.name}` ({s.what}, {s.params / 1e6:.1f}M parameters)" for s in SPECS.values())
            + ". Dropout off, no KV cache returned; training computes the model's own loss from `labels`.", ""]
     if not runs:
@@ -1153,6 +1174,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default="eager,inductor",
                    help=f"comma list of {', '.join(BASELINES)}, or 'none'")
     p.add_argument("--models", help=f"comma list of {', '.join(SPECS)} (default: all)")
+    p.add_argument("--units", help="model:part:dtype, a comma list, instead of --models × --parts × --dtypes "
+                   "(with --order given: run in this order)")
     p.add_argument("--parts", default="inference,training")
     p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--scale", default="real", choices=("real", "tiny"), help="tiny: the plumbing at toy sizes")
