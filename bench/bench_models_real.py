@@ -751,6 +751,8 @@ def _collect(r: _Running, stopped: str | None, started: float) -> list[dict[str,
     else:
         rows = _assemble(r.unit[0], parsed, died)
     for row in rows:
+        row.setdefault("part", r.unit[1])
+        row.setdefault("dtype", r.unit[2])
         row.update(gpu=r.gpu, start_s=round(r.started - started, 1), seconds=round(time.time() - r.started, 1))
     return rows
 
@@ -1057,7 +1059,7 @@ def table(run: dict[str, Any]) -> list[str]:
     lines = [head, "|---|---|---|---|" + "---:|" * max(1, len(ratio_heads)) + "---|---:|---|---|---|---|"]
     for r in run["rows"]:
         if "not_run" in r:
-            lines.append(f"| {r['model']} | not run: {r['not_run']} |")
+            lines.append(f"| {r['model']} | {r.get('part', '')} | {r.get('dtype', '')} | not run: {r['not_run']} |")
             continue
         c = {b: _cells(r["backends"].get(b, {})) for b in backends}
         speed = [(_f(c[b]["ms"] / c[v]["ms"]) + "×") if c[b]["ms"] and c[v]["ms"] else "—" for v in vendors for b in others]

@@ -173,7 +173,7 @@ def test_render_says_what_ran_where_and_when_and_what_did_not_run():
     text = "\n".join(real.render([_fake_run()]))
     assert "| b | training (graphs) | bf16 |" in text and "| 1.00× |" in text  # b's peak over Inductor's
     assert "- a training bf16: GPU 1, from +2 s, 50 s" in text and "tree abc123" in text
-    assert "| c | not run: --stop reached |" in text
+    assert "| c | training | bf16 | not run: --stop reached |" in text
 
 
 def test_the_json_is_written_while_a_child_runs_and_a_stopped_child_keeps_its_results(tmp_path):
