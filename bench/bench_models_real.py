@@ -697,6 +697,15 @@ def gpu_count(args: argparse.Namespace) -> int:
     return max(1, torch.cuda.device_count())
 
 
+def compile_threads(args: argparse.Namespace) -> int:
+    """Inductor's compile workers per child when several run at once: the cores shared out.
+
+    >>> compile_threads(argparse.Namespace(ngpus=2, per_gpu=2)) == max(1, (os.cpu_count() or 1) // 4)
+    True
+    """
+    return max(1, (os.cpu_count() or 1) // (args.ngpus * args.per_gpu))
+
+
 def _launch(unit: tuple[str, str, str], gpu: int, args: argparse.Namespace, backends: list[str]) -> _Running:
     """One model, part and dtype in a child process of its own session (so that ``--stop`` ends
     its compile workers too), on GPU ``gpu`` when there are several, holding that GPU's timing
@@ -709,6 +718,8 @@ def _launch(unit: tuple[str, str, str], gpu: int, args: argparse.Namespace, back
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     if args.per_gpu > 1:
         env["TORCHVENDOR_BENCH_LOCK"] = str(Path(args.workdir) / f"gpu{gpu}.lock")
+    if args.ngpus * args.per_gpu > 1:  # children at once share the cores: Inductor's compile pool too
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads(args)))
     with open(stderr, "w") as err:
         proc = subprocess.Popen(_child_command(unit, args, events, backends), stdout=subprocess.DEVNULL, stderr=err,
                                 cwd=ROOT, env=env, start_new_session=True)
@@ -782,6 +793,8 @@ def _run_header(args: argparse.Namespace, vendors: list[str], backends: list[str
             "settings": {"iters": args.iters, "warmup": args.warmup, "profile_calls": args.profile_calls,
                          "tf32": bool(args.tf32), "warm": _warm_choice(args), "gpus": args.ngpus,
                          "per_gpu": args.per_gpu, "stop": args.stop, "timeout": args.timeout,
+                         "inductor_compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+                         or (compile_threads(args) if args.ngpus * args.per_gpu > 1 else "default"),
                          "optimizer": "AdamW (fused on CUDA, foreach elsewhere), eager"},
             "note": args.note or ""}
 
@@ -1133,6 +1146,7 @@ def render(runs: list[dict[str, Any]]) -> list[str]:
 def _placement(run: dict[str, Any]) -> str:
     st = run["settings"]
     return (f"{st.get('gpus', 1)} GPU(s), {st.get('per_gpu', 1)} child(ren) per GPU taking turns for the timed calls"
+            f", Inductor compile threads {st.get('inductor_compile_threads', 'default')}"
             f"; --stop {st.get('stop')}, --timeout {st.get('timeout')} s per unit; tree {run.get('tree') or 'unknown'}")
 
 
