@@ -215,10 +215,10 @@ _VENDOR_FACTOR = 1.8
 _START_S = 10.0  # a child's imports, the model's build, the timed calls
 
 
-def estimate_s(unit: tuple[str, str, str], backends: list[str], warm: bool = True) -> float:
+def estimate_s(unit: tuple[str, str, str], backends: list[str], warm: bool | str = True) -> float:
     """The driver's guess of one unit's seconds (model, part, dtype) on a GPU host: every
     backend's cold compile (:data:`INDUCTOR_COLD_S` times its factor), a third more for a warm
-    compile, plus a fixed start.
+    compile (``warm``: whether, or the ``--warm`` choice), plus a fixed start.
 
     >>> round(estimate_s(("gpt2_124m", "inference", "bf16"), ["eager", "inductor", "torchvendor_cuda"], warm=False), 1)
     44.2
@@ -226,10 +226,12 @@ def estimate_s(unit: tuple[str, str, str], backends: list[str], warm: bool = Tru
     base = INDUCTOR_COLD_S.get(unit[0], (20.0, 50.0))[unit[1] == "training"]
     factors = [_COMPILE_FACTOR.get(b, _VENDOR_FACTOR) for b in backends]
     compile_s = base * sum(factors)
+    if isinstance(warm, str):
+        warm = warm in ("all", unit[1])
     return _START_S + compile_s * (1.3 if warm else 1.0)
 
 
-def order_units(units: list[tuple[str, str, str]], backends: list[str], warm: bool = True
+def order_units(units: list[tuple[str, str, str]], backends: list[str], warm: bool | str = True
                 ) -> list[tuple[str, str, str]]:
     """Cheapest first (:func:`estimate_s`), so a run cut short has measured the most units; ties
     keep the given order.
@@ -833,15 +835,6 @@ def _log_child(args: argparse.Namespace, r: _Running, rows: list[dict[str, Any]]
                f"{'something failed' if bad else 'ok'}" + (f"; its stderr ends:\n{tail}" if tail.strip() else ""))
 
 
-def _pick(pending: list[tuple[str, str, str]], left: float, args: argparse.Namespace,
-          backends: list[str]) -> tuple[str, str, str] | None:
-    """The first pending unit whose estimate fits the time left (``--fit`` times it), or None."""
-    for unit in pending:
-        if estimate_s(unit, backends, _warm_choice(args) != "none") <= left * args.fit:
-            return unit
-    return None
-
-
 def _backends(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     vendors = [b for b in args.backend.split(",") if b]
     baselines = [] if args.baseline == "none" else args.baseline.split(",")
@@ -887,21 +880,24 @@ class _Driver:
                             "not_run": why, "backends": {}}]
         _say(self.args, f"{' '.join(unit)}: not run ({why})")
 
+    def estimate(self, unit: tuple[str, str, str]) -> float:
+        return estimate_s(unit, self.backends, _warm_choice(self.args))
+
     def tick(self) -> bool:
         """Start, stop and collect children once; whether anything changed that the JSON lacks."""
         a, now = self.args, time.time()
         left = (self.started + a.stop - now) if a.stop else float("inf")
         changed = False
-        for unit in [u for u in self.pending if estimate_s(u, self.backends, _warm_choice(a) != "none") > left * a.fit]:
+        for unit in [u for u in self.pending if self.estimate(u) > left * a.fit]:
             self.pending.remove(unit)
-            self.not_run(unit, "--stop reached" if left <= 0 else f"its estimate ({estimate_s(unit, self.backends):.0f} s) "
+            self.not_run(unit, "--stop reached" if left <= 0 else f"its estimate ({self.estimate(unit):.0f} s) "
                          f"is over the {left:.0f} s left before --stop")
             changed = True
         for slot in range(a.ngpus * a.per_gpu):
             if slot not in self.running and self.pending:
                 unit = self.pending.pop(0)
                 _say(a, f"{' '.join(unit)} on gpu {slot % a.ngpus} (slot {slot}, estimate "
-                        f"{estimate_s(unit, self.backends):.0f} s, {left:.0f} s left) ...")
+                        f"{self.estimate(unit):.0f} s, {left:.0f} s left) ...")
                 self.running[slot] = _launch(unit, slot % a.ngpus, a, self.backends)
         for slot, r in list(self.running.items()):
             over = left <= 0 or now - r.started > a.timeout
@@ -926,7 +922,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     args.ngpus, args.per_gpu = gpu_count(args), max(1, args.per_gpu)
     units = _units(args)
     if args.order == "cheap":
-        units = order_units(units, backends, _warm_choice(args) != "none")
+        units = order_units(units, backends, _warm_choice(args))
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench_real_")
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
