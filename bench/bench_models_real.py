@@ -835,6 +835,25 @@ def _log_child(args: argparse.Namespace, r: _Running, rows: list[dict[str, Any]]
                f"{'something failed' if bad else 'ok'}" + (f"; its stderr ends:\n{tail}" if tail.strip() else ""))
 
 
+def skip_measured(units: list[tuple[str, str, str]], backends: list[str], files: list[str]
+                  ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """``units`` less those that a run in ``files`` measured with every one of ``backends``
+    (a missing file skips nothing: a second command on a fresh machine runs them all), and
+    those skipped.
+
+    >>> skip_measured([("m", "inference", "bf16"), ("m", "training", "bf16")], ["v"], ["/nonexistent.json"])[1]
+    []
+    """
+    measured = set()
+    for f in files:
+        if not Path(f).exists():
+            continue
+        for r in json.loads(Path(f).read_text()).get("rows", []):
+            if all(r.get("backends", {}).get(b, {}).get("ms") for b in backends):
+                measured.add((r["model"], r.get("part"), r.get("dtype")))
+    return [u for u in units if u not in measured], [u for u in units if u in measured]
+
+
 def _backends(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     vendors = [b for b in args.backend.split(",") if b]
     baselines = [] if args.baseline == "none" else args.baseline.split(",")
@@ -923,13 +942,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     units = _units(args)
     if args.order == "cheap":
         units = order_units(units, backends, _warm_choice(args))
+    units, skipped = skip_measured(units, backends, args.skip or [])
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench_real_")
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.name or args.device + '_' + '_'.join(vendors or ['baselines'])}.json"
     started = time.time()
-    header = {**_run_header(args, vendors, backends, started), "name": path.stem, "units": units}
+    header = {**_run_header(args, vendors, backends, started), "name": path.stem, "units": units,
+              "skipped": skipped}
     d = _Driver(args, backends, header, list(units), path, started)
 
     def term(*_: Any) -> None:
@@ -1212,6 +1233,8 @@ def parser() -> argparse.ArgumentParser:
                    "does not fit (--fit), the children still running are ended, the JSON is written")
     p.add_argument("--fit", type=float, default=1.5, help="start a unit while its estimate is at most this many "
                    "times the seconds left before --stop")
+    p.add_argument("--skip", nargs="+", metavar="JSON", help="leave out the units these runs measured with every "
+                   "backend of this one (files that do not exist are ignored)")
     p.add_argument("--log", help="a file for the progress lines and the end of each child's stderr")
     p.add_argument("--smoke", action="store_true", help="every model at a tiny size on the CPU with "
                    "torchvendor_cpu beside eager, in this process, inference and training, bf16 and fp32; "

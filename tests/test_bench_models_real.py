@@ -217,3 +217,14 @@ def test_smoke_every_model_through_torchvendor_cpu(name):
     """What `--smoke` does, one model at a time: tiny, inference and training, bf16 autocast,
     torchvendor_cpu against eager (catches a broken model before GPU time is spent on it)."""
     assert real.smoke([name], dtypes=("bf16",), say=lambda line: None) == []
+
+
+def test_skip_leaves_out_units_an_earlier_run_measured_with_every_backend(tmp_path):
+    done = {"rows": [{"model": "gpt2_124m", "part": "inference", "dtype": "bf16",
+                      "backends": {"eager": {"ms": 1.0}, "v": {"ms": 2.0}}},
+                     {"model": "gpt2_124m", "part": "training", "dtype": "bf16",
+                      "backends": {"eager": {"ms": 1.0}, "v": {"raised": "x"}}}]}
+    (tmp_path / "a.json").write_text(json.dumps(done))
+    units = [("gpt2_124m", "inference", "bf16"), ("gpt2_124m", "training", "bf16")]
+    left, skipped = real.skip_measured(units, ["eager", "v"], [str(tmp_path / "a.json"), str(tmp_path / "none.json")])
+    assert left == units[1:] and skipped == units[:1]
