@@ -13,7 +13,13 @@ call allocates (``ProgramRunner.memory``: naive vs planned), and on a device wit
 statistics the step's peak (``max_memory_allocated``) with the plan on and off
 (``TORCHVENDOR_MEMORY_PLAN=0``).
 
+``layers``: the suite's models (default: BEiT, Switch Transformers, DeBERTa-v2, EfficientNet at
+their small size), host time per call split by layer (Dynamo, AOTAutograd's wrapper, the outer
+graph, the partition calls, the runner), beside eager, Dynamo alone and Inductor
+(``bench/bench_host_layers.py`` says how each layer is timed).
+
     python bench/bench_runner.py overhead --devices cpu,acme --out runner.json
+    python bench/bench_runner.py layers --devices cpu,acme --out layers.json
     python bench/bench_runner.py memory --devices cpu,acme
     # GPU machine: torch's cuda and the CUDA runtime as the PrivateUse1 device "gpu"
     python bench/bench_runner.py overhead --devices cuda,gpu --out $OUT/runner_gpu.json
@@ -28,6 +34,7 @@ import sys
 import time
 from typing import Any
 
+_LAYER_MODELS = ("beit", "switch_transformers", "deberta_v2", "efficientnet")
 _BACKENDS = {  # device -> (backend, extra environment) rows besides eager
     "cpu": [("inductor", {}), ("torchvendor_cpu", {"TORCHVENDOR_REPLAY": "0"}), ("torchvendor_cpu", {})],
     "acme": [("torchvendor_cpu", {"TORCHVENDOR_REPLAY": "0"}), ("torchvendor_cpu", {})],
@@ -152,10 +159,14 @@ def _child(what: str, device: str, backend: str, calls: int, env: dict[str, str]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["overhead", "memory", "_one"])
+    parser.add_argument("what", choices=["overhead", "memory", "layers", "_one"])
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--devices", default="cpu,acme")
     parser.add_argument("--calls", type=int, default=10000)
+    parser.add_argument("--models", help="layers: comma list of the suite's models")
+    parser.add_argument("--backends", help="layers: only these of the device's rows (eager, dynamo, inductor, "
+                                           "cudagraphs, torchvendor_cpu, torchvendor_cuda)")
+    parser.add_argument("--jobs", type=int, default=1, help="layers: children at a time")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     if args.what == "_one":
@@ -165,6 +176,47 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
+    if args.what == "layers":
+        rows = _layers(args.devices.split(","), (args.models or ",".join(_LAYER_MODELS)).split(","),
+                       args.backends.split(",") if args.backends else None, args.jobs)
+    else:
+        rows = _runs(args)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"torch": torch.__version__, "machine": os.uname().nodename, "rows": rows}, f, indent=1)
+    return 0
+
+
+def _layers(devices: list[str], models: list[str], backends: list[str] | None, jobs: int) -> list[dict[str, Any]]:
+    """One child (bench_host_layers.py) per model, device and backend, ``jobs`` at a time; a
+    table per model."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bench_host_layers import BACKENDS, table
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_host_layers.py")
+
+    def one(job: tuple[str, str, str]) -> dict[str, Any]:
+        try:
+            done = subprocess.run([sys.executable, script, *job], capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            return dict(zip(("model", "device", "backend"), job), error="timed out")
+        lines = done.stdout.strip().splitlines()
+        row = json.loads(lines[-1]) if done.returncode == 0 and lines else {
+            **dict(zip(("model", "device", "backend"), job)),
+            "error": (done.stderr.strip().splitlines() or [f"rc {done.returncode}"])[-1]}
+        print(json.dumps(row), flush=True)
+        return row
+
+    todo = [(m, d, b) for m in models for d in devices for b in BACKENDS[d] if backends is None or b in backends]
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        rows = list(pool.map(one, todo))
+    for model in models:
+        print(table([r for r in rows if r["model"] == model]), flush=True)
+    return rows
+
+
+def _runs(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for device in args.devices.split(","):
         if args.what == "overhead":
@@ -178,10 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"device": device, "env": env, **_child("memory", device, "torchvendor_cpu", 0, env)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"torch": torch.__version__, "machine": os.uname().nodename, "rows": rows}, f, indent=1)
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from torchvendor.ir import aten_ir_hook
 from . import warm
 from .backend import Backend, BackendError
 from .inductor_fallback import inductor_fallback
-from .partition_call import box_partition_calls
+from .partition_call import box_partition_calls, fast_attributes
 from .report import CompileReport
 
 __all__ = ["AotFlow"]
@@ -78,11 +78,15 @@ class AotFlow(Backend):
             fast = self._warm_compile(report, started, key, example_inputs)
             if fast is not None:
                 return fast
+        direct: list[Callable[..., Any]] = []
         hook = aten_ir_hook(partial(self._boxed_graph, "forward", report, started),
                             partial(self._boxed_graph, "backward", report, started),
-                            partial(self._inference_graph, report, started, key),
+                            partial(self._inference_graph, report, started, key, direct),
                             decompositions=self._decomposition_table(), partition=self.options["aot_partition"])
-        return hook(gm, example_inputs)
+        wrapped = hook(gm, example_inputs)
+        # an inference graph AOTAutograd's runtime wrappers do nothing for: Dynamo calls it directly
+        # (as a warm compile does), not through those wrappers, a few microseconds per call
+        return warm.inference_function(direct[0]) if len(direct) == 1 else wrapped
 
     def _decomposition_table(self) -> Any:
         """The resolved table, built once per backend object (a warm compile paid ~7 ms for it)."""
@@ -142,16 +146,20 @@ class AotFlow(Backend):
             del report.graphs[-1:]
             return None
         report.graphs[-1].from_cache = True
-        return warm.inference_function(compiled)
+        return warm.inference_function(fast_attributes(compiled) if isinstance(compiled, fx.GraphModule) else compiled)
 
-    def _inference_graph(self, report: CompileReport, started: float, key: str | None, gm: fx.GraphModule,
-                         example_inputs: list[Any]) -> Callable[..., Any]:
+    def _inference_graph(self, report: CompileReport, started: float, key: str | None, direct: list,
+                         gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         """AOTAutograd's inference compiler: cache the ATen graph (before patterns rewrite it)
-        for the next warm compile when that is safe, then compile it."""
+        for the next warm compile when that is safe, then compile it; where AOTAutograd's
+        wrappers around it do nothing (:func:`.warm.plain`), also into ``direct``."""
         try:
             why = warm.store(self.cache, key, gm, example_inputs) if key is not None else "not eligible"
         except Exception as e:  # noqa: BLE001 - e.g. an unwritable cache: compile without storing
             why = f"{type(e).__name__}: {e}"
-        compiled = self._aot_graph("inference", report, started, gm, example_inputs)
+        plain = why is None or (self.options["fallback"] == "eager" and warm.plain(gm, example_inputs) is None)
+        compiled = self._boxed(self._aot_graph("inference", report, started, gm, example_inputs))
         report.graphs[-1].graph_cache = "stored" if why is None else f"not stored: {why}"
-        return self._boxed(compiled)
+        if plain:
+            direct.append(compiled)
+        return compiled

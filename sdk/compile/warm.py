@@ -42,7 +42,7 @@ from torchvendor.ir.fx_graph import graph_from_json, graph_to_json
 
 from .cache import ArtifactCache, graph_key
 
-__all__ = ["bypass_key", "store", "load", "inference_function", "SUFFIX"]
+__all__ = ["bypass_key", "plain", "store", "load", "inference_function", "SUFFIX"]
 
 #: bump when what is stored (or how it is rebuilt) changes
 _FORMAT = "torchvendor.warm/1"
@@ -99,15 +99,24 @@ def _plain_target(target: Any) -> bool:
     return module.split(".")[0] in _CALL_MODULES or target in vars(operator).values() or target in vars(math).values()
 
 
+def plain(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
+    """Inside AOTAutograd's inference compiler: why its runtime wrappers around the ATen graph
+    ``gm`` do something, or None when they do nothing and the graph takes the Dynamo graph's
+    inputs: then the compiled graph, through :func:`inference_function`, is the whole compiled
+    function Dynamo needs (the cold compile returns that, not AOTAutograd's wrappers)."""
+    outs = gm.graph.output_node().args[0]
+    why = compat.aot_plain_inference(compat.aot_forward_metadata(), len(outs) if isinstance(outs, (tuple, list)) else -1)
+    if why is None and len([n for n in gm.graph.nodes if n.op == "placeholder"]) != len(example_inputs):
+        why = "the ATen graph takes other inputs than the Dynamo graph"
+    return why
+
+
 def store(cache: ArtifactCache, key: str, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
     """At a cold compile, inside AOTAutograd's inference compiler: cache ``gm`` (the ATen graph)
     under ``key`` when AOTAutograd's wrappers around it do nothing; the reason when not stored."""
-    outs = gm.graph.output_node().args[0]
-    why = compat.aot_plain_inference(compat.aot_forward_metadata(), len(outs) if isinstance(outs, (tuple, list)) else -1)
+    why = plain(gm, example_inputs)
     if why is None and any(n.op in ("get_attr", "call_module") for n in gm.graph.nodes):
         why = "the ATen graph reads attributes"
-    if why is None and len([n for n in gm.graph.nodes if n.op == "placeholder"]) != len(example_inputs):
-        why = "the ATen graph takes other inputs than the Dynamo graph"
     if why is not None:
         return why
     try:
@@ -140,14 +149,25 @@ def load(cache: ArtifactCache, key: str, example_inputs: Sequence[torch.Tensor])
 
 
 def inference_function(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """``compiled`` (the SDK's module for the ATen graph) with the calling convention of
-    AOTAutograd's compiled inference function for Dynamo: ``fn(*args) -> list of outputs``,
-    run under no_grad, not traced by Dynamo."""
+    """``compiled`` (the SDK's module for the ATen graph, or its boxed form: ``_boxed_call``)
+    with the calling convention of AOTAutograd's compiled inference function for Dynamo:
+    ``fn(*args) -> list of outputs``, run under no_grad. Dynamo wraps what a backend returns so
+    that it is not traced; this adds no second wrapper, and enters no_grad only where grad is on
+    (an inference call under ``torch.no_grad()`` pays for neither).
+
+    >>> fn = inference_function(torch.fx.symbolic_trace(lambda x: (x * 2,)))
+    >>> fn(torch.ones(2))
+    [tensor([2., 2.])]
+    """
     call = getattr(compiled, "forward", compiled)  # a GraphModule: without nn.Module's hook dispatch
+    boxed = getattr(compiled, "_boxed_call", False)
 
     def run(*args: Any) -> list[Any]:
-        with torch.no_grad():
-            out = call(*args)
-        return list(out) if isinstance(out, (tuple, list)) else [out]
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                out = call(list(args)) if boxed else call(*args)
+        else:
+            out = call(list(args)) if boxed else call(*args)
+        return out if type(out) is list else list(out) if isinstance(out, tuple) else [out]
 
-    return torch.compiler.disable(run)
+    return run

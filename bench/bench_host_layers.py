@@ -1,0 +1,264 @@
+"""Host time per call of a compiled model of the suite, layer by layer, beside eager and Inductor
+(``bench/bench_runner.py layers`` runs this; one process per model, device and backend).
+
+Each layer is timed alone with the arguments it got on a warm call (captured once), fastest of 5
+loops; a layer's own cost is its time minus the time of the layers it calls:
+
+- ``dynamo``: the compiled model minus its graphs: Dynamo's guards and frames, and the model's
+  Python between graphs (graph breaks: Switch Transformers' routing runs there, eagerly);
+- ``aot``: each graph's callable as Dynamo got it minus the graph it wraps (AOTAutograd's runtime
+  wrappers, or the warm path's :func:`~torchvendor.sdk.compile.warm.inference_function`);
+- ``outer``: the outer (outlined) graph minus its partitions: its FX code, the ops left outside
+  every partition (eager fallback between partitions), the boxed argument lists;
+- ``partition``: each :class:`~torchvendor.sdk.compile.partition_call.PartitionCall` minus what it
+  runs (the layout check of the replay's result, the call counter, the boxed list);
+- ``run``: what the partitions run: the runner's C++ replay (guard, allocation, launches: the
+  kernels' own time is in it), else its Python call, else the eager fallback; ``run_python``:
+  the same partitions through the runner's generated Python call, for comparison.
+
+Inductor's rows split only ``dynamo`` and ``graph`` (its graph's callable: AOTAutograd's wrappers,
+Inductor's ``call`` and its kernels); eager's and Dynamo-alone's (``backend="eager"``) the total.
+
+    python bench/bench_runner.py layers --models beit,deberta_v2 --devices cpu,acme --out layers.json
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+MODELS = ("beit", "switch_transformers", "deberta_v2", "efficientnet")
+BACKENDS = {"cpu": ("eager", "dynamo", "inductor", "torchvendor_cpu"), "acme": ("eager", "dynamo", "torchvendor_cpu"),
+            "cuda": ("eager", "dynamo", "inductor", "cudagraphs", "torchvendor_cuda")}
+
+
+#: what a loop is timed with: this thread's CPU time (the host's work per call, robust on a
+#: shared machine: time the thread waits for a core is not counted), or ``wall`` (the env
+#: TORCHVENDOR_LAYERS_CLOCK=wall): the elapsed time, a device's work included where it bounds
+CLOCK = time.perf_counter if os.environ.get("TORCHVENDOR_LAYERS_CLOCK") == "wall" else time.thread_time
+
+
+def _best(fn: Callable[[], Any], sync: Callable[[], Any], budget: float = 0.25) -> float:
+    """Microseconds per call: the fastest of 5 loops, each about ``budget`` / 5 seconds."""
+    fn()
+    sync()
+    start, n = time.perf_counter(), 0
+    while time.perf_counter() - start < 0.02 or n < 3:
+        fn()
+        n += 1
+    sync()
+    calls = max(3, int(n * budget / 5 / max(time.perf_counter() - start, 1e-9)))
+    loops = []
+    for _ in range(5):
+        start = CLOCK()
+        for _ in range(calls):
+            fn()
+        sync()
+        loops.append((CLOCK() - start) / calls * 1e6)
+    return min(loops)
+
+
+class _Capture:
+    """A callable that records the arguments of the next call while ``armed`` (a copy of a boxed
+    argument list: the callee clears it)."""
+
+    armed = False
+
+    def __init__(self, fn: Callable[..., Any], boxed: bool = False) -> None:
+        self.fn, self.boxed, self.args = fn, boxed, None
+        self._boxed_call = getattr(fn, "_boxed_call", False)
+
+    def __call__(self, *args: Any) -> Any:
+        if _Capture.armed and self.args is None:
+            self.args = list(args[0]) if self.boxed else args
+        return self.fn(*args)
+
+
+def _probes(backend: str) -> tuple[Callable[..., Any], list, list, list]:
+    """The backend for ``torch.compile`` with Dynamo's graphs captured, and lists that fill with
+    each graph (:class:`_Capture`), each outer graph and each partition call as they are made."""
+    import torch
+
+    graphs: list[_Capture] = []
+    outers: list[_Capture] = []
+    parts: list = []
+    if backend.startswith("torchvendor"):
+        from torchvendor.sdk.compile import aot_flow, partition_call, warm
+        from torchvendor.sdk.compile.registry import get_backend
+
+        real = get_backend(backend)
+        boxed, inference = aot_flow.AotFlow._boxed, warm.inference_function
+
+        def spy_boxed(self: Any, compiled: Any) -> Any:
+            outers.append(_Capture(boxed(self, compiled), boxed=True))
+            return outers[-1]
+
+        def spy_inference(compiled: Any) -> Any:  # the warm path's graph (a cold one's is captured already)
+            if not isinstance(compiled, _Capture):
+                outers.append(_Capture(getattr(compiled, "forward", compiled)))
+                compiled = outers[-1]
+            return inference(compiled)
+
+        init = partition_call.PartitionCall.__init__
+
+        def spy_init(self: Any, *a: Any, **k: Any) -> None:
+            init(self, *a, **k)
+            parts.append(self)
+
+        # a benchmark's probes, never the library's path
+        aot_flow.AotFlow._boxed, aot_flow.warm.inference_function = spy_boxed, spy_inference
+        partition_call.PartitionCall.__init__ = spy_init
+    else:
+        real = torch._dynamo.lookup_backend({"dynamo": "eager", "cudagraphs": "inductor"}.get(backend, backend))
+        if backend == "cudagraphs":  # Inductor with CUDA graphs (what mode="reduce-overhead" sets)
+            from functools import partial
+
+            real = partial(real, config_patches={"triton.cudagraphs": True})
+
+    def capture(gm: Any, example_inputs: list) -> Any:
+        graphs.append(_Capture(real(gm, example_inputs)))
+        return graphs[-1]
+
+    return capture, graphs, outers, parts
+
+
+def _part_args(parts: list) -> dict[int, tuple]:
+    """Each partition call's arguments on the next call of the model (positional, also for a
+    boxed one: its list's contents)."""
+    from torchvendor.sdk.compile import partition_call
+
+    seen: dict[int, tuple] = {}
+    call = partition_call.PartitionCall.__call__
+
+    def spy(self: Any, *args: Any) -> Any:
+        if id(self) not in seen:
+            seen[id(self)] = tuple(args[0]) if self.boxed else args
+        return call(self, *args)
+
+    partition_call.PartitionCall.__call__ = spy
+    return seen
+
+
+def _restore_part_call(original: Any) -> None:
+    from torchvendor.sdk.compile import partition_call
+
+    partition_call.PartitionCall.__call__ = original
+
+
+def _runs(p: Any, args: tuple) -> tuple[Callable[[], Any], Callable[[], Any] | None, str]:
+    """What partition ``p`` runs for ``args`` (and its runner's Python call), and which it is."""
+    if p.compiled is None:
+        return (lambda: p.fallback(*args)), None, "fallback"
+    python = (lambda: p.compiled(*args))
+    if p.boxed and p._boxed_run is not None:
+        return (lambda: p._boxed_run(list(args))), python, "boxed"
+    for replay in ([p._replay] if p._replay is not None else []) + list(getattr(p, "_more", [])):
+        if replay(*args) is not None:
+            return (lambda: replay(*args)), python, "replay"
+    return python, python, "python"
+
+
+def measure(model_name: str, device: str, backend: str) -> dict[str, Any]:
+    """One row: the model's call and, for a torchvendor backend, its layers (module docstring)."""
+    import torch
+
+    from torchvendor.sdk.conformance.models.catalog import SPECS
+
+    torch.manual_seed(0)
+    model, inputs = SPECS[model_name].build()
+    model = model.eval().to(device)
+    inputs = {k: v.to(device) if hasattr(v, "to") else v for k, v in inputs.items()}
+    mod = getattr(torch, device, None)
+    sync = getattr(mod, "synchronize", None) if device != "cpu" else None
+    sync = sync or (lambda: None)
+    row: dict[str, Any] = {"model": model_name, "device": device, "backend": backend}
+    with torch.no_grad():
+        if backend == "eager":
+            row["total"] = _best(lambda: model(**inputs), sync)
+            return row
+        compile_with, graphs, outers, parts = _probes(backend)
+        compiled = torch.compile(model, backend=compile_with)
+        for _ in range(3):
+            compiled(**inputs)
+        from torchvendor.sdk.compile import partition_call
+
+        original = partition_call.PartitionCall.__call__
+        part_args = _part_args(parts)
+        _Capture.armed = True
+        compiled(**inputs)
+        _Capture.armed = False
+        _restore_part_call(original)
+        row["total"] = _best(lambda: compiled(**inputs), sync)
+        timed = [g for g in graphs if g.args is not None]
+        row["graphs"] = len(timed)
+        row["graph"] = sum(_best(lambda g=g: g.fn(*g.args), sync) for g in timed)
+        row["dynamo"] = row["total"] - row["graph"]
+        if not backend.startswith("torchvendor"):
+            return row
+        return {**row, **_vendor_layers(outers, parts, part_args, sync)}
+
+
+def _vendor_layers(outers: list, parts: list, part_args: dict, sync: Callable[[], Any]) -> dict[str, Any]:
+    """The layers inside a torchvendor graph: outer graphs, partition calls, what they run."""
+    called = [o for o in outers if o.args is not None]
+    outer = sum(_best(lambda o=o: o.fn(list(o.args)) if o.boxed else o.fn(*o.args), sync) for o in called)
+    live = [p for p in parts if id(p) in part_args]
+    part = run = python = 0.0
+    kinds: dict[str, int] = {}
+    for p in live:
+        args = part_args[id(p)]
+        part += _best((lambda p=p, a=args: p(list(a))) if p.boxed else (lambda p=p, a=args: p(*a)), sync)
+        fast, py, kind = _runs(p, args)
+        kinds[kind] = kinds.get(kind, 0) + 1
+        t = _best(fast, sync)
+        run += t
+        python += _best(py, sync) if py is not None and py is not fast else t
+    return {"outer_graphs": len(called), "partitions": len(live), "runs": kinds,
+            "aot": None, "outer": outer - part, "partition": part - run, "run": run, "run_python": python,
+            "outer_total": outer}
+
+
+def main(argv: list[str]) -> int:
+    model_name, device, backend = argv
+    import torch
+
+    torch.set_num_threads(1)
+    if device == "acme":
+        from torchvendor.sdk import register_device
+
+        register_device("acme")
+    if backend.startswith("torchvendor"):
+        import torchvendor.reference_backends.cpu  # noqa: F401 - registers the backends
+        if device in ("cuda", "gpu"):
+            import torchvendor.reference_backends.cuda  # noqa: F401
+    row = measure(model_name, device, backend)
+    if row.get("outer_total") is not None:
+        row["aot"] = row["graph"] - row.pop("outer_total")
+    print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+_COLUMNS = ("total", "dynamo", "graph", "aot", "outer", "partition", "run", "run_python")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows of one model as a Markdown table (µs per call; — where a layer is not split)."""
+    def cell(v: Any) -> str:
+        return "—" if v is None else f"{v:.1f}"
+
+    lines = ["| model | device | backend | " + " | ".join(_COLUMNS) + " | partitions (how they run) |",
+             "|---|---|---|" + "---:|" * len(_COLUMNS) + "---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['device']} | {r['backend']} | error: {r['error'][:80]} |")
+            continue
+        runs = ", ".join(f"{n} {k}" for k, n in sorted(r.get("runs", {}).items()))
+        lines.append(f"| {r['model']} | {r['device']} | {r['backend']} | "
+                     + " | ".join(cell(r.get(c)) for c in _COLUMNS) + f" | {runs} |")
+    return "\n".join(lines)
