@@ -1028,13 +1028,15 @@ def summary(run: dict[str, Any]) -> list[str]:
     vendors, ref = run["vendors"], _reference(run)
     others = [b for b in run["backends"] if b not in vendors]
     head = (f"| backend | part | dtype | models | " + " | ".join(f"speed × {b}" for b in others)
-            + f" | peak GB ÷ {ref} | cold s ÷ {ref} | warm s ÷ {ref} | replayed CUDA graphs |")
+            + f" | peak GB ÷ {ref or '—'} | cold s ÷ {ref or '—'} | warm s ÷ {ref or '—'} | replayed CUDA graphs |")
     lines = [head, "|---|---|---|---:|" + "---|" * (len(others) + 4)]
     groups = dict.fromkeys((r["part"], r["dtype"]) for r in run["rows"] if "not_run" not in r)
     for v in vendors:
         for part, dtype in groups:
             rows = [r for r in run["rows"] if (r.get("part"), r.get("dtype")) == (part, dtype) and "not_run" not in r
                     and r["backends"].get(v, {}).get("ms")]
+            if not rows:
+                continue
             cells = [_stat(_ratios(rows, v, b, lambda x: x.get("ms"))) for b in others]
             for key in (lambda x: x.get("peak_gb"), lambda x: x.get("compile_s", {}).get("cold"),
                         lambda x: x.get("compile_s", {}).get("warm")):
@@ -1042,6 +1044,43 @@ def summary(run: dict[str, Any]) -> list[str]:
             graphed = sum(1 for r in rows if (r["backends"][v].get("cuda_graphs") or {}).get("captured"))
             lines.append(f"| {v} | {part} | {dtype} | {len(rows)} | " + " | ".join(cells) + f" | {graphed} of {len(rows)} |")
     return lines
+
+
+def targets(run: dict[str, Any]) -> list[str]:
+    """Issue 35's bar for each vendor of the run, met or not, from the rows both ran: speed
+    geomean ≥ 1.0× Inductor per part, no model below 0.9× Inductor nor below eager, ≥ 0.95×
+    max-autotune, peak ≤ 1.05× Inductor's on every model, cold compile ≤ Inductor's, warm ≤ 1.5×.
+
+    >>> r = {"vendors": ["v"], "backends": ["eager", "inductor", "v"], "rows": [{"model": "m", "part": "training",
+    ...      "dtype": "bf16", "backends": {"eager": {"ms": 4.0}, "inductor": {"ms": 3.0}, "v": {"ms": 2.0}}}]}
+    >>> targets(r)[0]
+    '- v, training: speed ≥ 1.0× inductor (geomean): **met** (1.50×, n=1)'
+    """
+    out = []
+    rows = [r for r in run["rows"] if "not_run" not in r]
+    ms = lambda x: x.get("ms")  # noqa: E731
+    for v in run["vendors"]:
+        def check(what: str, pairs: list[tuple[float, str]], ok: Callable[[list[float]], bool], shown: str) -> None:
+            if pairs:
+                values = [p for p, _ in pairs]
+                detail = shown.format(g=_geomean(values), lo=min(pairs), hi=max(pairs))
+                out.append(f"- {v}{what}: **{'met' if ok(values) else 'not met'}** ({detail}, n={len(pairs)})")
+        for part in PARTS:
+            sel = [r for r in rows if r.get("part") == part]
+            check(f", {part}: speed ≥ 1.0× inductor (geomean)", _ratios(sel, v, "inductor", ms), lambda x: _geomean(x) >= 1.0,
+                  "{g:.2f}×")
+            check(f", {part}: no model below 0.9× inductor", _ratios(sel, v, "inductor", ms), lambda x: min(x) >= 0.9,
+                  "lowest {lo[0]:.2f}× {lo[1]}")
+        check(": none slower than eager", _ratios(rows, v, "eager", ms), lambda x: min(x) >= 1.0, "lowest {lo[0]:.2f}× {lo[1]}")
+        check(": ≥ 0.95× inductor_max_autotune (geomean)", _ratios(rows, v, "inductor_max_autotune", ms),
+              lambda x: _geomean(x) >= 0.95, "{g:.2f}×")
+        check(": peak ≤ 1.05× inductor on every model", _ratios(rows, v, "inductor", lambda x: x.get("peak_gb"), True),
+              lambda x: max(x) <= 1.05, "highest {hi[0]:.2f}× {hi[1]}")
+        for key, bar in (("cold", 1.0), ("warm", 1.5)):
+            check(f": {key} compile ≤ {bar}× inductor on every model", _ratios(
+                rows, v, "inductor", lambda x: x.get("compile_s", {}).get(key), True), lambda x: max(x) <= bar,
+                "highest {hi[0]:.2f}× {hi[1]}")
+    return out
 
 
 def where_when(run: dict[str, Any]) -> list[str]:
@@ -1057,7 +1096,7 @@ def where_when(run: dict[str, Any]) -> list[str]:
         if "gpu" not in r:
             continue
         stopped = [b for b, res in r["backends"].items() if "stopped" in str(res.get("raised", ""))]
-        out.append(f"- {r['model']} {r['part']} {r['dtype']}: " + (f"run {r['run']}, " if r.get("run") else "")
+        out.append(f"- {r['model']} {r.get('part', '')} {r.get('dtype', '')}: " + (f"run {r['run']}, " if r.get("run") else "")
                    + f"GPU {r['gpu']}, from +{r['start_s']:.0f} s, "
                    f"{r['seconds']:.0f} s" + (" (still running when written)" if r.get("running") else "")
                    + (f" (ended in {', '.join(stopped)})" if stopped else ""))
@@ -1084,7 +1123,7 @@ def table(run: dict[str, Any]) -> list[str]:
     ratio_heads = [f"{v} × {b}" for v in vendors for b in others]
     ref = _reference(run)
     head = (f"| model | part | dtype | ms ({' / '.join(backends)}) | {' | '.join(ratio_heads) or 'speed'} | peak GB "
-            f"({' / '.join(backends)}) | peak ÷ {ref} ({' / '.join(vendors)}) | cold s ({' / '.join(compiled)}) | warm s "
+            f"({' / '.join(backends)}) | peak ÷ {ref or '—'} ({' / '.join(vendors)}) | cold s ({' / '.join(compiled)}) | warm s "
             f"| extern mm share | rel. error vs eager ({' / '.join(vendors)}) |")
     lines = [head, "|---|---|---|---|" + "---:|" * max(1, len(ratio_heads)) + "---|---:|---|---|---|---|"]
     for r in run["rows"]:
@@ -1105,14 +1144,20 @@ def table(run: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _one_line(text: str, limit: int = 300) -> str:
+    """An error for a Markdown list item: its lines joined, cut at ``limit`` characters."""
+    return " ".join(text.split())[:limit]
+
+
 def _problems(run: dict[str, Any]) -> list[str]:
     out = []
     for r in run["rows"]:
         for b, res in r.get("backends", {}).items():
+            where = f"- **{r['model']}** {r.get('part', '')} {r.get('dtype', '')}, {b}"
             if res.get("raised"):
-                out.append(f"- **{r['model']}** {r['part']} {r['dtype']}, {b}: {res['raised'][:300]}")
+                out.append(f"{where}: {_one_line(res['raised'])}")
             for why in (res.get("coverage") or {}).get("fallback_reasons", []):
-                out.append(f"- **{r['model']}** {r['part']} {r['dtype']}, {b}, partition fell back: {why[:300]}")
+                out.append(f"{where}, partition fell back: {_one_line(why)}")
     return out
 
 
@@ -1151,7 +1196,11 @@ def render(runs: list[dict[str, Any]]) -> list[str]:
                 f"torch {run['torch']}, transformers {run['transformers']}, {run['when']}, {run['seconds']:.0f} s; "
                 f"{run['settings']['iters']} timed calls after {run['settings']['warmup']} warm-up; TF32 "
                 f"{'on' if run['settings']['tf32'] else 'off'}." + (f" Note: {run['note']}" if run.get("note") else ""), ""]
-        out += summary(run) + [""] + table(run) + [""]
+        out += summary(run) + [""]
+        bar = targets(run)
+        if bar:
+            out += ["Issue 35's bar on this run:", ""] + bar + [""]
+        out += table(run) + [""]
         where = where_when(run)
         if where:
             out += [f"Where and when ({_placement(run)}):", ""] + where + [""]
