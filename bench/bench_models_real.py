@@ -1246,7 +1246,9 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def load_runs(folder: Path = RUNS) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    """The runs in ``folder``, newest first (by when they started)."""
+    runs = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    return sorted(runs, key=lambda r: r.get("when", ""), reverse=True)
 
 
 def parser() -> argparse.ArgumentParser:
