@@ -253,7 +253,11 @@ def fx_cache_hashes_custom_backend_passes() -> bool:
 
 def select_decomp_table() -> dict[_Any, _Any]:
     """Inductor's own decomposition table (a copy of ``select_decomp_table()``); the loop level's
-    is ``torchvendor.ir.loop_ir.inductor_decompositions`` (this one with two fixes)."""
+    is ``torchvendor.ir.loop_ir.inductor_decompositions`` (this one with two fixes). Inductor's
+    lowering module is imported with it: some of these decompositions call into it
+    (``max_pool2d_with_indices`` on torch 2.13), and a process whose first graph is a CNN's has
+    not imported it yet."""
+    import torch._inductor.lowering  # noqa: F401
     from torch._inductor.decomposition import select_decomp_table
 
     return dict(select_decomp_table())
