@@ -2,7 +2,10 @@
 (``bench/bench_runner.py layers`` runs this; one process per model, device and backend).
 
 Each layer is timed alone with the arguments it got on a warm call (captured once), fastest of 5
-loops; a layer's own cost is its time minus the time of the layers it calls:
+loops, in this thread's CPU time (the host's work: robust on a shared machine; a device's work
+on its own threads or streams is not in it; ``total_wall`` is the whole call in elapsed time, the
+device synchronized after each loop). A layer's own cost is its time minus the time of the
+layers it calls:
 
 - ``dynamo``: the compiled model minus its graphs: Dynamo's guards and frames, and the model's
   Python between graphs (graph breaks: Switch Transformers' routing runs there, eagerly);
@@ -40,8 +43,9 @@ BACKENDS = {"cpu": ("eager", "dynamo", "inductor", "torchvendor_cpu"), "acme": (
 CLOCK = time.perf_counter if os.environ.get("TORCHVENDOR_LAYERS_CLOCK") == "wall" else time.thread_time
 
 
-def _best(fn: Callable[[], Any], sync: Callable[[], Any], budget: float = 0.25) -> float:
+def _best(fn: Callable[[], Any], sync: Callable[[], Any], budget: float = 0.25, clock: Callable[[], float] | None = None) -> float:
     """Microseconds per call: the fastest of 5 loops, each about ``budget`` / 5 seconds."""
+    clock = clock or CLOCK
     fn()
     sync()
     start, n = time.perf_counter(), 0
@@ -52,28 +56,39 @@ def _best(fn: Callable[[], Any], sync: Callable[[], Any], budget: float = 0.25) 
     calls = max(3, int(n * budget / 5 / max(time.perf_counter() - start, 1e-9)))
     loops = []
     for _ in range(5):
-        start = CLOCK()
+        start = clock()
         for _ in range(calls):
             fn()
         sync()
-        loops.append((CLOCK() - start) / calls * 1e6)
+        loops.append((clock() - start) / calls * 1e6)
     return min(loops)
 
 
 class _Capture:
-    """A callable that records the arguments of the next call while ``armed`` (a copy of a boxed
-    argument list: the callee clears it)."""
+    """A callable that records the arguments and result of the next call while ``armed`` (a
+    copy of a boxed argument list: the callee clears it), and while ``stub`` returns that result
+    without calling through: the layers above it are then timed alone."""
 
     armed = False
 
     def __init__(self, fn: Callable[..., Any], boxed: bool = False) -> None:
-        self.fn, self.boxed, self.args = fn, boxed, None
+        self.fn, self.boxed, self.args, self.out, self.stub = fn, boxed, None, None, False
         self._boxed_call = getattr(fn, "_boxed_call", False)
 
     def __call__(self, *args: Any) -> Any:
+        if self.stub:
+            if self.boxed:
+                args[0].clear()
+            return list(self.out) if isinstance(self.out, list) else self.out
         if _Capture.armed and self.args is None:
             self.args = list(args[0]) if self.boxed else args
+            self.out = self.fn(*args)
+            return self.out
         return self.fn(*args)
+
+    def again(self) -> Any:
+        """One more call with the recorded arguments."""
+        return self.fn(list(self.args)) if self.boxed else self.fn(*self.args)
 
 
 def _probes(backend: str) -> tuple[Callable[..., Any], list, list, list]:
@@ -125,26 +140,45 @@ def _probes(backend: str) -> tuple[Callable[..., Any], list, list, list]:
 
 
 def _part_args(parts: list) -> dict[int, tuple]:
-    """Each partition call's arguments on the next call of the model (positional, also for a
-    boxed one: its list's contents)."""
+    """Each partition call's arguments (positional, also for a boxed one: its list's contents)
+    and result on the next call of the model."""
     from torchvendor.sdk.compile import partition_call
 
     seen: dict[int, tuple] = {}
     call = partition_call.PartitionCall.__call__
 
     def spy(self: Any, *args: Any) -> Any:
+        given = tuple(args[0]) if self.boxed else args  # before the call: a boxed one clears its list
+        out = call(self, *args)
         if id(self) not in seen:
-            seen[id(self)] = tuple(args[0]) if self.boxed else args
-        return call(self, *args)
+            seen[id(self)] = (given, out)
+        return out
 
     partition_call.PartitionCall.__call__ = spy
     return seen
 
 
-def _restore_part_call(original: Any) -> None:
-    from torchvendor.sdk.compile import partition_call
+class _Stubbed:
+    """Partition ``p`` with what it runs replaced by its recorded result (``out``), in each
+    form it may call: the replay, the boxed call, the compiled callable."""
 
-    partition_call.PartitionCall.__call__ = original
+    def __init__(self, p: Any, out: Any) -> None:
+        self.p, self.saved = p, (p._replay, p._more, p._boxed_run, p.compiled, p._tries)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        self.replay = lambda *a: out
+        self.boxed = lambda box: (box.clear(), list(outs))[1]
+        self.compiled = lambda *a: list(outs)
+
+    def __enter__(self) -> None:
+        p = self.p
+        p._replay = self.replay if self.saved[0] is not None else None
+        p._more = []
+        p._boxed_run = self.boxed if self.saved[2] is not None else None
+        p.compiled, p._tries = (self.compiled if self.saved[3] is not None else None), 1 << 30
+
+    def __exit__(self, *exc: Any) -> None:
+        p = self.p
+        p._replay, p._more, p._boxed_run, p.compiled, p._tries = self.saved
 
 
 def _runs(p: Any, args: tuple) -> tuple[Callable[[], Any], Callable[[], Any] | None, str]:
@@ -157,7 +191,7 @@ def _runs(p: Any, args: tuple) -> tuple[Callable[[], Any], Callable[[], Any] | N
     for replay in ([p._replay] if p._replay is not None else []) + list(getattr(p, "_more", [])):
         if replay(*args) is not None:
             return (lambda: replay(*args)), python, "replay"
-    return python, python, "python"
+    return python, python, type(p.compiled).__name__  # its own call: the runner's Python call, a CUDA graph
 
 
 def measure(model_name: str, device: str, backend: str) -> dict[str, Any]:
@@ -177,6 +211,7 @@ def measure(model_name: str, device: str, backend: str) -> dict[str, Any]:
     with torch.no_grad():
         if backend == "eager":
             row["total"] = _best(lambda: model(**inputs), sync)
+            row["total_wall"] = _best(lambda: model(**inputs), sync, clock=time.perf_counter)
             return row
         compile_with, graphs, outers, parts = _probes(backend)
         compiled = torch.compile(model, backend=compile_with)
@@ -189,35 +224,58 @@ def measure(model_name: str, device: str, backend: str) -> dict[str, Any]:
         _Capture.armed = True
         compiled(**inputs)
         _Capture.armed = False
-        _restore_part_call(original)
+        partition_call.PartitionCall.__call__ = original
         row["total"] = _best(lambda: compiled(**inputs), sync)
+        row["total_wall"] = _best(lambda: compiled(**inputs), sync, clock=time.perf_counter)
         timed = [g for g in graphs if g.args is not None]
         row["graphs"] = len(timed)
-        row["graph"] = sum(_best(lambda g=g: g.fn(*g.args), sync) for g in timed)
-        row["dynamo"] = row["total"] - row["graph"]
-        if not backend.startswith("torchvendor"):
-            return row
-        return {**row, **_vendor_layers(outers, parts, part_args, sync)}
+        row["graph"] = sum(_best(g.again, sync) for g in timed)
+        row["dynamo"] = _stubbed_time(timed, lambda: compiled(**inputs), sync)
+        if backend.startswith("torchvendor"):
+            row.update(_vendor_layers(timed, outers, parts, part_args, sync))
+        return row
 
 
-def _vendor_layers(outers: list, parts: list, part_args: dict, sync: Callable[[], Any]) -> dict[str, Any]:
-    """The layers inside a torchvendor graph: outer graphs, partition calls, what they run."""
+def _stubbed_time(captures: list, fn: Callable[[], Any], sync: Callable[[], Any]) -> float:
+    """``fn``'s time with ``captures`` returning their recorded results (the layer above alone)."""
+    for c in captures:
+        c.stub = True
+    try:
+        return _best(fn, sync)
+    finally:
+        for c in captures:
+            c.stub = False
+
+
+def _vendor_layers(graphs: list, outers: list, parts: list, part_args: dict, sync: Callable[[], Any]) -> dict[str, Any]:
+    """The layers inside a torchvendor graph, each alone: AOTAutograd's wrappers (or the direct
+    call), the outer graphs, the partition calls, and what they run."""
     called = [o for o in outers if o.args is not None]
-    outer = sum(_best(lambda o=o: o.fn(list(o.args)) if o.boxed else o.fn(*o.args), sync) for o in called)
+    aot = sum(_stubbed_time(called, g.again, sync) for g in graphs)
     live = [p for p in parts if id(p) in part_args]
+    outer = 0.0
+    for o in called:
+        stubs = [_Stubbed(p, part_args[id(p)][1]) for p in live]
+        for st in stubs:
+            st.__enter__()
+        try:
+            outer += _best(o.again, sync)
+        finally:
+            for st in stubs:
+                st.__exit__()
     part = run = python = 0.0
     kinds: dict[str, int] = {}
     for p in live:
-        args = part_args[id(p)]
-        part += _best((lambda p=p, a=args: p(list(a))) if p.boxed else (lambda p=p, a=args: p(*a)), sync)
+        args, out = part_args[id(p)]
+        with _Stubbed(p, out):
+            part += _best((lambda p=p, a=args: p(list(a))) if p.boxed else (lambda p=p, a=args: p(*a)), sync)
         fast, py, kind = _runs(p, args)
         kinds[kind] = kinds.get(kind, 0) + 1
         t = _best(fast, sync)
         run += t
         python += _best(py, sync) if py is not None and py is not fast else t
     return {"outer_graphs": len(called), "partitions": len(live), "runs": kinds,
-            "aot": None, "outer": outer - part, "partition": part - run, "run": run, "run_python": python,
-            "outer_total": outer}
+            "aot": aot, "outer": outer, "partition": part, "run": run, "run_python": python}
 
 
 def main(argv: list[str]) -> int:
@@ -234,8 +292,6 @@ def main(argv: list[str]) -> int:
         if device in ("cuda", "gpu"):
             import torchvendor.reference_backends.cuda  # noqa: F401
     row = measure(model_name, device, backend)
-    if row.get("outer_total") is not None:
-        row["aot"] = row["graph"] - row.pop("outer_total")
     print(json.dumps(row))
     return 0
 
@@ -244,7 +300,7 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 
 
-_COLUMNS = ("total", "dynamo", "graph", "aot", "outer", "partition", "run", "run_python")
+_COLUMNS = ("total_wall", "total", "dynamo", "graph", "aot", "outer", "partition", "run", "run_python")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
