@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", help="layers: only these of the device's rows (eager, dynamo, inductor, "
                                            "cudagraphs, torchvendor_cpu, torchvendor_cuda)")
     parser.add_argument("--jobs", type=int, default=1, help="layers: children at a time")
+    parser.add_argument("--child-timeout", type=float, default=900.0, help="layers: seconds per child")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     if args.what == "_one":
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.what == "layers":
         rows = _layers(args.devices.split(","), (args.models or ",".join(_LAYER_MODELS)).split(","),
-                       args.backends.split(",") if args.backends else None, args.jobs)
+                       args.backends.split(",") if args.backends else None, args.jobs, args.child_timeout)
     else:
         rows = _runs(args)
     if args.out:
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _layers(devices: list[str], models: list[str], backends: list[str] | None, jobs: int) -> list[dict[str, Any]]:
+def _layers(devices: list[str], models: list[str], backends: list[str] | None, jobs: int,
+            timeout: float = 900.0) -> list[dict[str, Any]]:
     """One child (bench_host_layers.py) per model, device and backend, ``jobs`` at a time; a
     table per model."""
     from concurrent.futures import ThreadPoolExecutor
@@ -198,7 +200,7 @@ def _layers(devices: list[str], models: list[str], backends: list[str] | None, j
 
     def one(job: tuple[str, str, str]) -> dict[str, Any]:
         try:
-            done = subprocess.run([sys.executable, script, *job], capture_output=True, text=True, timeout=900)
+            done = subprocess.run([sys.executable, script, *job], capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return dict(zip(("model", "device", "backend"), job), error="timed out")
         lines = done.stdout.strip().splitlines()
