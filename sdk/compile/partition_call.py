@@ -52,6 +52,8 @@ class PartitionCall(torch.nn.Module):
         self._replay: Callable[..., Any] | None = None
         self._more: list[Callable[..., Any]] = []
         self._tries = 0
+        #: calls that no replay takes run :meth:`_run`, the lean path (set after a call passed)
+        self._settled = False
         #: called with one list it owns (AOTAutograd's boxed convention, :func:`box_partition_calls`)
         self.boxed = False
         #: the compiled callable's boxed call (``run(args)``: it clears the list and frees each
@@ -101,7 +103,25 @@ class PartitionCall(torch.nn.Module):
             if out is not None:
                 self.record.calls += 1
                 return out
+        if self._settled:
+            return self._run(args)
         return self.forward(*args)
+
+    def _run(self, args: tuple) -> Any:
+        """:meth:`forward` once nothing is left to learn (not the first call, no move to another
+        device, no replay to make: a CUDA graph's partition on every call): the compiled
+        callable and the check of what it returns, no more."""
+        try:
+            out = self.compiled(*args)  # type: ignore[misc]
+            outs = out if type(out) is list else list(out) if isinstance(out, tuple) else [out]
+            if self.check and not self._fine(outs):
+                problem = self._problem(args, outs)
+                if problem:
+                    raise BackendError(problem)
+        except Exception as e:  # noqa: BLE001
+            return self._failed(args, e)
+        self.record.calls += 1
+        return outs[0] if self.single else tuple(outs)
 
     def forward(self, *args: Any) -> Any:
         if self.compiled is None:
@@ -134,12 +154,13 @@ class PartitionCall(torch.nn.Module):
         if self.record.calls == 0:
             self._boxed_run = self._make_boxed(args) if self.boxed else None
         self.record.calls += 1
+        self._settled = self.to_device is None and self._tries >= MAX_REPLAYS
         return outs[0] if self.single else tuple(outs)
 
     def _failed(self, args: Sequence[Any], e: Exception) -> Any:
         """A vendor exception: reported once, and this partition falls back for good."""
         self.backend._vendor_failed(self.record, "run", e)
-        self.compiled, self._replay, self._more = None, None, []
+        self.compiled, self._replay, self._more, self._settled = None, None, [], False
         return self.fallback(*args)
 
     def _make_replay(self, args: Sequence[Any]) -> Callable[..., Any] | None:
