@@ -64,31 +64,50 @@ def _best(fn: Callable[[], Any], sync: Callable[[], Any], budget: float = 0.25, 
     return min(loops)
 
 
-class _Capture:
-    """A callable that records the arguments and result of the next call while ``armed`` (a
-    copy of a boxed argument list: the callee clears it), and while ``stub`` returns that result
-    without calling through: the layers above it are then timed alone."""
+class _Replayed:
+    """The calls one callable got during one call of the model, with their results: replayed in
+    order (:meth:`again`), or handed out in order in place of the call (:meth:`next_result`: the
+    layers above it are then timed alone). A graph or partition may run several times per model
+    call (Switch Transformers' layers share graphs), each time with its own arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, Any]] = []
+        self.k = 0
+
+    def next_result(self) -> Any:
+        out = self.calls[self.k][1]
+        self.k = (self.k + 1) % len(self.calls)
+        return list(out) if isinstance(out, list) else out
+
+
+class _Capture(_Replayed):
+    """A callable that records its calls while ``armed`` (a copy of a boxed argument list: the
+    callee clears it), and while ``stub`` returns the recorded results instead of calling."""
 
     armed = False
 
     def __init__(self, fn: Callable[..., Any], boxed: bool = False) -> None:
-        self.fn, self.boxed, self.args, self.out, self.stub = fn, boxed, None, None, False
+        super().__init__()
+        self.fn, self.boxed, self.stub = fn, boxed, False
         self._boxed_call = getattr(fn, "_boxed_call", False)
 
     def __call__(self, *args: Any) -> Any:
         if self.stub:
             if self.boxed:
                 args[0].clear()
-            return list(self.out) if isinstance(self.out, list) else self.out
-        if _Capture.armed and self.args is None:
-            self.args = list(args[0]) if self.boxed else args
-            self.out = self.fn(*args)
-            return self.out
+            return self.next_result()
+        if _Capture.armed:
+            given = list(args[0]) if self.boxed else args
+            out = self.fn(*args)
+            self.calls.append((given, out))
+            return out
         return self.fn(*args)
 
-    def again(self) -> Any:
-        """One more call with the recorded arguments."""
-        return self.fn(list(self.args)) if self.boxed else self.fn(*self.args)
+    def again(self) -> None:
+        """The recorded calls once more, in order."""
+        fn = self.fn
+        for args, _ in self.calls:
+            fn(list(args)) if self.boxed else fn(*args)
 
 
 def _probes(backend: str) -> tuple[Callable[..., Any], list, list, list]:
@@ -139,19 +158,18 @@ def _probes(backend: str) -> tuple[Callable[..., Any], list, list, list]:
     return capture, graphs, outers, parts
 
 
-def _part_args(parts: list) -> dict[int, tuple]:
-    """Each partition call's arguments (positional, also for a boxed one: its list's contents)
-    and result on the next call of the model."""
+def _part_args(parts: list) -> dict[int, _Replayed]:
+    """Each partition call's calls on the next call of the model: arguments (positional, also for
+    a boxed one: its list's contents) and results."""
     from torchvendor.sdk.compile import partition_call
 
-    seen: dict[int, tuple] = {}
+    seen: dict[int, _Replayed] = {}
     call = partition_call.PartitionCall.__call__
 
     def spy(self: Any, *args: Any) -> Any:
         given = tuple(args[0]) if self.boxed else args  # before the call: a boxed one clears its list
         out = call(self, *args)
-        if id(self) not in seen:
-            seen[id(self)] = (given, out)
+        seen.setdefault(id(self), _Replayed()).calls.append((given, out))
         return out
 
     partition_call.PartitionCall.__call__ = spy
@@ -159,15 +177,19 @@ def _part_args(parts: list) -> dict[int, tuple]:
 
 
 class _Stubbed:
-    """Partition ``p`` with what it runs replaced by its recorded result (``out``), in each
+    """Partition ``p`` with what it runs replaced by its recorded results (``record``), in each
     form it may call: the replay, the boxed call, the compiled callable."""
 
-    def __init__(self, p: Any, out: Any) -> None:
+    def __init__(self, p: Any, record: _Replayed) -> None:
         self.p, self.saved = p, (p._replay, p._more, p._boxed_run, p.compiled, p._tries)
-        outs = list(out) if isinstance(out, tuple) else [out]
-        self.replay = lambda *a: out
-        self.boxed = lambda box: (box.clear(), list(outs))[1]
-        self.compiled = lambda *a: list(outs)
+
+        def outs() -> list:
+            out = record.next_result()
+            return list(out) if isinstance(out, tuple) else [out]
+
+        self.replay = lambda *a: record.next_result()
+        self.boxed = lambda box: (box.clear(), outs())[1]
+        self.compiled = lambda *a: outs()
 
     def __enter__(self) -> None:
         p = self.p
@@ -181,16 +203,27 @@ class _Stubbed:
         p._replay, p._more, p._boxed_run, p.compiled, p._tries = self.saved
 
 
-def _runs(p: Any, args: tuple) -> tuple[Callable[[], Any], Callable[[], Any] | None, str]:
-    """What partition ``p`` runs for ``args`` (and its runner's Python call), and which it is."""
+def _runs(p: Any, record: _Replayed) -> tuple[Callable[[], Any], Callable[[], Any] | None, str]:
+    """What partition ``p`` runs for its recorded calls (and its runner's Python call for them),
+    and which it is."""
+    argses = [a for a, _ in record.calls]
+
+    def each(fn: Callable[..., Any]) -> Callable[[], None]:
+        def run() -> None:
+            for a in argses:
+                fn(*a)
+        return run
+
     if p.compiled is None:
-        return (lambda: p.fallback(*args)), None, "fallback"
-    python = (lambda: p.compiled(*args))
+        return each(p.fallback), None, "fallback"
+    python = each(p.compiled)
     if p.boxed and p._boxed_run is not None:
-        return (lambda: p._boxed_run(list(args))), python, "boxed"
-    for replay in ([p._replay] if p._replay is not None else []) + list(getattr(p, "_more", [])):
-        if replay(*args) is not None:
-            return (lambda: replay(*args)), python, "replay"
+        return each(lambda *a: p._boxed_run(list(a))), python, "boxed"
+    replays = ([p._replay] if p._replay is not None else []) + list(getattr(p, "_more", []))
+    if replays and all(any(r(*a) is not None for r in replays) for a in argses):
+        def replayed(*a: Any) -> Any:
+            return next(o for o in (r(*a) for r in replays) if o is not None)
+        return each(replayed), python, "replay"
     return python, python, type(p.compiled).__name__  # its own call: the runner's Python call, a CUDA graph
 
 
@@ -227,13 +260,23 @@ def measure(model_name: str, device: str, backend: str) -> dict[str, Any]:
         partition_call.PartitionCall.__call__ = original
         row["total"] = _best(lambda: compiled(**inputs), sync)
         row["total_wall"] = _best(lambda: compiled(**inputs), sync, clock=time.perf_counter)
-        timed = [g for g in graphs if g.args is not None]
-        row["graphs"] = len(timed)
+        timed = [g for g in graphs if g.calls]
+        row["graphs"], row["graph_calls"] = len(timed), sum(len(g.calls) for g in timed)
         row["graph"] = sum(_best(g.again, sync) for g in timed)
         row["dynamo"] = _stubbed_time(timed, lambda: compiled(**inputs), sync)
         if backend.startswith("torchvendor"):
             row.update(_vendor_layers(timed, outers, parts, part_args, sync))
         return row
+
+
+def _each_call(p: Any, record: _Replayed) -> Callable[[], None]:
+    """Partition ``p`` called as the outer graph calls it, once per recorded call."""
+    argses = [a for a, _ in record.calls]
+
+    def run() -> None:
+        for a in argses:
+            p(list(a)) if p.boxed else p(*a)
+    return run
 
 
 def _stubbed_time(captures: list, fn: Callable[[], Any], sync: Callable[[], Any]) -> float:
@@ -250,12 +293,12 @@ def _stubbed_time(captures: list, fn: Callable[[], Any], sync: Callable[[], Any]
 def _vendor_layers(graphs: list, outers: list, parts: list, part_args: dict, sync: Callable[[], Any]) -> dict[str, Any]:
     """The layers inside a torchvendor graph, each alone: AOTAutograd's wrappers (or the direct
     call), the outer graphs, the partition calls, and what they run."""
-    called = [o for o in outers if o.args is not None]
+    called = [o for o in outers if o.calls]
     aot = sum(_stubbed_time(called, g.again, sync) for g in graphs)
     live = [p for p in parts if id(p) in part_args]
     outer = 0.0
     for o in called:
-        stubs = [_Stubbed(p, part_args[id(p)][1]) for p in live]
+        stubs = [_Stubbed(p, part_args[id(p)]) for p in live]
         for st in stubs:
             st.__enter__()
         try:
@@ -266,15 +309,16 @@ def _vendor_layers(graphs: list, outers: list, parts: list, part_args: dict, syn
     part = run = python = 0.0
     kinds: dict[str, int] = {}
     for p in live:
-        args, out = part_args[id(p)]
-        with _Stubbed(p, out):
-            part += _best((lambda p=p, a=args: p(list(a))) if p.boxed else (lambda p=p, a=args: p(*a)), sync)
-        fast, py, kind = _runs(p, args)
+        record = part_args[id(p)]
+        with _Stubbed(p, record):
+            part += _best(_each_call(p, record), sync)
+        fast, py, kind = _runs(p, record)
         kinds[kind] = kinds.get(kind, 0) + 1
         t = _best(fast, sync)
         run += t
         python += _best(py, sync) if py is not None and py is not fast else t
-    return {"outer_graphs": len(called), "partitions": len(live), "runs": kinds,
+    return {"outer_graphs": len(called), "partitions": len(live),
+            "partition_calls": sum(len(part_args[id(p)].calls) for p in live), "runs": kinds,
             "aot": aot, "outer": outer, "partition": part, "run": run, "run_python": python}
 
 
