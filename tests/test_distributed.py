@@ -260,3 +260,37 @@ def test_register_needs_a_device_and_is_idempotent() -> None:
     register_device("acme")
     assert register_distributed() == register_distributed() == "tvgloo"
     assert dist.Backend.default_device_backend_map["acme"] == "tvgloo"
+
+
+def test_native_works_on_two_devices_in_one_process(acme) -> None:  # noqa: ANN001
+    """Two one-rank groups, one per device, their C++ works interleaved: each work's event comes
+    from its own device's pool (a pooled event of the other device would fail to record there),
+    wait() orders the waiting stream of the work's device, futures complete with the outputs, and
+    the counts merge the joins (Python) with the rest (C++)."""
+    from torchvendor import _C
+    from torchvendor.sdk import collective_counts, register_distributed
+
+    dist.init_process_group(register_distributed(), store=dist.HashStore(), rank=0, world_size=1,
+                            device_id=torch.device("acme:0"))
+    try:
+        groups = [dist.group.WORLD, dist.new_group([0])]
+        acme.reset_collective_counts()
+        xs = [torch.arange(4.0, device=f"acme:{d}") for d in range(2)]
+        for d in range(2):
+            dist.all_reduce(xs[d], group=groups[d])  # joins group d's communicator on acme:d (Python)
+        for _ in range(3):  # each round's works die at its end: their events go back to the pools
+            works = []
+            for d in range(2):
+                side = acme.Stream(device=d)
+                with acme.stream(side):
+                    y = xs[d] * 2  # on the side stream, before the collective on it
+                    works.append((d, y, dist.all_reduce(y, op=dist.ReduceOp.AVG, group=groups[d], async_op=True)))
+            for d, y, work in works:
+                assert work.get_future().wait()[0] is y
+                work.wait()  # the current stream of acme:d waits for the side stream's collective
+                torch.testing.assert_close((y + 0).cpu(), torch.arange(4.0) * 2)
+        assert _C.native_collective_counts() == {"native:all_reduce.avg": 6}
+        assert collective_counts() == {"native:all_reduce.avg": 6, "native:all_reduce.sum": 2}
+    finally:
+        dist.destroy_process_group()
+        acme.reset_collective_counts()
