@@ -8,6 +8,7 @@ beside eager and Inductor's modes in the same process.
         --models gpt2_124m --parts training --dtypes bf16 --baseline eager,inductor,inductor_cudagraphs
     .venv/bin/python bench/bench_models.py --size real --device cpu --backend torchvendor_cpu --scale tiny
     .venv/bin/python bench/bench_models.py --size real --smoke --dtypes bf16   # every model, tiny, in-process
+    .venv/bin/python bench/bench_models.py --size real --merge run.json --beside "what else ran"  # JSON in, page out
 
 A process per model, part and dtype (a *unit*: a crash or a poisoned CUDA context costs one),
 cheapest first by :func:`estimate_s`, ``--per-gpu`` of them on each of ``--gpus`` GPUs (they
@@ -798,7 +799,7 @@ def _run_header(args: argparse.Namespace, vendors: list[str], backends: list[str
                          "inductor_compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
                          or (compile_threads(args) if args.ngpus * args.per_gpu > 1 else "default"),
                          "optimizer": "AdamW (fused on CUDA, foreach elsewhere), eager"},
-            "note": args.note or ""}
+            "note": args.note or "", "beside": getattr(args, "beside", None) or ""}
 
 
 def _units(args: argparse.Namespace) -> list[tuple[str, str, str]]:
@@ -1046,40 +1047,66 @@ def summary(run: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _compile_key(key: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda x: (x.get("compile_s") or {}).get(key)
+
+
+#: Issue 35's bar for the tier, target by target: (what, baseline, part or None for both, the
+#: value compared, whether the ratio is ours ÷ theirs (memory, compile) rather than theirs ÷ ours
+#: (speed), how the rows are summed up ("geomean", "min" or "max" over them), the limit)
+BAR: list[tuple[str, str, str | None, Callable[[dict[str, Any]], Any], bool, str, float]] = [
+    ("inference: speed ≥ 1.0× inductor (geomean)", "inductor", "inference", lambda x: x.get("ms"), False, "geomean", 1.0),
+    ("inference: no model below 0.9× inductor", "inductor", "inference", lambda x: x.get("ms"), False, "min", 0.9),
+    ("training: speed ≥ 1.0× inductor (geomean)", "inductor", "training", lambda x: x.get("ms"), False, "geomean", 1.0),
+    ("training: no model below 0.9× inductor", "inductor", "training", lambda x: x.get("ms"), False, "min", 0.9),
+    ("none slower than eager", "eager", None, lambda x: x.get("ms"), False, "min", 1.0),
+    ("≥ 0.95× inductor_max_autotune (geomean)", "inductor_max_autotune", None, lambda x: x.get("ms"), False,
+     "geomean", 0.95),
+    ("peak ≤ 1.05× inductor on every model", "inductor", None, lambda x: x.get("peak_gb"), True, "max", 1.05),
+    ("cold compile ≤ 1.0× inductor on every model", "inductor", None, _compile_key("cold"), True, "max", 1.0),
+    ("warm compile ≤ 1.5× inductor on every model", "inductor", None, _compile_key("warm"), True, "max", 1.5),
+]
+
+
+def _unmeasured(run: dict[str, Any], rows: list[dict[str, Any]], what: str, base: str, part: str | None) -> str:
+    """Why a target has no pair of values in this run."""
+    if base not in run["backends"]:
+        return f"no {base} in this run"
+    if not rows:
+        return f"no {part} row measured" if part else "no row measured"
+    if what.startswith("warm") and (run.get("settings") or {}).get("warm") == "none":
+        return "--warm none: no warm compile"
+    return "no value on both sides"
+
+
 def targets(run: dict[str, Any]) -> list[str]:
-    """Issue 35's bar for each vendor of the run, met or not, from the rows both ran: speed
-    geomean ≥ 1.0× Inductor per part, no model below 0.9× Inductor nor below eager, ≥ 0.95×
-    max-autotune, peak ≤ 1.05× Inductor's on every model, cold compile ≤ Inductor's, warm ≤ 1.5×.
+    """Issue 35's bar (:data:`BAR`) for each vendor of the run, target by target: **met** or
+    **not met** on the rows both ran (with how many of the tier's models those are: a geomean
+    over fewer than all of them is partial), or **not measured** and why.
 
     >>> r = {"vendors": ["v"], "backends": ["eager", "inductor", "v"], "rows": [{"model": "m", "part": "training",
     ...      "dtype": "bf16", "backends": {"eager": {"ms": 4.0}, "inductor": {"ms": 3.0}, "v": {"ms": 2.0}}}]}
-    >>> targets(r)[0]
-    '- v, training: speed ≥ 1.0× inductor (geomean): **met** (1.50×, n=1)'
+    >>> targets(r)[0], targets(r)[2]  # doctest: +NORMALIZE_WHITESPACE
+    ('- v, inference: speed ≥ 1.0× inductor (geomean): **not measured** (no inference row measured)',
+     '- v, training: speed ≥ 1.0× inductor (geomean): **met** (1.50×; 1 of 8 models: m)')
     """
     out = []
     rows = [r for r in run["rows"] if "not_run" not in r]
-    ms = lambda x: x.get("ms")  # noqa: E731
     for v in run["vendors"]:
-        def check(what: str, pairs: list[tuple[float, str]], ok: Callable[[list[float]], bool], shown: str) -> None:
-            if pairs:
-                values = [p for p, _ in pairs]
-                detail = shown.format(g=_geomean(values), lo=min(pairs), hi=max(pairs))
-                out.append(f"- {v}{what}: **{'met' if ok(values) else 'not met'}** ({detail}, n={len(pairs)})")
-        for part in PARTS:
-            sel = [r for r in rows if r.get("part") == part]
-            check(f", {part}: speed ≥ 1.0× inductor (geomean)", _ratios(sel, v, "inductor", ms), lambda x: _geomean(x) >= 1.0,
-                  "{g:.2f}×")
-            check(f", {part}: no model below 0.9× inductor", _ratios(sel, v, "inductor", ms), lambda x: min(x) >= 0.9,
-                  "lowest {lo[0]:.2f}× {lo[1]}")
-        check(": none slower than eager", _ratios(rows, v, "eager", ms), lambda x: min(x) >= 1.0, "lowest {lo[0]:.2f}× {lo[1]}")
-        check(": ≥ 0.95× inductor_max_autotune (geomean)", _ratios(rows, v, "inductor_max_autotune", ms),
-              lambda x: _geomean(x) >= 0.95, "{g:.2f}×")
-        check(": peak ≤ 1.05× inductor on every model", _ratios(rows, v, "inductor", lambda x: x.get("peak_gb"), True),
-              lambda x: max(x) <= 1.05, "highest {hi[0]:.2f}× {hi[1]}")
-        for key, bar in (("cold", 1.0), ("warm", 1.5)):
-            check(f": {key} compile ≤ {bar}× inductor on every model", _ratios(
-                rows, v, "inductor", lambda x: x.get("compile_s", {}).get(key), True), lambda x: max(x) <= bar,
-                "highest {hi[0]:.2f}× {hi[1]}")
+        for what, base, part, key, invert, agg, limit in BAR:
+            sel = [r for r in rows if part is None or r.get("part") == part]
+            pairs = _ratios(sel, v, base, key, invert)
+            if not pairs:
+                out.append(f"- {v}, {what}: **not measured** ({_unmeasured(run, sel, what, base, part)})")
+                continue
+            values = [p for p, _ in pairs]
+            got = {"geomean": _geomean, "min": min, "max": max}[agg](values)
+            ok = got <= limit if agg == "max" else got >= limit
+            worst = (max if agg == "max" else min)(pairs)[1]
+            models = list(dict.fromkeys(m for _, m in pairs))
+            shown = f"{got:.2f}×" + ("" if agg == "geomean" or len(pairs) == 1 else f" {worst}")
+            out.append(f"- {v}, {what}: **{'met' if ok else 'not met'}** ({shown}; {len(models)} of {len(SPECS)} "
+                       f"models: {', '.join(models)})")
     return out
 
 
@@ -1101,6 +1128,80 @@ def where_when(run: dict[str, Any]) -> list[str]:
                    f"{r['seconds']:.0f} s" + (" (still running when written)" if r.get("running") else "")
                    + (f" (ended in {', '.join(stopped)})" if stopped else ""))
     return out
+
+
+def _newest(runs: list[dict[str, Any]], unit: tuple[str, str, str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The newest run (``runs`` newest first) whose first vendor has a time for ``unit``, and its row."""
+    for run in runs:
+        v = (run.get("vendors") or [None])[0]
+        for r in run["rows"]:
+            if (r["model"], r.get("part"), r.get("dtype")) == unit and r.get("backends", {}).get(v, {}).get("ms"):
+                return run, r
+    return None
+
+
+def standing(runs: list[dict[str, Any]]) -> list[str]:
+    """Where the tier stands over every run: per model and unit, the newest run that measured it
+    (ours over Inductor's default mode: speed, peak; that run's start and tree), else **not
+    measured**; then which models no run has measured.
+
+    >>> run = {"vendors": ["v"], "when": "2026-11-29 00:54 UTC", "tree": "abc", "rows": [{"model": "gpt2_124m",
+    ...        "part": "training", "dtype": "bf16", "backends": {"inductor": {"ms": 2.0, "peak_gb": 1.0},
+    ...        "v": {"ms": 4.0, "peak_gb": 1.0}}}]}
+    >>> standing([run])[2].split(" | ")[2]
+    'speed 0.50×, peak 1.00× (11-29 00:54, abc)'
+    """
+    cols = [(p, d) for d in ("bf16", "fp32") for p in PARTS]
+    lines = ["| model | " + " | ".join(f"{p} {d}" for p, d in cols) + " |", "|---|" + "---|" * len(cols)]
+    measured = []
+    for name in SPECS:
+        cells = []
+        for part, dtype in cols:
+            found = _newest(runs, (name, part, dtype))
+            if not found:
+                cells.append("**not measured**")
+                continue
+            run, row = found
+            ours, ind = row["backends"][run["vendors"][0]], row["backends"].get("inductor", {})
+            ratio = [f"{k} {_f(a / b if a and b else None)}×" for k, a, b in
+                     (("speed", ind.get("ms"), ours["ms"]), ("peak", ours.get("peak_gb"), ind.get("peak_gb")))]
+            cells.append(f"{', '.join(ratio)} ({run['when'][5:16]}, {run.get('tree') or 'tree not recorded'})")
+            measured.append(name)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    seen = list(dict.fromkeys(measured))
+    missing = [n for n in SPECS if n not in seen]
+    return lines + ["", f"Measured in some run: {len(seen)} of {len(SPECS)} models ({', '.join(seen) or 'none'}). "
+                    f"**Not measured in any run: {len(missing)} of {len(SPECS)}** ({', '.join(missing) or 'none'}); "
+                    "the bar is for the whole tier, so every verdict below is on the models its run measured only."]
+
+
+#: The next GPU session's commands for the tier (run from the repository root after the build,
+#: on one or two H200; each stops itself within its --stop): A measures bf16 cheapest first, B
+#: picks up what A did not reach (--skip: A's JSON on the machine, or in the tree once merged).
+NEXT_COMMANDS = [
+    ("A (bf16, every model, inference and training; about 230 s)",
+     "mkdir -p $OUT/realbench && python bench/bench_models.py --size real --device cuda --backend torchvendor_cuda \\\n"
+     "  --baseline eager,inductor --dtypes bf16 --gpus auto --per-gpu 3 --warm none --iters 10 --warmup 3 \\\n"
+     "  --stop 225 --name h200_real_bf16_a --out $OUT/realbench --log $OUT/realbench/log_a.txt"),
+    ("B (what A did not reach; about 230 s)",
+     "mkdir -p $OUT/realbench && python bench/bench_models.py --size real --device cuda --backend torchvendor_cuda \\\n"
+     "  --baseline eager,inductor --dtypes bf16 --gpus auto --per-gpu 3 --warm none --iters 10 --warmup 3 \\\n"
+     "  --stop 225 --name h200_real_bf16_b --out $OUT/realbench --log $OUT/realbench/log_b.txt \\\n"
+     "  --skip $OUT/realbench/h200_real_bf16_a.json docs/bench_models/real/h200_real_bf16_a.json"),
+    ("then, here: both into one run and the page (name what ran beside them)",
+     ".venv/bin/python bench/bench_models.py --size real --merge /work/.device/N/realbench/h200_real_bf16_a.json \\\n"
+     "  /work/.device/N/realbench/h200_real_bf16_b.json --name h200_real_bf16 --beside \"...\""),
+]
+
+
+def next_commands() -> list[str]:
+    """The page's list of :data:`NEXT_COMMANDS`, and what comes after them."""
+    out = ["The commands that measure the rest of the tier, ready for the next GPU session:", ""]
+    for what, cmd in NEXT_COMMANDS:
+        out += [f"{what}:", "", "```bash", cmd, "```", ""]
+    return out + ["After those: the same two with `--dtypes fp32` (names `h200_real_fp32_a`/`_b`), then "
+                  "`--baseline eager,inductor,inductor_max_autotune --warm all` for the max-autotune and "
+                  "warm-compile targets (about twice the time per unit: `estimate_s`).", ""]
 
 
 def _cells(res: dict[str, Any]) -> dict[str, Any]:
@@ -1164,8 +1265,8 @@ def _problems(run: dict[str, Any]) -> list[str]:
 def render(runs: list[dict[str, Any]]) -> list[str]:
     """The real-size section of ``docs/bench_models.md``.
 
-    >>> render([])[-1]
-    'No run is recorded yet: `bench/bench_models.py --size real` on a GPU writes one (its `--help` lists the flags).'
+    >>> any(x.startswith("No run is recorded yet") for x in render([])), "```bash" in render([])
+    (True, True)
     """
     out = ["## Real sizes (`--size real`)", "",
            "Written by `bench/bench_models.py --size real` from `docs/bench_models/real/*.json`: published sizes "
@@ -1189,17 +1290,14 @@ def render(runs: list[dict[str, Any]]) -> list[str]:
            + ". Dropout off, no KV cache returned; training computes the model's own loss from `labels`.", ""]
     if not runs:
         return out + ["No run is recorded yet: `bench/bench_models.py --size real` on a GPU writes one (its `--help` "
-                      "lists the flags)."]
+                      "lists the flags).", ""] + next_commands()
+    out += ["### Where the tier stands", "", f"{len(runs)} run(s) recorded, newest first below. Per model and unit, "
+            "the newest run that measured it: ours over Inductor's default mode (speed: Inductor ms ÷ ours; peak: "
+            "ours ÷ Inductor's), with that run's start and tree.", ""] + standing(runs) + [""] + next_commands()
     for run in runs:
-        out += [f"### {' and '.join(run['vendors']) or 'baselines'} on `{run['device']}` ({run['machine']}), "
-                f"scale {run['scale']}", "",
-                f"torch {run['torch']}, transformers {run['transformers']}, {run['when']}, {run['seconds']:.0f} s; "
-                f"{run['settings']['iters']} timed calls after {run['settings']['warmup']} warm-up; TF32 "
-                f"{'on' if run['settings']['tf32'] else 'off'}." + (f" Note: {run['note']}" if run.get("note") else ""), ""]
-        out += summary(run) + [""]
-        bar = targets(run)
-        if bar:
-            out += ["Issue 35's bar on this run:", ""] + bar + [""]
+        out += _heading(run) + summary(run) + [""]
+        out += ["Issue 35's bar on this run (met / not met on the models it measured; not measured, and why):", ""]
+        out += targets(run) + [""]
         out += table(run) + [""]
         where = where_when(run)
         if where:
@@ -1209,8 +1307,20 @@ def render(runs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _heading(run: dict[str, Any]) -> list[str]:
+    """A run's heading and its conditions (a key an older or foreign JSON lacks reads "?")."""
+    st, get = run.get("settings") or {}, lambda k: run.get(k) or "?"
+    return [f"### {get('when')}: {' and '.join(run['vendors']) or 'baselines'} on `{get('device')}` "
+            f"({get('machine')}), scale {get('scale')}", "",
+            f"Tree `{run.get('tree') or 'not recorded'}`; beside it on the host: {run.get('beside') or 'not recorded'}. "
+            f"torch {get('torch')}, transformers {get('transformers')}, {run.get('seconds') or 0:.0f} s; "
+            f"{st.get('iters', '?')} timed calls after {st.get('warmup', '?')} warm-up; TF32 "
+            f"{'on' if st.get('tf32') else 'off'}; warm compile: {st.get('warm', 'all')}."
+            + (f" Note: {run['note']}" if run.get("note") else ""), ""]
+
+
 def _placement(run: dict[str, Any]) -> str:
-    st = run["settings"]
+    st = run.get("settings") or {}
     return (f"{st.get('gpus', 1)} GPU(s), {st.get('per_gpu', 1)} child(ren) per GPU taking turns for the timed calls"
             f", Inductor compile threads {st.get('inductor_compile_threads', 'default')}"
             f"; --stop {st.get('stop')}, --timeout {st.get('timeout')} s per unit; tree {run.get('tree') or 'unknown'}")
@@ -1233,16 +1343,29 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for run in runs:
         for r in run["rows"]:
-            r = {**r, "run": r.get("run") or run.get("name") or run.get("when")}  # where_when's "which command"
+            if len(runs) > 1:  # where_when's "which command"
+                r = {**r, "run": r.get("run") or run.get("name") or run.get("when")}
             key = (r["model"], r.get("part", ""), r.get("dtype", ""))
             if key in rows and "not_run" not in r:
                 rows[key] = {**rows[key], **r, "backends": {**rows[key].get("backends", {}), **r["backends"]}}
             elif key not in rows:
                 rows[key] = r
     backends = [b for b in union("backends") if b not in vendors] + vendors
-    notes = "; ".join(dict.fromkeys(r["note"] for r in runs if r.get("note")))
-    return {**runs[0], "vendors": vendors, "backends": backends, "rows": list(rows.values()), "note": notes,
-            "seconds": sum(r["seconds"] for r in runs)}
+    def joined(key: str) -> str:
+        return "; ".join(dict.fromkeys(str(r[key]) for r in runs if r.get(key)))
+    return {**runs[0], "vendors": vendors, "backends": backends, "rows": list(rows.values()), "note": joined("note"),
+            "tree": joined("tree") or None, "beside": joined("beside"), "seconds": sum(r.get("seconds") or 0 for r in runs)}
+
+
+def merged_name(first: str, run: dict[str, Any]) -> str:
+    """``--merge`` without ``--name``: the first file's stem and the run's start, so a later run of
+    the same command never overwrites an earlier one.
+
+    >>> merged_name("/x/runnerpath/gpt2.json", {"when": "2026-11-29 02:10 UTC"})
+    'gpt2_20261129_0210'
+    """
+    digits = re.sub(r"\D", "", run.get("when", ""))
+    return f"{Path(first).stem}_{digits[:8]}_{digits[8:12]}"
 
 
 def load_runs(folder: Path = RUNS) -> list[dict[str, Any]]:
@@ -1294,6 +1417,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the run JSON's stem")
     p.add_argument("--out", default=str(RUNS), help="folder of the run JSON")
     p.add_argument("--note", help="a sentence about the run's conditions")
+    p.add_argument("--beside", help="what else ran on the host meanwhile (another GPU's job, nothing); with --merge: "
+                   "sets it on the merged run")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="join runs into --name in --out, then render the page")
     p.add_argument("--render", action="store_true", help="only rewrite docs/bench_models.md")
     p.add_argument("--size", default="real", help=argparse.SUPPRESS)
@@ -1309,8 +1434,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         merged = merge([json.loads(Path(f).read_text()) for f in args.merge])
         merged["note"] = args.note or merged["note"]
+        merged["beside"] = args.beside or merged["beside"]
+        merged["name"] = args.name or merged_name(args.merge[0], merged)
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / f"{args.name or 'merged'}.json").write_text(json.dumps(merged, indent=1, default=str))
+        (Path(args.out) / f"{merged['name']}.json").write_text(json.dumps(merged, indent=1, default=str))
+        print(f"wrote {Path(args.out) / merged['name']}.json", file=sys.stderr)
         args.render = Path(args.out).resolve() == RUNS.resolve()
         if not args.render:
             return 0

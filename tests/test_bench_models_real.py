@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,36 @@ def test_skip_leaves_out_units_an_earlier_run_measured_with_every_backend(tmp_pa
     units = [("gpt2_124m", "inference", "bf16"), ("gpt2_124m", "training", "bf16")]
     left, skipped = real.skip_measured(units, ["eager", "v"], [str(tmp_path / "a.json"), str(tmp_path / "none.json")])
     assert left == units[1:] and skipped == units[:1]
+
+
+def test_the_bar_names_every_target_met_not_met_or_not_measured():
+    lines = real.targets(_fake_run())
+    assert len(lines) == len(real.BAR)
+    assert "- v, inference: speed ≥ 1.0× inductor (geomean): **not measured** (no inference row measured)" in lines
+    assert any("inductor_max_autotune" in x and "**not measured** (no inductor_max_autotune in this run)" in x
+               for x in lines)
+    speed, = [x for x in lines if x.startswith("- v, training: speed")]
+    assert "**met** (1.00×; 2 of 8 models: a, b)" in speed
+
+
+def test_the_page_says_which_models_no_run_measured_and_how_to_measure_them():
+    text = "\n".join(real.render([_fake_run()]))
+    assert "**Not measured in any run: 8 of 8**" in text  # the fake run's models are not the tier's
+    assert "### w: v on `cuda` (m), scale real" in text and "Tree `abc123`; beside it on the host: not recorded" in text
+    for what, cmd in real.NEXT_COMMANDS[:2]:
+        assert cmd in text
+        flags = shlex.split(cmd.replace("\\\n", " ").split("bench/bench_models.py --size real", 1)[1])
+        assert real.parser().parse_args(flags).device == "cuda"
+
+
+def test_one_command_merges_a_run_from_the_gpu_machine_and_records_what_ran_beside(tmp_path):
+    run = {**_fake_run(), "when": "2026-11-29 02:10 UTC"}
+    del run["settings"], run["machine"]  # a foreign or older JSON: the page still renders
+    (tmp_path / "gpt2.json").write_text(json.dumps(run))
+    out = tmp_path / "real"
+    assert real.main(["--merge", str(tmp_path / "gpt2.json"), "--out", str(out), "--beside", "tests on GPU 0"]) == 0
+    merged = json.loads((out / "gpt2_20261129_0210.json").read_text())
+    assert merged["beside"] == "tests on GPU 0" and merged["tree"] == "abc123"
+    assert all("run" not in r for r in merged["rows"])  # one run: no "which command" in where_when
+    text = "\n".join(real.render(real.load_runs(out)))
+    assert "beside it on the host: tests on GPU 0" in text and "- a training bf16: GPU 1" in text
