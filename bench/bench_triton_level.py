@@ -7,7 +7,7 @@ For each model: both statuses over the parts run (correct against float64 truth,
 judges) and both inference times; ``ratio`` is Inductor's time over ours (1.0: the same speed).
 
     python bench/bench_triton_level.py --tier fast --parts inference --jobs 8 --out triton_level.json
-    python bench/bench_triton_level.py --profile gpt2     # where one model's time goes
+    python bench/bench_triton_level.py --profile gpt2,t5 --out profile.json   # where the time goes
 
 Needs an NVIDIA GPU, Triton and the CUDA toolkit's headers (the runtime is built on first use).
 """
@@ -39,10 +39,103 @@ def _row(model: str, ind: dict[str, Any], tri: dict[str, Any]) -> dict[str, Any]
             "inductor_compile_s": c_i, "triton_compile_s": c_t}
 
 
-def profile(model: str, calls: int = 200, top: int = 25) -> None:
+def wrapper_counts(fn: Any, kwargs: dict[str, Any]) -> dict[str, int]:
+    """What one call runs, read from the Inductor wrappers it goes through (their ``call``
+    functions, found by a cProfile of one call): Triton launches, extern kernels (library calls),
+    allocations and ATen fallbacks, each counted per line of source."""
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    fn(**kwargs)
+    prof.disable()
+    prof.create_stats()
+    counts = {"launches": 0, "externs": 0, "allocations": 0, "aten_calls": 0}
+    for filename, line, name in prof.stats:  # type: ignore[attr-defined]
+        if name != "call" or "torchinductor" not in filename:
+            continue
+        with open(filename) as f:
+            lines = f.read().splitlines()[line - 1:]
+        indent = len(lines[0]) - len(lines[0].lstrip())  # the body: what follows, indented deeper
+        end = next((i for i, t in enumerate(lines[1:], 1) if t.strip() and len(t) - len(t.lstrip()) <= indent),
+                   len(lines))
+        body = "\n".join(lines[1:end])
+        counts["launches"] += body.count(".run(")
+        counts["externs"] += body.count("extern_kernels.")
+        counts["allocations"] += body.count("empty_strided")
+        counts["aten_calls"] += body.count("torch.ops.")
+    return counts
+
+
+def host_and_device(fn: Any, kwargs: dict[str, Any], device: str, calls: int = 10,
+                    sleep: Any = None) -> dict[str, float]:
+    """ms per call on each side of the launch queue. ``host``: the calls' host time (Python,
+    launches, allocations, externs) with no wait for the device; ``device``: the device's time for
+    the same calls, from timing events on the device's current stream around calls enqueued
+    behind a ``cuda`` sleep kernel long enough that the device runs them back to back; ``wall``:
+    the calls with a synchronize at the end. ``host`` > ``device``: host bound."""
+    import torch
+
+    from torchvendor.ir.compat import triton_api
+
+    mod = getattr(torch, device)
+    mod.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(**kwargs)
+    host = (time.perf_counter() - start) / calls
+    mod.synchronize()
+    wall = (time.perf_counter() - start) / calls
+    # enqueue behind a sleep on CUDA's legacy default stream (ordered with the device's streams)
+    begin, end = torch.Event(device=device, enable_timing=True), torch.Event(device=device, enable_timing=True)
+    (sleep or triton_api.cuda_sleep)(int(host * calls * 3 * 2e9) + 10**6)  # about 3x the enqueue time at 2 GHz
+    begin.record()
+    for _ in range(calls):
+        fn(**kwargs)
+    end.record()
+    end.synchronize()
+    return {"host_ms": host * 1e3, "device_ms": begin.elapsed_time(end) / calls, "wall_ms": wall * 1e3}
+
+
+def entry_costs(device: str, library: str = "cuda", reps: int = 300) -> dict[str, float]:
+    """Host microseconds per call of the wrapper's C++ entries on ``device`` beside torch's own
+    on ``cuda``: an allocation (EmptyStrided vs torch.empty_strided) and a 64x64 matmul extern
+    (ExternCall on aliases vs torch.mm on cuda tensors), no synchronize inside the loop."""
+    import torch
+
+    from torchvendor import _C
+
+    def us(f: Any, sync: Any) -> float:
+        for _ in range(10):
+            f()
+        sync()
+        t = time.perf_counter()
+        for _ in range(reps):
+            f()
+        dt = time.perf_counter() - t
+        sync()
+        return dt / reps * 1e6
+
+    mod, lib = getattr(torch, device), getattr(torch, library)
+    empty = _C.EmptyStrided(torch.empty_strided, device)
+    mm = _C.ExternCall(torch.mm, device, library)
+    a, c = torch.ones(64, 64, device=device), torch.ones(64, 64, device=library)
+    out, cout = torch.empty(64, 64, device=device), torch.empty(64, 64, device=library)
+    return {
+        "empty_strided_us": us(lambda: empty((16, 96), (96, 1), device=device, dtype=torch.float32), mod.synchronize),
+        f"{library}_empty_strided_us": us(lambda: torch.empty_strided((16, 96), (96, 1), device=library),
+                                          lib.synchronize),
+        "extern_mm_us": us(lambda: mm(a, a, out=out), mod.synchronize),
+        f"{library}_mm_us": us(lambda: torch.mm(c, c, out=cout), lib.synchronize),
+    }
+
+
+def profile(model: str, calls: int = 200, top: int = 25, out: str | None = None) -> dict[str, Any]:
     """Where one model's inference time goes: ms per call with Inductor on ``cuda`` and with the
-    Triton level on the PrivateUse1 GPU, then a cProfile of ours (host time by function: a
-    launch, an extern, an allocation or a wait for the device)."""
+    Triton level on the PrivateUse1 GPU (a loop of ``calls``, then a synchronize), each split into
+    host and device time (:func:`host_and_device`), what a call runs (:func:`wrapper_counts`),
+    the device allocator's runtime mallocs during the loop, the C++ entries' host cost
+    (:func:`entry_costs`), then a cProfile of ours (host time by function)."""
     import copy
     import cProfile
     import pstats
@@ -72,13 +165,30 @@ def profile(model: str, calls: int = 200, top: int = 25) -> None:
         sync()
         return (time.perf_counter() - start) / calls * 1e3
 
+    result: dict[str, Any] = {"model": model, "calls": calls}
     with torch.no_grad():
         m, kw = on("cuda")
-        ind = per_call(torch.compile(m, backend="inductor"), kw, torch.cuda.synchronize)
+        ind_fn = torch.compile(m, backend="inductor")
+        ind = per_call(ind_fn, kw, torch.cuda.synchronize)
+        result["inductor"] = {"ms": ind, **host_and_device(ind_fn, kw, "cuda"), **wrapper_counts(ind_fn, kw)}
         m, kw = on("gpu")
         ours = torch.compile(m, backend="torchvendor_triton")
         tri = per_call(ours, kw, gpu.synchronize)
+        mallocs = gpu.memory_stats().get("num_device_alloc", 0)
+        per_call(ours, kw, gpu.synchronize)
+        result["triton"] = {"ms": per_call(ours, kw, gpu.synchronize), **host_and_device(ours, kw, "gpu"),
+                            **wrapper_counts(ours, kw),
+                            "runtime_mallocs": gpu.memory_stats().get("num_device_alloc", 0) - mallocs}
+        result["entries"] = entry_costs("gpu")
         print(f"{model}: inductor on cuda {ind:.3f} ms, Triton level on gpu {tri:.3f} ms per call")
+        for side in ("inductor", "triton"):
+            r = result[side]
+            print(f"  {side:<8} {r['ms']:.3f} ms per call: host {r['host_ms']:.3f} ms, device {r['device_ms']:.3f} ms, "
+                  f"wall {r['wall_ms']:.3f} ms ({'host' if r['host_ms'] > r['device_ms'] else 'device'} bound); "
+                  f"{r['launches']} launches, {r['externs']} externs, {r['allocations']} allocations, "
+                  f"{r['aten_calls']} ATen calls per call" +
+                  (f"; {r['runtime_mallocs']} runtime mallocs in {2 * calls} calls" if side == "triton" else ""))
+        print("  host us per call: " + ", ".join(f"{k[:-3]} {v:.1f}" for k, v in result["entries"].items()))
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(calls):
@@ -86,6 +196,10 @@ def profile(model: str, calls: int = 200, top: int = 25) -> None:
         gpu.synchronize()
         prof.disable()
     pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,10 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=1.0, help="seconds of timing per backend and model")
     p.add_argument("--stop", type=float, help="end each side's unfinished models after this many seconds")
     p.add_argument("--out", help="write the rows as JSON here")
-    p.add_argument("--profile", metavar="MODEL", help="only profile one model's inference (see profile())")
+    p.add_argument("--profile", metavar="MODELS", help="only profile these models' inference, a comma list "
+                   "(see profile(); --out: their results as JSON)")
     args = p.parse_args(argv)
     if args.profile:
-        profile(args.profile)
+        results = [profile(m, top=15 if "," in args.profile else 25) for m in args.profile.split(",")]
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1)
         return 0
     from torchvendor.sdk.conformance.models.catalog import names
     from torchvendor.sdk.conformance.models.suite import run_suite

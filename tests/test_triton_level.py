@@ -224,6 +224,55 @@ def test_the_cpp_launcher_packs_pointers_ints_and_floats(acme):
         add(1, 1, 1, 6, a, "b", out)
 
 
+def test_a_launch_on_the_default_stream_can_go_to_the_null_stream(acme):
+    """``null_default_stream``: while the device's current stream is its default one, the launch
+    takes the runtime's NULL stream (the reference CUDA runtime's legacy default stream, where the
+    externs run); on another current stream, that stream. The backend class turns it on."""
+    from torchvendor.sdk.compile.triton_level import _native_launcher
+
+    ext = _native()
+    add = ext.TritonLaunch(_sim_kernel(acme, "tv_add_f32"), "qppp", [1], 0, 0, null_default_stream=True)
+    assert add.null_default_stream and not ext.TritonLaunch(1, "q", [1], 0, 0).null_default_stream
+    a, out = torch.arange(4.0).to("acme"), torch.zeros(4, device="acme")
+    add(1, 1, 1, 4, a, a, out)
+    acme.synchronize()
+    torch.testing.assert_close(out.cpu(), 2 * torch.arange(4.0))
+    with torch.acme.stream(torch.acme.Stream()):
+        add(1, 1, 1, 4, out, a, out)
+        torch.acme.current_stream().synchronize()
+    torch.testing.assert_close(out.cpu(), 3 * torch.arange(4.0))
+    assert _native_launcher(True)(1, "q", [1], 0, 0).null_default_stream
+    from torchvendor.reference_backends.triton import TritonCudaBackend
+
+    assert TritonCudaBackend.null_default_stream and not TritonBackend.null_default_stream
+
+
+def test_the_reference_convolutions_run_without_tf32(monkeypatch):
+    """The GPU device's eager convolution and matmul are full float32 (its CPU fallback), so the
+    reference runs cuDNN's convolutions with TF32 off, and matmuls at precision "highest" where
+    it was lowered when they were compiled; at torch's defaults a matmul extern is unwrapped."""
+    from torchvendor.reference_backends.triton import TritonCudaBackend
+    from torchvendor.reference_backends.triton.externs import ieee_float32
+
+    def flags():
+        return torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()
+
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setattr(TritonCudaBackend, "alias_extern", staticmethod(lambda fn, device, library: fn))
+    backend = TritonCudaBackend()
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert ieee_float32(flags, matmul=True)() == (False, "highest")
+        assert backend.extern_kernel("convolution", flags, "gpu")() == (False, "highest")
+        assert backend.extern_kernel("addmm", flags, "gpu")()[1] == "highest"
+        assert flags() == (True, "high"), "put back after the call"
+        torch.set_float32_matmul_precision("highest")
+        assert backend.extern_kernel("mm", flags, "gpu") is flags
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
 def test_scratch_is_device_memory_allocated_per_launch(acme):
     """``s``: the global scratch, ``scratch_bytes`` per program, a device pointer the runtime
     accepts; ``z``: a NULL pointer. Both follow the values and take none."""

@@ -7,7 +7,10 @@
 // take). A call `launch(gx, gy, gz, *values)` reads each tensor's data pointer, packs the values
 // at their C alignment, allocates the global scratch, and calls the runtime table's launch on the
 // current stream of the current device: what the Python launcher did with struct.pack and
-// torch.<device>.launch, without per-argument Python.
+// torch.<device>.launch, without per-argument Python. With `null_default_stream`, a launch on
+// the device's default stream passes the runtime's NULL stream instead (the reference CUDA
+// runtime's: CUDA's legacy default stream, where torch's `cuda` runs the extern kernels, so a
+// graph's kernels and externs share one stream, with no cross-stream dependency between them).
 //
 // ExternCall runs a library function of another torch device (cuBLAS behind `torch.mm` on
 // `cuda`) on aliases of the vendor device's operands: where the two devices address the same
@@ -83,9 +86,9 @@ class TritonLaunch {
  public:
   // keep: an object held as long as the launcher (the loaded module).
   TritonLaunch(uintptr_t function, std::string codes, const std::vector<int64_t>& block,
-               uint32_t shared_memory_bytes, int64_t scratch_bytes, py::object keep)
+               uint32_t shared_memory_bytes, int64_t scratch_bytes, py::object keep, bool null_default_stream)
       : fn_(function), codes_(std::move(codes)), shared_(shared_memory_bytes),
-        scratch_bytes_(scratch_bytes), keep_(std::move(keep)) {
+        scratch_bytes_(scratch_bytes), keep_(std::move(keep)), null_default_(null_default_stream) {
     TORCH_CHECK_VALUE(fn_ != 0, "TritonLaunch: the function handle is 0");
     TORCH_CHECK_VALUE(block.size() <= 3, "TritonLaunch: block has 1 to 3 entries");
     for (size_t k = 0; k < 3; ++k) block_[k] = k < block.size() ? static_cast<uint32_t>(block[k]) : 1;
@@ -143,13 +146,15 @@ class TritonLaunch {
     config.shared_memory_bytes = shared_;
     config.pointer_offsets = pointers_.data();
     config.num_pointer_offsets = static_cast<uint32_t>(pointers_.size());
-    tv_stream stream = native_stream(current_stream(current_device()));
+    const c10::Stream current = current_stream(current_device());
+    tv_stream stream = null_default_ && current.id() == 0 ? nullptr : native_stream(current);
     py::gil_scoped_release no_gil;  // as torch.<device>.launch: a runtime's launch may block
     TV_CALL(launch, reinterpret_cast<tv_function>(fn_), static_cast<const tv_launch_config*>(&config),
             static_cast<const void*>(buf), size_, stream);
   }
 
   size_t size() const { return size_; }
+  bool null_default_stream() const { return null_default_; }
   const std::vector<uint32_t>& pointer_offsets() const { return pointers_; }
 
  private:
@@ -184,6 +189,7 @@ class TritonLaunch {
   uint32_t shared_;
   int64_t scratch_bytes_;  // global scratch per program (times the grid), 0: none
   py::object keep_;
+  bool null_default_ = false;
   std::vector<uint32_t> offsets_, pointers_;
   size_t n_values_ = 0, size_ = 0;
 };
@@ -414,11 +420,13 @@ void bind_triton_launch(py::module_& m) {
       .def("__call__", &EmptyStrided::call, py::arg("size"), py::arg("stride"), py::kw_only(),
            py::arg("device") = py::none(), py::arg("dtype") = py::none());
   py::class_<TritonLaunch>(m, "TritonLaunch")
-      .def(py::init<uintptr_t, std::string, const std::vector<int64_t>&, uint32_t, int64_t, py::object>(),
+      .def(py::init<uintptr_t, std::string, const std::vector<int64_t>&, uint32_t, int64_t, py::object, bool>(),
            py::arg("function"), py::arg("codes"), py::arg("block"), py::arg("shared_memory_bytes"),
-           py::arg("scratch_bytes"), py::arg("keep") = py::none())
+           py::arg("scratch_bytes"), py::arg("keep") = py::none(), py::kw_only(),
+           py::arg("null_default_stream") = false)
       .def("__call__", &TritonLaunch::call)
       .def_property_readonly("size", &TritonLaunch::size)
+      .def_property_readonly("null_default_stream", &TritonLaunch::null_default_stream)
       .def_property_readonly("pointer_offsets", &TritonLaunch::pointer_offsets);
   py::class_<ExternCall>(m, "ExternCall")
       .def(py::init([](py::object fn, const std::string& vendor, const std::string& library) {

@@ -566,6 +566,19 @@ def _time_launch(launcher: _Callable[..., None], args: _Sequence[_Any], device: 
     return start.elapsed_time(end)
 
 
+def cuda_sleep(cycles: int) -> None:
+    """Keep the current ``cuda`` stream busy for about ``cycles`` GPU clock cycles
+    (``torch.cuda._sleep``): work enqueued behind it then runs back to back, so timing events
+    around that work measure the device's time alone (the bench's host/device split).
+
+    >>> callable(cuda_sleep)
+    True
+    """
+    import torch
+
+    torch.cuda._sleep(int(cycles))
+
+
 def _load_source(source: str) -> _Any:
     from torch._inductor.codecache import PyCodeCache
 

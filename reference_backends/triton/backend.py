@@ -5,7 +5,9 @@ Triton target: Inductor's Triton kernels, compiled to cubins by ``triton.compile
 ``launch`` (``cuLaunchKernel`` on the device's current stream), each launch packed in C++
 (``torchvendor._C.TritonLaunch``). Extern kernels (matmul, convolution) run by cuBLAS/cuDNN on
 ``cuda`` aliases of the device's memory, made in C++ (:meth:`TritonBackend.alias_extern`), or
-in Python (:mod:`.externs`) where the device layer's build lacks that.
+in Python (:mod:`.externs`) where the device layer's build lacks that. Convolutions run with
+TF32 off, and matmuls too where the matmul precision is lowered when they are compiled: the
+device's eager kernels for them are full float32 (:func:`.externs.ieee_float32`).
 
     >>> TritonCudaBackend.triton_target, TritonCudaBackend.binary_format
     ('cuda', 'cubin')
@@ -30,11 +32,21 @@ class TritonCudaBackend(TritonBackend):
     # convolutions keep the model's memory format: Inductor's channels-last choice expects the
     # output strides of its fake convolution for the device, which cuDNN's need not match
     lowering_options = {"layout_optimization": False}
+    # the runtime's NULL stream is CUDA's legacy default stream, where cuBLAS/cuDNN run for the
+    # externs (torch's default cuda stream): kernels and externs of a graph share that stream
+    null_default_stream = True
 
     def extern_kernel(self, name: str, fn: Callable[..., Any], device: str) -> Callable[..., Any]:
         import torch
 
-        from .externs import on_cuda
+        from .externs import ieee_float32, is_convolution, is_matmul, on_cuda
 
         torch.cuda.init()  # the aliases' CUDA side (its allocator serves the library's results)
-        return self.alias_extern(fn, device, "cuda") or on_cuda(fn, device)
+        run = self.alias_extern(fn, device, "cuda") or on_cuda(fn, device)
+        # the device's eager convolution and matmul are full float32 (its CPU fallback): so are
+        # the compiled ones (cuDNN would use TF32 by default; cuBLAS at a lowered matmul precision)
+        if is_convolution(name):
+            return ieee_float32(run, matmul=True)
+        if is_matmul(name) and torch.get_float32_matmul_precision() != "highest":
+            return ieee_float32(run, matmul=True)
+        return run

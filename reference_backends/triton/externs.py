@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["on_cuda", "cuda_alias"]
+__all__ = ["on_cuda", "cuda_alias", "ieee_float32", "is_convolution", "is_matmul"]
 
 
 class _Memory:
@@ -88,5 +88,54 @@ def on_cuda(fn: Callable[..., Any], device_type: str) -> Callable[..., Any]:
         if other:
             torch.cuda.current_stream().synchronize()
         return out
+
+    return run
+
+
+def is_convolution(name: str) -> bool:
+    """Whether Inductor's extern kernel ``name`` is a convolution (cuDNN on ``cuda``).
+
+    >>> is_convolution("convolution"), is_convolution("mm")
+    (True, False)
+    """
+    return "conv" in name
+
+
+def is_matmul(name: str) -> bool:
+    """Whether Inductor's extern kernel ``name`` is a matrix product (cuBLAS on ``cuda``).
+
+    >>> [is_matmul(n) for n in ("mm", "addmm", "bmm", "baddbmm", "_mm_plus_mm", "convolution")]
+    [True, True, True, True, True, False]
+    """
+    return "mm" in name
+
+
+def ieee_float32(fn: Callable[..., Any], matmul: bool = False) -> Callable[..., Any]:
+    """``fn`` run with float32 math in full precision: cuDNN without TF32 (torch lets cuDNN
+    convolutions use TF32 by default) and, with ``matmul``, cuBLAS at matmul precision
+    ``"highest"``. The device's eager kernels for these operators are full float32 (the CPU
+    fallback), and a compiled result must match its device's eager precision. Each switch is
+    made only while it is on, so at torch's defaults a matmul runs as it is.
+
+    >>> f = ieee_float32(lambda: torch.backends.cudnn.allow_tf32)
+    >>> f(), torch.backends.cudnn.allow_tf32
+    (False, True)
+    """
+    cudnn = torch.backends.cudnn
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        precision = torch.get_float32_matmul_precision() if matmul else "highest"
+        if precision != "highest":
+            torch.set_float32_matmul_precision("highest")
+        try:
+            if not cudnn.allow_tf32:
+                return fn(*args, **kwargs)
+            # cuDNN's flags() context: torch's test utilities forbid setting its flags directly
+            with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                             allow_tf32=False):
+                return fn(*args, **kwargs)
+        finally:
+            if precision != "highest":
+                torch.set_float32_matmul_precision(precision)
 
     return run

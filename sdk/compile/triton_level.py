@@ -37,6 +37,7 @@ Example (no Triton needed to declare; compiling needs the target's backend)::
 """
 from __future__ import annotations
 
+import functools
 import os
 import types
 from typing import Any, Callable, ClassVar, Mapping, Sequence
@@ -84,6 +85,11 @@ class TritonBackend(AotFlow):
     lowering_options: ClassVar[Mapping[str, Any]] = {}
     #: AOTAutograd's forward/backward split: Inductor's own (min-cut, recomputing cheap ops)
     aot_partition: ClassVar[str] = "min_cut"
+    #: launch on the runtime's NULL stream while the device's current stream is its default one:
+    #: for a runtime whose NULL stream is ordered with all of the device's streams and is the
+    #: stream the extern kernels' library runs on (the reference CUDA runtime: CUDA's legacy
+    #: default stream, torch's default ``cuda`` stream), so kernels and externs share a stream
+    null_default_stream: ClassVar[bool] = False
 
     # ---- what a vendor may override ------------------------------------------------------------
 
@@ -195,7 +201,8 @@ class TritonBackend(AotFlow):
             target=self.triton_target, arch=arch, warp_size=self.warp_size, binary_format=self.binary_format,
             source=self.kernel_source, ir=self.kernel_ir, load=load, launch=mod.launch,
             extern=lambda name, fn: self.extern_kernel(name, fn, device), build=build,
-            options=dict(self.compile_options), native=_native_launcher(), workers=build_workers(),
+            options=dict(self.compile_options), native=_native_launcher(self.null_default_stream),
+            workers=build_workers(),
             alloc=_allocator(device))
 
     @classmethod
@@ -248,9 +255,12 @@ def _allocator(device: str) -> Callable[[Callable[..., Any]], Any] | None:
     return None if make is None else lambda fallback: make(fallback, device)
 
 
-def _native_launcher() -> Callable[..., Any] | None:
+def _native_launcher(null_default_stream: bool = False) -> Callable[..., Any] | None:
     """The device layer's C++ Triton launcher, or None in a build without it."""
-    return getattr(_device_layer(), "TritonLaunch", None)
+    make = getattr(_device_layer(), "TritonLaunch", None)
+    if make is None or not null_default_stream:
+        return make
+    return functools.partial(make, null_default_stream=True)
 
 
 class _Compiled:

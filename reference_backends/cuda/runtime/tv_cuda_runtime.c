@@ -54,7 +54,7 @@
   X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamQuery)       \
   X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
   X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuEventElapsedTime) X(cuModuleLoadDataEx)           \
-  X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)
+  X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuCtxGetCurrent)
 #define STR_(x) #x
 #define STR(x) STR_(x) /* expands cuda.h's renames: STR(cuMemAlloc) is "cuMemAlloc_v2" */
 #define DECLARE(f) __typeof__(f)* f;
@@ -102,14 +102,21 @@ static struct {
 
 #define CHECK_DEV(d) TV_CHECK_DEVICE(d, g.ndev) /* the checks: torchvendor/runtime_checks.h */
 
-/* Make device dev's primary context current on this thread (retaining it on first use). */
+/* Make device dev's primary context current on this thread (retaining it on first use). Every
+ * launch comes here: once retained, a context is read without the lock, and set only when the
+ * thread's current one is another (torch's CUDA runtime uses the same primary contexts). */
 static tv_status use(int32_t dev) {
   CHECK_DEV(dev);
-  CUcontext c;
+  CUcontext c = __atomic_load_n(&g.ctx[dev], __ATOMIC_ACQUIRE), cur = NULL;
+  if (c) {
+    if (drv.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == c) return TV_SUCCESS;
+    return check(drv.cuCtxSetCurrent(c), "cuCtxSetCurrent");
+  }
   pthread_mutex_lock(&g.mu);
   CUresult r = CUDA_SUCCESS;
   CUdevice d;
-  if (!g.ctx[dev] && !(r = drv.cuDeviceGet(&d, dev))) r = drv.cuDevicePrimaryCtxRetain(&g.ctx[dev], d);
+  if (!g.ctx[dev] && !(r = drv.cuDeviceGet(&d, dev)) && !(r = drv.cuDevicePrimaryCtxRetain(&c, d)))
+    __atomic_store_n(&g.ctx[dev], c, __ATOMIC_RELEASE);
   c = g.ctx[dev];
   pthread_mutex_unlock(&g.mu);
   TV_TRY(check(r, "retaining the primary context"));
