@@ -99,3 +99,43 @@ def test_backward_frees_saved_activations_as_it_runs(acme, boxed, monkeypatch, t
         assert peak < grads_bytes * 3 // 4, f"the backward allocated {peak / 2**20:.1f} MiB"
     else:  # the convention it replaces: what the bound above tells apart
         assert peak >= grads_bytes, f"the backward allocated {peak / 2**20:.1f} MiB"
+
+
+def test_runner_boxed_call_takes_the_replay_and_frees_inputs_there(monkeypatch):
+    """Where the C++ replay is built (``replay_available``), a boxed call of inputs of the first
+    call's layout runs it, not the generated Python ``call_boxed``: the list is cleared and ``x``
+    is gone by the last kernel, as in the Python call (a large partition on ``cuda`` runs this
+    way on every call, forward and backward); another layout takes the Python call."""
+    from torchvendor.sdk.compile.runner_replay import replay_available
+
+    if not replay_available():
+        pytest.skip("no C++ replay in this build")
+    monkeypatch.setattr(loop_runner, "BOXED_MIN_BYTES", 0)
+    f = lambda x, y: ((x.sin() @ y).cos() @ y).tanh()  # noqa: E731
+    prog = capture(f, [torch.randn(16, 16)] * 2, level="loop").inference
+    kernels = {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)}
+    last = loop_kernels(prog)[-1].name
+    seen, python = [], []
+
+    def watching(*args):
+        seen.append(ref() is None)
+        return kernels[last](*args)
+
+    runner = ProgramRunner(prog, {**kernels, last: watching})
+    x, y = torch.randn(16, 16), torch.randn(16, 16)
+    want = f(x, y)
+    written = runner._written_call(runner._bind((x, y)))[0]
+    python_boxed = written.boxed
+    object.__setattr__(written, "boxed", lambda args: python.append(1) or python_boxed(args))
+    call = runner.boxed(x, y)
+    assert call is not None and call.native
+    ref = weakref.ref(x)
+    args = [x, y]
+    del x
+    out = call(args)
+    assert args == [] and seen == [True] and python == []
+    torch.testing.assert_close(out[0], want)
+    x2 = torch.randn(16, 16).t()   # another layout: the guard fails, the Python call runs it
+    args = [x2, y]
+    torch.testing.assert_close(call(args)[0], f(x2, y))
+    assert args == [] and python == [1]

@@ -232,8 +232,14 @@ def check_replay_on_cuda() -> dict[str, Any]:
 def check_padded_lm_head() -> dict[str, Any]:
     """GPT-2's LM head in bf16 at 8 x 512 tokens: the logits (4096 x 768 @ 768 x 50257) and both
     gradients through the padded matmuls. Memory beyond the result: one block (the weight is not
-    copied), never a copy of the logits (412 MB); values within two ulps of the largest of ATen's
-    (blocks and the split of grad_logits @ W round differently); time beside ATen's."""
+    copied), never a copy of the logits (412 MB); time beside ATen's. Values against the float32
+    product of the same bf16 operands: no further from it than ATen's own bf16 result plus half an
+    ulp of the largest value (2**-8 of it). Why that bound: both results are the float32 sum
+    rounded once to bf16 (each within half an ulp, up to 2**-8 of the largest value), so they may
+    land an ulp apart (2**-7: the old bound against ATen's result, which grad_h exceeded by 1 %,
+    0.00789, with cuBLAS's reduced-precision split-K sums over K = 50,257 on top); ours adds,
+    for grad_logits @ W, the vocabulary's last row as a one-term product rounded to bf16 on its
+    own (within 2**-9 of that term, a small part of the slack)."""
     from torchvendor.reference_backends.cuda.aligned import CHUNK_BYTES, aligned_matmul
 
     mm = aligned_matmul(torch.ops.aten.mm.default)
@@ -243,7 +249,10 @@ def check_padded_lm_head() -> dict[str, Any]:
     res: dict[str, Any] = {}
     for name, a, b, bound in (("logits", h, w.t(), CHUNK_BYTES), ("grad_h", g, w, CHUNK_BYTES),
                               ("grad_w", g.t(), h, CHUNK_BYTES)):
+        exact = a.float() @ b.float()
+        largest = exact.abs().max().item()
         want = torch.ops.aten.mm.default(a, b)
+        aten_error = (want.float() - exact).abs().max().item() / largest
         result = want.numel() * 2
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -251,7 +260,8 @@ def check_padded_lm_head() -> dict[str, Any]:
         out = mm(a, b)
         torch.cuda.synchronize()
         extra = torch.cuda.max_memory_allocated() - base - result
-        error = (out.float() - want.float()).abs().max().item() / want.abs().max().item()
+        error = (out.float() - exact).abs().max().item() / largest
+        del exact
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for f in (lambda: mm(a, b), lambda: torch.ops.aten.mm.default(a, b)):
@@ -263,8 +273,10 @@ def check_padded_lm_head() -> dict[str, Any]:
             torch.cuda.synchronize()
             times.append(round(start.elapsed_time(end) / 5, 3))
         res[name] = {"extra_mib": round(extra / MiB, 1), "result_mib": round(result / MiB, 1),
-                     "ms_padded_vs_aten": times, "error_of_max": error}
-        assert out.is_contiguous() and extra <= bound + 8 * MiB and error <= 2 * 2 ** -8, res
+                     "ms_padded_vs_aten": times, "error_of_max": round(error, 5),
+                     "aten_error_of_max": round(aten_error, 5),
+                     "vs_aten_of_max": round((out.float() - want.float()).abs().max().item() / largest, 5)}
+        assert out.is_contiguous() and extra <= bound + 8 * MiB and error <= aten_error + 2 ** -8, res
         del want, out
     return res
 

@@ -169,12 +169,16 @@ def test_a_kernel_of_host_buffers_runs_on_the_gpu_device():
 def test_native_launches_are_the_calls_launches():
     """``CompiledKernel.native`` (the SDK runner's C++ replay) gives the launches ``__call__``
     makes on a PrivateUse1 GPU: a split reduction's two launches sharing one workspace, and a
-    vectorised pointwise launch whose scalar twin runs where a pointer is not aligned."""
+    vectorised pointwise launch whose scalar twin runs where a pointer is not aligned; on
+    ``cuda`` the same launches with the driver's ``CUfunction`` handles (the replay calls
+    ``cuLaunchKernel``), none where the kernel records out-of-bounds accesses (read back per call)."""
+    import ctypes
+
     import torch
 
     from torchvendor.ir import capture
     from torchvendor.reference_backends.cuda.backend import _generate
-    from torchvendor.reference_backends.cuda.launch import CompiledKernel
+    from torchvendor.reference_backends.cuda.launch import _BOUNDS, CompiledKernel
     from torchvendor.sdk import loop_kernels
 
     prog = capture(lambda x: (x.sum(), x * 2), [torch.randn(1 << 20)], level="loop").inference
@@ -184,8 +188,12 @@ def test_native_launches_are_the_calls_launches():
         handles = {name: 1000 + k for k, name in enumerate(sorted(
             {n for l in kernel.kernel.launches for n in (l.name, l.name + "_s", l.name + "_final")}))}
         kernel._functions = lambda device, handles=handles: handles
-        assert kernel.native(torch.device("cuda", 0), ()) is None  # cuda: the driver path and CUDA graphs
         forms[lk.name] = (kernel.kernel.launches, kernel.native(torch.device("privateuseone", 0), ()), handles)
+        driver = {name: ctypes.c_void_p(h) for name, h in handles.items()}   # what _Driver.function returns
+        kernel._functions = lambda device, driver=driver: {**driver, _BOUNDS: None}
+        assert kernel.native(torch.device("cuda", 0), ()) == forms[lk.name][1]
+        kernel._functions = lambda device, driver=driver: {**driver, _BOUNDS: object()}
+        assert kernel.native(torch.device("cuda", 0), ()) is None
     kinds = {launches[0].kind: (launches[0], form, handles) for launches, form, handles in forms.values()}
     l, form, handles = kinds["split"]
     assert [x.function for x in form.launches] == [handles[l.name], handles[l.name + "_final"]]

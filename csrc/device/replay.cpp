@@ -10,11 +10,16 @@
 // either launched through the runtime table's `launch` (or called, for a host kernel, as
 // `int32_t fn(const void*, void* args)`) with its packed argument block, or, where it has no
 // native form, called through Python like an extern kernel. A guard that fails returns None:
-// the caller runs the Python call, which restrides or binds sizes as it always did.
+// the caller runs the Python call, which restrides or binds sizes as it always did. On torch's
+// `cuda` device a kernel launches through the CUDA driver's cuLaunchKernel (a partition too large
+// for a CUDA graph). `boxed(list)` is AOTAutograd's boxed convention: the call owns the list's
+// inputs, clears it past the guard, and the table's drops free each input at its last use.
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <dlfcn.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/python.h>
 
@@ -26,6 +31,22 @@ namespace torchvendor {
 namespace {
 
 using host_kernel = int32_t (*)(const void*, void*);
+
+// torch's `cuda` device: kernels launched through the CUDA driver's cuLaunchKernel (resolved from the
+// libcuda.so.1 torch already loaded: this library links no CUDA), arguments as one packed block
+// (CU_LAUNCH_PARAM_BUFFER_POINTER), on the current stream torch's CUDA guard reports.
+using cu_launch_kernel = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                                 void**, void**);
+
+cu_launch_kernel cuda_launch_kernel() {
+  static cu_launch_kernel fn = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW);
+    return lib ? reinterpret_cast<cu_launch_kernel>(dlsym(lib, "cuLaunchKernel")) : nullptr;
+  }();
+  TORCH_CHECK(fn, "Replay: cuLaunchKernel not found in libcuda.so.1");
+  return fn;
+}
 
 // One launch of a kernel: a runtime function handle, or the address of a host function (no grid).
 struct Launch {
@@ -133,29 +154,49 @@ class Replay {
   py::object call(const py::args& args) {
     if (args.size() != guards_.size()) return py::none();
     std::vector<Slot> slots(n_slots_);
-    for (size_t i = 0; i < guards_.size(); ++i) {
-      PyObject* obj = args[i].ptr();
-      if (guards_[i].scalar) {  // the written call baked this value in: any other takes the Python call
-        if (!PyLong_CheckExact(obj)) return py::none();
-        int overflow = 0;
-        if (PyLong_AsLongLongAndOverflow(obj, &overflow) != guards_[i].value || overflow) return py::none();
-        slots[i].o = py::reinterpret_borrow<py::object>(obj);
-        continue;
-      }
-      if (!exact(obj)) return py::none();
-      const at::Tensor& t = THPVariable_Unpack(obj);
-      if (!matches(t, guards_[i])) return py::none();
-      slots[i].t = t;
+    for (size_t i = 0; i < guards_.size(); ++i)
+      if (!take(args[i].ptr(), i, slots)) return py::none();
+    return run_all(slots);
+  }
+
+  // AOTAutograd's boxed convention: the inputs in `box`, which the call owns. Past the guard the
+  // list is cleared, so the table's drops of inputs (at their last use) free them there; None
+  // (the list untouched) where an input does not pass the guard.
+  py::object call_boxed(const py::list& box) {
+    if (box.size() != guards_.size()) return py::none();
+    std::vector<Slot> slots(n_slots_);
+    for (size_t i = 0; i < guards_.size(); ++i)
+      if (!take(PyList_GET_ITEM(box.ptr(), i), i, slots)) return py::none();
+    if (PyList_SetSlice(box.ptr(), 0, PyList_GET_SIZE(box.ptr()), nullptr) != 0) throw py::error_already_set();
+    return run_all(slots);
+  }
+
+  size_t n_ops() const { return ops_.size(); }
+
+ private:
+  // Input i into its slot where it passes its guard.
+  bool take(PyObject* obj, size_t i, std::vector<Slot>& slots) const {
+    if (guards_[i].scalar) {  // the written call baked this value in: any other takes the Python call
+      if (!PyLong_CheckExact(obj)) return false;
+      int overflow = 0;
+      if (PyLong_AsLongLongAndOverflow(obj, &overflow) != guards_[i].value || overflow) return false;
+      slots[i].o = py::reinterpret_borrow<py::object>(obj);
+      return true;
     }
+    if (!exact(obj)) return false;
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    if (!matches(t, guards_[i])) return false;
+    slots[i].t = t;
+    return true;
+  }
+
+  py::object run_all(std::vector<Slot>& slots) const {
     c10::OptionalDeviceGuard guard;
     if (device_.type() != c10::DeviceType::CPU) guard.reset_device(device_);
     for (const Op& op : ops_) run(op, slots);
     return results(slots);
   }
 
-  size_t n_ops() const { return ops_.size(); }
-
- private:
   int check_slot(int s) const {
     TORCH_CHECK_VALUE(s >= 0 && s < n_slots_, "Replay: slot ", s, " outside 0..", n_slots_ - 1);
     return s;
@@ -296,6 +337,10 @@ class Replay {
         }
         continue;
       }
+      if (device_.type() == c10::DeviceType::CUDA) {
+        launch_cuda(*l, block.data(), 8 * used);
+        continue;
+      }
       std::vector<uint32_t> offsets;
       for (size_t i = 0; i < nb; ++i) offsets.push_back(static_cast<uint32_t>(8 * i));
       for (size_t i = nb + ni; i < used; ++i) offsets.push_back(static_cast<uint32_t>(8 * i));
@@ -307,6 +352,15 @@ class Replay {
       TV_CALL(launch, reinterpret_cast<tv_function>(l->fn), static_cast<const tv_launch_config*>(&config),
               static_cast<const void*>(block.data()), 8 * used, stream);
     }
+  }
+
+  void launch_cuda(const Launch& l, int64_t* block, size_t bytes) const {
+    void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device_).native_handle();
+    void* extra[] = {reinterpret_cast<void*>(1), block, reinterpret_cast<void*>(2), &bytes, nullptr};
+    const auto& c = l.config;
+    int rc = cuda_launch_kernel()(reinterpret_cast<void*>(l.fn), c.grid[0], c.grid[1], c.grid[2], c.block[0],
+                                  c.block[1], c.block[2], c.shared_memory_bytes, stream, nullptr, extra);
+    TORCH_CHECK(rc == 0, "Replay: cuLaunchKernel failed with CUresult ", rc);
   }
 
   static bool aligned(const Launch& l, const std::vector<int64_t>& block) {
@@ -381,6 +435,7 @@ void bind_replay(py::module_& m) {
            py::arg("guards"), py::arg("n_slots"), py::arg("ops"), py::arg("outputs"), py::arg("form"),
            py::arg("exact_types"), py::arg("device"))
       .def("__call__", &Replay::call)
+      .def("boxed", &Replay::call_boxed)
       .def_property_readonly("n_ops", &Replay::n_ops);
 }
 

@@ -269,7 +269,8 @@ class GraphedProgram:
         make = getattr(self.runner, "boxed", None)
         if make is None or self.graphed(*inputs):
             return None
-        return _traced(make(*inputs), self.program, "boxed")
+        run = make(*inputs)
+        return _traced(run, self.program, "replay+boxed" if getattr(run, "native", False) else "boxed")
 
     def _key(self, inputs: Sequence[Any]) -> tuple:
         if self.params is None:

@@ -285,11 +285,15 @@ class CompiledKernel:
     def native(self, device: torch.device, sizes: tuple[int, ...]) -> NativeKernel | None:
         """The launches of one call on a PrivateUse1 GPU device, for the SDK runner's C++ replay
         (``torchvendor.sdk.compile.runner_replay``): the same functions, grids and workspaces as
-        :meth:`__call__`, the vector variant where the pointers are aligned. None on ``cuda``
-        (launched through the driver here; its partitions replay CUDA graphs instead)."""
-        if device.type == "cuda":
-            return None
+        :meth:`__call__`, the vector variant where the pointers are aligned. On ``cuda`` the
+        functions are the driver's ``CUfunction`` handles (the replay calls ``cuLaunchKernel``:
+        a partition too large for a CUDA graph launches its kernels without Python); None there
+        where the kernel records out-of-bounds accesses (checks.py: read back after each call)."""
         fns = self._functions(device)
+        if device.type == "cuda":
+            if fns.get(_BOUNDS) is not None:
+                return None
+            fns = {name: getattr(fn, "value", fn) for name, fn in fns.items() if name != _BOUNDS}
         launches: list[NativeLaunch] = []
         scratch: list[tuple[int, torch.dtype]] = []
         for step in self._steps(tuple(int(s) for s in sizes)):

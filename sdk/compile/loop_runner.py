@@ -390,7 +390,8 @@ class ProgramRunner:
         """The call in AOTAutograd's boxed convention for inputs like these: ``run(args)`` takes
         the inputs from the list, clears it and drops each after its last use, so an input the
         caller handed over (a saved activation in a backward) is freed there, not at the call's
-        end. None where that frees less than :data:`BOXED_MIN_BYTES` at the call's peak (the
+        end. Inputs laid out as these take the C++ replay (:meth:`replay`, ``run.native``), which
+        drops them at the same points; others the generated Python call. None where that frees less than :data:`BOXED_MIN_BYTES` at the call's peak (the
         replay, which keeps its inputs, is faster there).
 
         >>> import torch
@@ -406,10 +407,16 @@ class ProgramRunner:
         if len(inputs) != len(self._inputs) or self._written_call(self._bind(inputs))[0].idle_input_bytes < BOXED_MIN_BYTES:
             return None
         fixed = self._written_call({})[0].boxed if not self._binders else None
+        native = self.replay(*inputs)   # the C++ replay, which frees each input at its last use too
 
         def run(args: list) -> list:
+            if native is not None:
+                out = native.boxed(args)
+                if out is not None:
+                    return out
             return (fixed or self._written_call(self._bind(args))[0].boxed)(args)
 
+        run.native = native is not None  # type: ignore[attr-defined]
         return run
 
     def replay(self, *inputs: Any, form: int = 0) -> Callable[..., Any] | None:

@@ -117,11 +117,16 @@ def build_replay(ops: Sequence[tuple], steps: Sequence[Any], inputs: Sequence[tu
             continue
         size, _, dtype = plan.layouts[name]
         guards.append((dtype, list(size), list(stride or value.stride()), value.device))
+    # a kernel given an input from another device (a 0-d host tensor) keeps its Python call, which
+    # copies such operands over (the native launch would pass a host pointer)
+    elsewhere = {name for (name, buf), v in zip(inputs, values) if buf is not None and v.device != device}
     table: list[tuple] = []
     outputs: list[Any] = []
     for op in ops:
         if op[0] == "return":
             outputs = [slot(o) if isinstance(o, str) else o for o in op[1]]
+        elif op[0] == "kernel" and elsewhere.intersection(op[2]):
+            table.append(("call", steps[op[1]][1], [slot(n) for n in op[2]], tuple(op[3]), []))
         else:
             table += _operation(op, slot, steps, plan, device, helpers or {})
     from torchvendor import _C
@@ -152,7 +157,7 @@ def _operation(op: tuple, slot: Callable[[str], int], steps: Sequence[Any], plan
         if plan.layouts[donor][:2] == (tuple(size), tuple(stride)):
             return [("move", slot(name), slot(donor))]
         return [("alias", slot(name), slot(donor), list(size), list(stride), 0), ("drop", [slot(donor)])]
-    if kind == "drop":
+    if kind in ("drop", "release"):   # release: an input at its last use, freed where the call owns it (boxed)
         return [("drop", [slot(n) for n in op[1]])]
     if kind == "call":
         _, fn, reads, binds, _ = op

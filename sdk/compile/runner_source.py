@@ -103,7 +103,8 @@ class Written:
     #: ``("call", fn, names read, names bound, those of them with new storage)``, ``("constant",
     #: name, value, size, dtype, device)``, ``("on_device", step index, names, size arguments,
     #: positions moved, positions copied back)``, ``("return", outputs)``) for
-    #: :mod:`.runner_replay`
+    #: :mod:`.runner_replay`; ``("release", names)``: inputs (and views of them) the boxed call
+    #: drops there, after their last use (a positional call's caller still holds them)
     ops: tuple[tuple, ...]
     #: bytes of storage the call allocates: every buffer its own (``naive``), and at most
     #: live at once with buffers dropped after their last use and storage reused (``planned``)
@@ -156,6 +157,7 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
                  and (n in own or (roots.get(n) in own and n not in keep))]  # inputs and their views
         if spent:
             w.emit(f"del {', '.join(w.local(n) for n in spent)}" + _BOXED_ONLY)
+            w.op("release", tuple(spent))
     for root in {roots.get(o, o) for o in outputs} - made:  # an output no operation touches
         _make(w, root, plan, device, None)
     if any(name in written for name, _ in inputs):
@@ -163,6 +165,8 @@ def write_call(program: LoopProgram, plan: Any, sizes: Mapping[str, int], steps:
     w.emit(f"return [{', '.join(_output(w, o, sizes) for o in program.outputs)}]")
     w.op("return", tuple(_output_value(o, sizes) for o in program.outputs))
     unread = [w.local(n) for n, _ in inputs if n in own and n not in last]
+    if unread:
+        w.ops.insert(0, ("release", tuple(n for n, _ in inputs if n in own and n not in last)))
     boxed = ("def call_boxed(args):\n" + (f"    {''.join(a + ', ' for a in args)}= args\n" if args else "")
              + "    args.clear()\n"
              + (f"    del {', '.join(unread)}\n" if unread else "")
