@@ -346,6 +346,32 @@ def test_the_wrappers_allocation_call_for_the_device_and_others(acme):
     assert alloc((2,), (1,), device="acme:0", dtype=torch.float32).device.type == "acme"
 
 
+def test_the_wrappers_call_the_cpp_entries_as_builtins(acme):
+    """``function``: ExternCall and EmptyStrided as builtin functions (what the generated wrapper
+    holds), called without pybind11's argument matching; errors and other call forms pass through."""
+    ext = _native()
+    if not hasattr(ext.ExternCall, "function"):
+        pytest.skip("this build of the device layer has no builtin entries")
+
+    def boom(*args, **kwargs):
+        raise ZeroDivisionError("from the library")
+
+    mm = TritonBackend.alias_extern(torch.mm, "acme", "acme")
+    assert type(mm).__name__ == "builtin_function_or_method"
+    x = torch.randn(2, 3)
+    out = torch.empty(2, 2, device="acme")
+    assert mm(x.to("acme"), x.t().to("acme"), out=out) is out
+    torch.testing.assert_close(out.cpu(), x @ x.t())
+    with pytest.raises(ZeroDivisionError, match="library"):
+        ext.ExternCall(boom, "acme", "acme").function(out, k=1)
+    alloc = ext.EmptyStrided(torch.empty_strided, "acme").function
+    t = alloc((2, 3), (3, 1), device="acme", dtype=torch.float16)
+    assert (t.device.type, t.stride(), t.dtype) == ("acme", (3, 1), torch.float16)
+    assert alloc((2,), (1,)).device.type == "cpu", "any other form: torch.empty_strided"
+    with pytest.raises(TypeError):
+        alloc((2,), (1,), device="acme", dtype="float32")
+
+
 def test_build_workers_and_the_first_failed_build_raises(monkeypatch):
     from torchvendor.ir.compat import triton_api as ta
     from torchvendor.sdk.compile.triton_level import build_workers

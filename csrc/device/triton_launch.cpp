@@ -29,6 +29,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/python.h>
 
@@ -263,16 +264,27 @@ class ExternCall {
                       c10::DeviceTypeName(library_), " device in this build");
   }
 
-  py::object call(const py::args& args, const py::kwargs& kwargs) const {
+  py::object call(const py::args& args, const py::kwargs& kwargs) const { return call_raw(args.ptr(), kwargs.ptr()); }
+
+  // args: a tuple, kwargs: a dict or NULL (as CPython passes them to a builtin)
+  py::object call_raw(PyObject* args, PyObject* kwargs) const {
     Call c{this};
+    c.made.reserve(4);
     py::object cargs = c.to(args);
-    py::dict ckwargs;
-    for (auto item : kwargs) ckwargs[item.first] = c.to(item.second);
-    if (c.made.empty()) return fn_(*args, **kwargs);
+    py::object ckwargs;
+    if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
+      PyObject *key, *value;
+      Py_ssize_t pos = 0;
+      py::dict d;
+      while (PyDict_Next(kwargs, &pos, &key, &value))
+        if (PyDict_SetItem(d.ptr(), key, c.to(value).ptr()) != 0) throw py::error_already_set();
+      ckwargs = std::move(d);
+    }
+    if (c.made.empty()) return invoke(args, kwargs);
     const c10::DeviceIndex index = c.made.front().original.device().index();
     std::optional<c10::Stream> library_stream = other_stream(index);
     if (library_stream) TV_CALL(device_synchronize, index);
-    py::object out = fn_(*cargs, **ckwargs);
+    py::object out = invoke(cargs.ptr(), ckwargs ? ckwargs.ptr() : nullptr);
     if (library_stream) c10::impl::getDeviceGuardImpl(library_)->synchronizeStream(*library_stream);
     c.sync = library_stream.has_value();
     return c.back(out);
@@ -350,6 +362,12 @@ class ExternCall {
     }
   };
 
+  py::object invoke(PyObject* args, PyObject* kwargs) const {
+    PyObject* out = PyObject_Call(fn_.ptr(), args, kwargs);
+    if (out == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(out);
+  }
+
   c10::Device library_device(c10::DeviceIndex index) const {
     return library_ == c10::DeviceType::CPU ? c10::Device(library_) : c10::Device(library_, index);
   }
@@ -401,6 +419,20 @@ class EmptyStrided {
     return fallback_(size, stride, py::arg("device") = device, py::arg("dtype") = dtype);
   }
 
+  // The call as CPython passes it to a builtin: (size, stride, device=..., dtype=...) here, any
+  // other form to the fallback.
+  py::object call_raw(PyObject* args, PyObject* kwargs) const {
+    static PyObject* k_device = PyUnicode_InternFromString("device");
+    static PyObject* k_dtype = PyUnicode_InternFromString("dtype");
+    PyObject* device = kwargs ? PyDict_GetItem(kwargs, k_device) : nullptr;  // borrowed
+    PyObject* dtype = kwargs ? PyDict_GetItem(kwargs, k_dtype) : nullptr;
+    if (PyTuple_GET_SIZE(args) == 2 && device && dtype && PyDict_GET_SIZE(kwargs) == 2)
+      return call(PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1), device, dtype);
+    PyObject* out = PyObject_Call(fallback_.ptr(), args, kwargs);
+    if (out == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(out);
+  }
+
  private:
   static std::vector<int64_t> ints(const py::handle& tuple) {
     std::vector<int64_t> out(PyTuple_GET_SIZE(tuple.ptr()));
@@ -412,13 +444,42 @@ class EmptyStrided {
   std::string name_;
 };
 
+// ---- builtins ------------------------------------------------------------------------------------
+
+// `function` of an ExternCall or EmptyStrided: a builtin function over the object (kept alive by
+// the builtin), which the generated wrapper calls as CPython calls any builtin: pybind11's
+// argument matching (py::args, keyword arguments) cost about 2 us a call on the simulator.
+template <typename T>
+PyObject* raw_entry(PyObject* capsule, PyObject* args, PyObject* kwargs) {
+  HANDLE_TH_ERRORS
+  const T* self = static_cast<const T*>(PyCapsule_GetPointer(capsule, nullptr));
+  if (self == nullptr) return nullptr;
+  return self->call_raw(args, kwargs).release().ptr();
+  END_HANDLE_TH_ERRORS
+}
+
+template <typename T>
+py::object builtin(py::object owner, const char* name) {
+  static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&raw_entry<T>)),
+                            METH_VARARGS | METH_KEYWORDS, nullptr};
+  PyObject* capsule = PyCapsule_New(py::cast<T*>(owner), nullptr,
+                                    [](PyObject* c) { Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(c))); });
+  if (capsule == nullptr) throw py::error_already_set();
+  PyCapsule_SetContext(capsule, owner.release().ptr());  // the builtin keeps the object alive
+  PyObject* f = PyCFunction_NewEx(&def, capsule, nullptr);
+  Py_DECREF(capsule);
+  if (f == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(f);
+}
+
 }  // namespace
 
 void bind_triton_launch(py::module_& m) {
   py::class_<EmptyStrided>(m, "EmptyStrided")
       .def(py::init<py::object, std::string>(), py::arg("fallback"), py::arg("device"))
       .def("__call__", &EmptyStrided::call, py::arg("size"), py::arg("stride"), py::kw_only(),
-           py::arg("device") = py::none(), py::arg("dtype") = py::none());
+           py::arg("device") = py::none(), py::arg("dtype") = py::none())
+      .def_property_readonly("function", [](py::object self) { return builtin<EmptyStrided>(self, "empty_strided"); });
   py::class_<TritonLaunch>(m, "TritonLaunch")
       .def(py::init<uintptr_t, std::string, const std::vector<int64_t>&, uint32_t, int64_t, py::object, bool>(),
            py::arg("function"), py::arg("codes"), py::arg("block"), py::arg("shared_memory_bytes"),
@@ -433,7 +494,8 @@ void bind_triton_launch(py::module_& m) {
              return ExternCall(std::move(fn), c10::Device(vendor).type(), c10::Device(library).type());
            }),
            py::arg("fn"), py::arg("vendor"), py::arg("library"))
-      .def("__call__", &ExternCall::call);
+      .def("__call__", &ExternCall::call)
+      .def_property_readonly("function", [](py::object self) { return builtin<ExternCall>(self, "extern_call"); });
 }
 
 }  // namespace torchvendor

@@ -132,7 +132,8 @@ class TritonBackend(AotFlow):
         make = getattr(_device_layer(), "ExternCall", None)
         if make is None or not triton_api.native_launch_enabled():
             return None
-        return make(fn, device, library)
+        call = make(fn, device, library)
+        return getattr(call, "function", call)  # a builtin: called without pybind11's argument matching
 
     def lowering_config(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Mapping[str, Any]:
         """The Inductor config keys set while lowering this partition (default :attr:`lowering_options`)."""
@@ -252,7 +253,9 @@ def _device_layer() -> Any:
 def _allocator(device: str) -> Callable[[Callable[..., Any]], Any] | None:
     """The device layer's allocation call for generated wrappers on ``device``, or None."""
     make = getattr(_device_layer(), "EmptyStrided", None)
-    return None if make is None else lambda fallback: make(fallback, device)
+    if make is None:
+        return None
+    return lambda fallback: getattr(make(fallback, device), "function", None) or make(fallback, device)
 
 
 def _native_launcher(null_default_stream: bool = False) -> Callable[..., Any] | None:
