@@ -119,6 +119,7 @@ def entry_costs(device: str, library: str = "cuda", reps: int = 300) -> dict[str
     mod, lib = getattr(torch, device), getattr(torch, library)
     empty = _C.EmptyStrided(torch.empty_strided, device)
     mm = _C.ExternCall(torch.mm, device, library)
+    empty, mm = getattr(empty, "function", empty), getattr(mm, "function", mm)  # as the wrapper calls them
     a, c = torch.ones(64, 64, device=device), torch.ones(64, 64, device=library)
     out, cout = torch.empty(64, 64, device=device), torch.empty(64, 64, device=library)
     return {
@@ -128,6 +129,30 @@ def entry_costs(device: str, library: str = "cuda", reps: int = 300) -> dict[str
         "extern_mm_us": us(lambda: mm(a, a, out=out), mod.synchronize),
         f"{library}_mm_us": us(lambda: torch.mm(c, c, out=cout), lib.synchronize),
     }
+
+
+def _safe(f: Any, *args: Any) -> dict[str, Any]:
+    """``f(*args)``, or its error as ``{"<name>_error": ...}``: one measurement's failure leaves the others."""
+    try:
+        return f(*args)
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        return {f"{f.__name__}_error": f"{type(e).__name__}: {str(e)[:300]}"}
+
+
+def _summary(r: dict[str, Any], calls: int) -> str:
+    """One side's line: ms per call, host and device ms, which bounds it, what a call runs."""
+    line = f"{r['ms']:.3f} ms per call"
+    if "host_ms" in r:
+        bound = "host" if r["host_ms"] > r["device_ms"] else "device"
+        line += (f": host {r['host_ms']:.3f} ms, device {r['device_ms']:.3f} ms, wall {r['wall_ms']:.3f} ms "
+                 f"({bound} bound)")
+    if "launches" in r:
+        line += (f"; {r['launches']} launches, {r['externs']} externs, {r['allocations']} allocations, "
+                 f"{r['aten_calls']} ATen calls per call")
+    if "runtime_mallocs" in r:
+        line += f"; {r['runtime_mallocs']} runtime mallocs in {2 * calls} calls"
+    errors = [f"{k}: {v}" for k, v in r.items() if k.endswith("_error")]
+    return line + "".join(f"; {e}" for e in errors)
 
 
 def profile(model: str, calls: int = 200, top: int = 25, out: str | None = None) -> dict[str, Any]:
@@ -170,25 +195,22 @@ def profile(model: str, calls: int = 200, top: int = 25, out: str | None = None)
         m, kw = on("cuda")
         ind_fn = torch.compile(m, backend="inductor")
         ind = per_call(ind_fn, kw, torch.cuda.synchronize)
-        result["inductor"] = {"ms": ind, **host_and_device(ind_fn, kw, "cuda"), **wrapper_counts(ind_fn, kw)}
+        result["inductor"] = {"ms": ind, **_safe(host_and_device, ind_fn, kw, "cuda"),
+                              **_safe(wrapper_counts, ind_fn, kw)}
         m, kw = on("gpu")
         ours = torch.compile(m, backend="torchvendor_triton")
         tri = per_call(ours, kw, gpu.synchronize)
         mallocs = gpu.memory_stats().get("num_device_alloc", 0)
         per_call(ours, kw, gpu.synchronize)
-        result["triton"] = {"ms": per_call(ours, kw, gpu.synchronize), **host_and_device(ours, kw, "gpu"),
-                            **wrapper_counts(ours, kw),
+        result["triton"] = {"ms": per_call(ours, kw, gpu.synchronize), **_safe(host_and_device, ours, kw, "gpu"),
+                            **_safe(wrapper_counts, ours, kw),
                             "runtime_mallocs": gpu.memory_stats().get("num_device_alloc", 0) - mallocs}
-        result["entries"] = entry_costs("gpu")
+        result["entries"] = _safe(entry_costs, "gpu")
         print(f"{model}: inductor on cuda {ind:.3f} ms, Triton level on gpu {tri:.3f} ms per call")
         for side in ("inductor", "triton"):
-            r = result[side]
-            print(f"  {side:<8} {r['ms']:.3f} ms per call: host {r['host_ms']:.3f} ms, device {r['device_ms']:.3f} ms, "
-                  f"wall {r['wall_ms']:.3f} ms ({'host' if r['host_ms'] > r['device_ms'] else 'device'} bound); "
-                  f"{r['launches']} launches, {r['externs']} externs, {r['allocations']} allocations, "
-                  f"{r['aten_calls']} ATen calls per call" +
-                  (f"; {r['runtime_mallocs']} runtime mallocs in {2 * calls} calls" if side == "triton" else ""))
-        print("  host us per call: " + ", ".join(f"{k[:-3]} {v:.1f}" for k, v in result["entries"].items()))
+            print(f"  {side:<8} " + _summary(result[side], calls))
+        print("  host us per call: " + ", ".join(f"{k[:-3]} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                                                 for k, v in result["entries"].items()), flush=True)
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(calls):
