@@ -222,6 +222,28 @@ def test_graphed_program_checks():
     assert not _dense(torch.randn(4, 1).expand(4, 8))
 
 
+def test_a_graphs_guard_in_cpp_takes_what_its_layout_key_and_addresses_take():
+    """GraphedProgram's fast path (graphs._fast_path, ``torchvendor._C.InputGuard``): a call
+    passes where every tensor has the capture's dtype, sizes, strides and device, the inputs the
+    graph reads in place are at their addresses and other values are equal (of their type);
+    anything else takes the Python path (which captures again or runs the runner)."""
+    from torchvendor.reference_backends.cuda import graphs
+
+    if not hasattr(pytest.importorskip("torchvendor._C"), "InputGuard"):
+        pytest.skip("no InputGuard in this build")
+    w, x = torch.nn.Parameter(torch.randn(16, 16)), torch.randn(8, 16)
+    graph = graphs._Graph(None, {1: x.clone()}, {0: w.data_ptr()}, [], [], [])
+    guard, got = graphs._fast_path(graph, (w, x, 3))
+    assert got is graph and graphs._fast_path(graph, (w, x, 3))[0] is guard   # made once per graph
+    assert guard((w, x, 3)) and guard((w, torch.randn(8, 16), 3))              # a new x is copied in
+    assert guard((w, torch.randn(8, 1).expand(8, 16).contiguous(), 3))
+    assert not guard((w.detach().clone(), x, 3))            # read in place: it moved
+    assert not guard((w, torch.randn(8, 17), 3)) and not guard((w, x.t().contiguous().t(), 3))
+    assert not guard((w, x.double(), 3)) and not guard((w, x, 4)) and not guard((w, x, 3.0))
+    assert not guard((w, x)) and not guard((w, 3, 3))
+    assert graphs._fast_path(graphs._Graph(None, {}, {}, [], [], []), (x, object())) is None
+
+
 def test_graphed_outputs_keep_their_aliasing_and_host_inputs_only_kernels_read():
     """How a replay hands out outputs (checked on the GPU by
     test_a_graphed_partition_hands_out_views_as_a_plain_call_does): a view of an input is rebuilt

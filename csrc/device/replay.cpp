@@ -427,9 +427,78 @@ class Replay {
   std::vector<std::pair<int, py::object>> outputs_;
 };
 
+// The guard of a partition's CUDA graph (reference_backends/cuda/graphs.py, GraphedProgram): per
+// input position None (not checked), ("tensor", dtype, sizes, strides, device, address or -1: its
+// data pointer must stay there) or ("value", object): equal to it, of its type. One C++ pass
+// instead of the Python layout key and ~50 data_ptr() calls per replay.
+class InputGuard {
+ public:
+  explicit InputGuard(const py::list& specs) {
+    for (const auto& s : specs) {
+      Spec spec;
+      if (!s.is_none()) {
+        auto t = s.cast<py::tuple>();
+        auto what = t[0].cast<std::string>();
+        if (what == "tensor") {
+          spec.kind = 1;
+          spec.dtype = t[1].cast<c10::ScalarType>();
+          spec.sizes = ints_of(t[2]);
+          spec.strides = ints_of(t[3]);
+          spec.device = t[4].cast<c10::Device>();
+          spec.address = t[5].cast<int64_t>();
+          TORCH_CHECK_VALUE(spec.sizes.size() == spec.strides.size(), "InputGuard: sizes and strides differ in length");
+        } else {
+          TORCH_CHECK_VALUE(what == "value", "InputGuard: a spec is None, (\"tensor\", ...) or (\"value\", object)");
+          spec.kind = 2;
+          spec.value = py::reinterpret_borrow<py::object>(t[1]);
+        }
+      }
+      specs_.push_back(std::move(spec));
+    }
+  }
+
+  bool operator()(const py::tuple& args) const {
+    if (args.size() != specs_.size()) return false;
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const Spec& s = specs_[i];
+      PyObject* obj = PyTuple_GET_ITEM(args.ptr(), i);
+      if (s.kind == 1) {
+        if (!THPVariable_Check(obj)) return false;
+        const at::Tensor& t = THPVariable_Unpack(obj);
+        if (t.scalar_type() != s.dtype || t.device() != s.device || t.dim() != (int64_t)s.sizes.size()) return false;
+        auto sizes = t.sizes();
+        auto strides = t.strides();
+        for (size_t d = 0; d < s.sizes.size(); ++d)
+          if (sizes[d] != s.sizes[d] || (sizes[d] > 1 && strides[d] != s.strides[d])) return false;
+        if (s.address >= 0 && reinterpret_cast<int64_t>(t.data_ptr()) != s.address) return false;
+      } else if (s.kind == 2) {
+        if (Py_TYPE(obj) != Py_TYPE(s.value.ptr())) return false;
+        int same = PyObject_RichCompareBool(obj, s.value.ptr(), Py_EQ);
+        if (same < 0) throw py::error_already_set();
+        if (!same) return false;
+      }
+    }
+    return true;
+  }
+
+ private:
+  struct Spec {
+    int kind = 0;  // 0 unchecked, 1 tensor, 2 value
+    c10::ScalarType dtype = c10::ScalarType::Float;
+    std::vector<int64_t> sizes, strides;
+    c10::Device device{c10::DeviceType::CPU};
+    int64_t address = -1;
+    py::object value;
+  };
+  std::vector<Spec> specs_;
+};
+
 }  // namespace
 
 void bind_replay(py::module_& m) {
+  py::class_<InputGuard>(m, "InputGuard")
+      .def(py::init<const py::list&>(), py::arg("specs"))
+      .def("__call__", &InputGuard::operator());
   py::class_<Replay>(m, "Replay")
       .def(py::init<const py::list&, int, const py::list&, const py::list&, int, const py::tuple&, c10::Device>(),
            py::arg("guards"), py::arg("n_slots"), py::arg("ops"), py::arg("outputs"), py::arg("form"),
