@@ -364,26 +364,15 @@ def _fast_path(graph: _Graph, inputs: Sequence[Any]) -> tuple[Callable[[tuple], 
     whether a call takes ``graph`` as this one did (every tensor of these dtypes, sizes, strides
     and devices, those the graph reads in place at their addresses, other values equal): the
     layout key and the address checks in Python cost ~30 us a call for a model of 50 weights,
-    the C++ guard ~1.5 us. None where this build has no ``InputGuard`` (the Python checks run)."""
+    the C++ guard ~1.5 us (``ProgramRunner.input_guard``). None where there is none (no
+    ``InputGuard`` in this build, a value it does not compare): the Python checks run."""
     made = getattr(graph, "fast", False)   # one guard per graph, made at its first replay
-    if made is not False:
-        return made
-    try:
-        from torchvendor._C import InputGuard
-    except ImportError:
-        graph.fast = None   # type: ignore[attr-defined]
-        return None
-    specs: list[Any] = []
-    for k, x in enumerate(inputs):
-        if isinstance(x, torch.Tensor):
-            specs.append(("tensor", x.dtype, list(x.shape), list(x.stride()), x.device, graph.fixed.get(k, -1)))
-        elif x is None or isinstance(x, (bool, int, float, str)):
-            specs.append(("value", x))
-        else:   # a value the layout key compares in ways the guard does not
-            graph.fast = None   # type: ignore[attr-defined]
-            return None
-    graph.fast = (InputGuard(specs), graph)   # type: ignore[attr-defined]
-    return graph.fast
+    if made is False:
+        from torchvendor.sdk import ProgramRunner
+
+        guard = ProgramRunner.input_guard(inputs, graph.fixed)
+        made = graph.fast = None if guard is None else (guard, graph)   # type: ignore[attr-defined]
+    return made
 
 
 def _cuda_device(inputs: Sequence[Any]) -> torch.device | None:

@@ -38,7 +38,7 @@ from torchvendor.ir.loop_ir.interpreter import write_value
 from torchvendor.ir.loop_ir.schema import ExternKernel
 
 from .loop_kernel import LoopKernel, kernel_symbols, loop_kernels
-from .runner_replay import build_replay
+from .runner_replay import build_replay, input_guard
 from .runner_source import Extern, Step, Written, write_call
 
 __all__ = ["LoopKernel", "loop_kernels", "ProgramRunner", "kernel_symbols", "reference_kernel", "tensor_data_ptr_address",
@@ -418,6 +418,11 @@ class ProgramRunner:
 
         run.native = native is not None  # type: ignore[attr-defined]
         return run
+
+    #: ``input_guard(values, fixed)``: a C++ check that a call's arguments are laid out as
+    #: ``values`` (and at ``fixed``'s positions at those addresses), for a caller that caches
+    #: calls by layout, as a CUDA graph's wrapper does (:func:`.runner_replay.input_guard`)
+    input_guard = staticmethod(input_guard)
 
     def replay(self, *inputs: Any, form: int = 0) -> Callable[..., Any] | None:
         """The call for inputs laid out as these, without per-call Python (:mod:`.runner_replay`):

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import torch
 
-__all__ = ["NativeLaunch", "NativeKernel", "build_replay", "replay_available"]
+__all__ = ["NativeLaunch", "NativeKernel", "build_replay", "input_guard", "replay_available"]
 
 
 class NativeLaunch(NamedTuple):
@@ -84,6 +84,36 @@ def replay_available() -> bool:
     except ImportError:
         return False
     return hasattr(_C, "Replay")
+
+
+def input_guard(values: Sequence[Any], fixed: Mapping[int, int] | None = None) -> Callable[[tuple], bool] | None:
+    """``guard(args)``, one C++ pass (``torchvendor._C.InputGuard``): whether a call's ``args``
+    are laid out as ``values`` (each tensor's dtype, sizes, strides where a size is over 1, and
+    device; each other value equal, of its type) and, at the positions in ``fixed``, have their
+    data at those addresses. What a cached call (a CUDA graph) checks before it replays, without
+    the Python of a layout key. None where this build has no ``InputGuard`` or a value is not a
+    tensor, None, bool, int, float or str.
+
+    >>> import torch
+    >>> x = torch.ones(2, 3)
+    >>> guard = input_guard([x, 4], {0: x.data_ptr()})
+    >>> guard is None or (guard((x, 4)), guard((x.clone(), 4)), guard((x, 5)))
+    (True, False, False)
+    """
+    try:
+        from torchvendor._C import InputGuard
+    except ImportError:
+        return None
+    fixed = fixed or {}
+    specs: list[Any] = []
+    for k, x in enumerate(values):
+        if isinstance(x, torch.Tensor):
+            specs.append(("tensor", x.dtype, list(x.shape), list(x.stride()), x.device, int(fixed.get(k, -1))))
+        elif x is None or isinstance(x, (bool, int, float, str)):
+            specs.append(("value", x))
+        else:
+            return None
+    return InputGuard(specs)
 
 
 def build_replay(ops: Sequence[tuple], steps: Sequence[Any], inputs: Sequence[tuple[str, Any]], plan: Any,
