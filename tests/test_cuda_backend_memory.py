@@ -79,7 +79,7 @@ def _train_step(model: torch.nn.Module, run: Callable[..., Any], x: torch.Tensor
 
 def check_training_peak() -> dict[str, Any]:
     """A bf16 training step of an MLP whose activations are hundreds of MB: not launch-bound, so
-    no graph; the backward takes the boxed call; peak within 5 % (+ 32 MiB) of eager's, grads
+    no graph; the backward takes the boxed call, in the C++ replay; peak within 5 % (+ 32 MiB) of eager's, grads
     equal to eager's."""
     import copy
 
@@ -106,10 +106,12 @@ def check_training_peak() -> dict[str, Any]:
         torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-3)
     captured = graphs.stats["captured"] - before.get("captured", 0)
     boxed = [p.record.name for p in made if p._boxed_run is not None]
+    native = [bool(getattr(p._boxed_run, "native", False)) for p in made if p._boxed_run is not None]
     ratio = peaks["torchvendor_cuda"] / peaks["eager"]
     out = {"peak_mib": {k: round(v / MiB, 1) for k, v in peaks.items()}, "ratio": round(ratio, 3),
-           "captured": captured, "boxed": boxed}
-    assert captured == 0 and boxed and peaks["torchvendor_cuda"] <= 1.05 * peaks["eager"] + 32 * MiB, out
+           "captured": captured, "boxed": boxed, "boxed_in_cpp": native}
+    assert captured == 0 and boxed and all(native), out
+    assert peaks["torchvendor_cuda"] <= 1.05 * peaks["eager"] + 32 * MiB, out
     return out
 
 
@@ -164,8 +166,9 @@ def check_shared_pool() -> dict[str, Any]:
 
 
 def check_boxed_frees_on_cuda() -> dict[str, Any]:
-    """A partition too large for a graph hands out the runner's boxed call on ``cuda``: its peak
-    is lower than the positional call's by the input it frees early."""
+    """A partition too large for a graph hands out the runner's boxed call on ``cuda``, run by the
+    C++ replay (kernels through ``cuLaunchKernel``): its peak is lower than the positional call's
+    by the input it frees early, its result right."""
     from torchvendor.reference_backends.cuda.graphs import GraphedProgram
 
     f = lambda x, y: ((x.sin() @ y).cos() @ y).tanh()  # noqa: E731
@@ -192,14 +195,16 @@ def check_boxed_frees_on_cuda() -> dict[str, Any]:
     torch.cuda.synchronize()
     boxed = torch.cuda.max_memory_allocated() - base
     torch.testing.assert_close(out[0], want, rtol=1e-3, atol=1e-3)
-    res = {"positional_mib": positional / MiB, "boxed_mib": boxed / MiB}
-    assert box == [] and boxed < positional, res
+    res = {"positional_mib": positional / MiB, "boxed_mib": boxed / MiB, "native": getattr(run, "native", None)}
+    assert box == [] and boxed < positional and run.native, res
+    x = torch.randn(n, n, device="cuda")   # again: the replay's guard passes, its result right
+    torch.testing.assert_close(run([x, y])[0], f(x, y), rtol=1e-3, atol=1e-3)
     return res
 
 
 def check_replay_on_cuda() -> dict[str, Any]:
-    """A partition too large for a graph runs the runner's C++ replay on ``cuda`` (kernels called
-    through Python), right for new inputs; through torch.compile, inference of such a model is
+    """A partition too large for a graph runs the runner's C++ replay on ``cuda`` (kernels
+    launched by ``cuLaunchKernel`` from C++), right for new inputs; through torch.compile, inference of such a model is
     right at every call and each partition has its replay or its boxed call."""
     import torchvendor.reference_backends.cuda  # noqa: F401
     from torchvendor.reference_backends.cuda.graphs import GraphedProgram

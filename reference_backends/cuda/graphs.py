@@ -356,6 +356,7 @@ def _traced(fn: Callable[..., Any] | None, program: Any, path: str) -> Callable[
             f.write(json.dumps(line) + "\n")
         return out
 
+    run.native = getattr(fn, "native", None)  # type: ignore[attr-defined]
     return run
 
 
