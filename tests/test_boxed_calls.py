@@ -139,3 +139,33 @@ def test_runner_boxed_call_takes_the_replay_and_frees_inputs_there(monkeypatch):
     args = [x2, y]
     torch.testing.assert_close(call(args)[0], f(x2, y))
     assert args == [] and python == [1]
+
+
+def test_a_compiled_step_on_the_device_runs_its_boxed_calls_in_the_replay(acme, monkeypatch, tmp_path):
+    """Through torch.compile on ``acme`` (the runner acme, cpu and cuda share): after the first
+    step both the forward's and the backward's partitions hold a boxed call that runs the C++
+    replay (``native``), and later steps' gradients stay right."""
+    from torchvendor.sdk.compile import partition_call
+    from torchvendor.sdk.compile.runner_replay import replay_available
+
+    if not replay_available():
+        pytest.skip("no C++ replay in this build")
+    made = []
+    init = partition_call.PartitionCall.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(partition_call.PartitionCall, "__init__", spy)
+    compat.dynamo_reset()
+    _, grads = _backward_peak(acme, True, monkeypatch, tmp_path)
+    boxed = [p for p in made if p.boxed]
+    assert len(boxed) >= 2 and all(getattr(p._boxed_run, "native", False) for p in boxed), \
+        [(p.record.name, p._boxed_run) for p in made]
+    torch.manual_seed(0)
+    x = torch.randn(512, 512)
+    ws = [(torch.randn(512, 512) / 23).requires_grad_() for _ in range(8)]
+    _chain(x, ws).backward()
+    for got, w in zip(grads, ws):
+        torch.testing.assert_close(got, w.grad, rtol=1e-3, atol=1e-4)
