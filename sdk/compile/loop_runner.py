@@ -170,14 +170,15 @@ def _on_device(fn: Callable[..., Any], moved: tuple[int, ...], back: tuple[int, 
         t = args[i]
         storage = t.untyped_storage()
         key = storage.data_ptr()
-        if key not in spans:
-            host = torch.empty(0, dtype=torch.uint8).set_(storage)
-            spans[key] = (host, host.to(device))
+        if key not in spans:   # (a tensor the program declared on the host may come on the device: used as it is)
+            host = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+            spans[key] = (host, host if t.device == device else host.to(device))
         copies[i] = spans[key][1].view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
     fn(*copies)
     for key in {args[i].untyped_storage().data_ptr() for i in back}:
         host, dev = spans[key]
-        host.copy_(dev)
+        if dev is not host:
+            host.copy_(dev)
 
 
 def _constant(value: Any, size: tuple[int, ...], dtype: torch.dtype, device: Any) -> torch.Tensor:
