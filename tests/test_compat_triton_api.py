@@ -84,7 +84,7 @@ def test_autotune_times_each_configuration_on_copies_of_what_it_changes(monkeypa
         launch.cost = cost
         return launch
 
-    kernel.launchers, kernel._chosen = [launcher(2.0), launcher(1.0)], None
+    kernel.launchers, kernel._chosen, kernel._builds = [launcher(2.0), launcher(1.0)], None, []  # built already
     monkeypatch.setattr(triton_api, "_time_launch", lambda fn, args, device, reps=10: (fn(*args), fn.cost)[1])
     buf, x, acc = torch.zeros(4), torch.ones(4), torch.zeros(4)
     kernel.run(buf, x, acc, 4, stream=0)
