@@ -21,7 +21,7 @@ from pathlib import Path
 RUNS = {"cpu": ("cpu", "#1f77b4", ""), "acme": ("acme", "#d62728", "4 3"),
         "acme_ddp": ("acme x2, DDP (torchrun)", "#2ca02c", "1 2"),
         "acme_fsdp2": ("acme x2, FSDP2 (torchrun)", "#9467bd", "6 2 1 2"),
-        "cuda": ("cuda (inductor)", "#ff7f0e", ""), "gpu": ("PrivateUse1 GPU (torchvendor_cuda)", "#8c564b", "4 3"),
+        "cuda": ("cuda (torchvendor_cuda)", "#ff7f0e", ""), "gpu": ("PrivateUse1 GPU (torchvendor_cuda)", "#8c564b", "4 3"),
         "gpu_ddp": ("PrivateUse1 GPU x2, DDP", "#e377c2", "1 2"),
         "gpu_fsdp2": ("PrivateUse1 GPU x2, FSDP2", "#17becf", "6 2 1 2")}
 W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 380, 60, 620, 20, 320
