@@ -27,7 +27,8 @@ from typing import Any as _Any, Callable as _Callable, Iterator as _Iterator, Se
 
 __all__ = ["triton_unavailable", "triton_version", "TritonHooks", "KernelBinary", "TritonRuntimeKernel",
            "kernel_runtime", "register_kernel_runtime", "scoped_triton_backend", "triton_wrapper_class",
-           "pack_format", "launch_codes", "finish_builds", "start_build_workers", "native_launch_enabled"]
+           "pack_format", "launch_codes", "finish_builds", "start_build_workers", "native_launch_enabled",
+           "cuda_sleep"]
 
 
 def triton_version() -> str | None:
