@@ -206,17 +206,13 @@ def test_gpu_lock_takes_a_file_lock_when_children_share_a_gpu(tmp_path, monkeypa
         assert waited >= 0.0 and (tmp_path / "gpu0.lock").exists()
 
 
-#: torch 2.13's max_pool2d_with_indices decomposition calls torch._inductor.lowering without
-#: importing it: a process whose first compile is ResNet's (no Inductor before it) raises
-_POOL = pytest.mark.xfail(reason="torch._inductor.lowering not imported by Inductor's max_pool decomposition "
-                                 "when nothing imported it before (ir/compat's select_decomp_table)", strict=False)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_POOL) if n == "resnet50" else n for n in sorted(PUBLISHED)])
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_smoke_every_model_through_torchvendor_cpu(name):
     """What `--smoke` does, one model at a time: tiny, inference and training, bf16 autocast,
-    torchvendor_cpu against eager (catches a broken model before GPU time is spent on it)."""
+    torchvendor_cpu against eager (catches a broken model before GPU time is spent on it). ResNet
+    first in a process covers compat.select_decomp_table importing Inductor's lowering, which
+    torch 2.13's max_pool2d_with_indices decomposition calls without importing it."""
     assert real.smoke([name], dtypes=("bf16",), say=lambda line: None) == []
 
 
