@@ -145,7 +145,9 @@ def _probes(backend: str) -> tuple[Callable[..., Any], list, list, list]:
         aot_flow.AotFlow._boxed, aot_flow.warm.inference_function = spy_boxed, spy_inference
         partition_call.PartitionCall.__init__ = spy_init
     else:
-        real = torch._dynamo.lookup_backend({"dynamo": "eager", "cudagraphs": "inductor"}.get(backend, backend))
+        from torchvendor.ir import compat
+
+        real = compat.lookup_backend({"dynamo": "eager", "cudagraphs": "inductor"}.get(backend, backend))
         if backend == "cudagraphs":  # Inductor with CUDA graphs (what mode="reduce-overhead" sets)
             from functools import partial
 

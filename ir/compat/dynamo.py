@@ -12,7 +12,7 @@ from typing import Any as _Any, Callable as _Callable
 
 import torch
 
-__all__ = ["has_cache_entry_guards", "guard_lines", "tracing_guard_lines", "dynamo_reset", "dynamo_backend_state",
+__all__ = ["lookup_backend", "has_cache_entry_guards", "guard_lines", "tracing_guard_lines", "dynamo_reset", "dynamo_backend_state",
            "dynamo_registered_backend", "dynamo_register_backend", "dynamo_counters", "dynamo_backend_names",
            "outside_tracing_context", "wrapper_allocators", "tensor_data_ptr_address"]
 
@@ -106,6 +106,18 @@ def dynamo_counters() -> _Any:
     from torch._dynamo.utils import counters
 
     return counters
+
+
+def lookup_backend(name: str) -> _Any:
+    """The compiler function Dynamo registers as ``torch.compile(backend=name)``
+    (``torch._dynamo.lookup_backend``), to call on a graph directly.
+
+    >>> callable(lookup_backend("eager"))
+    True
+    """
+    import torch._dynamo
+
+    return torch._dynamo.lookup_backend(name)
 
 
 def dynamo_backend_names() -> list[str]:
