@@ -25,24 +25,30 @@ def test_make_boxed_func_keeps_a_boxed_callable():
     assert compat.make_boxed_func(lambda x: x + 1)([1]) == 2
 
 
+def _watched(f):
+    """A runner of ``f``'s loop program whose last kernel first records whether the tensor behind
+    ``held["x"]`` (a weak reference the test sets) is already freed."""
+    prog = capture(f, [torch.randn(16, 16)] * 2, level="loop").inference
+    kernels = {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)}
+    last = loop_kernels(prog)[-1].name
+    seen, held = [], {}
+
+    def watching(*args):
+        seen.append(held["x"]() is None)
+        return kernels[last](*args)
+
+    return ProgramRunner(prog, {**kernels, last: watching}), seen, held
+
+
 def test_runner_boxed_call_frees_an_input_before_it_returns(monkeypatch):
     """``x`` is read by the first kernel only: when the last kernel runs, the boxed call has
     dropped it (the list it got was its only holder); the positional call keeps it."""
     monkeypatch.setattr(loop_runner, "BOXED_MIN_BYTES", 0)
     f = lambda x, y: ((x.sin() @ y).cos() @ y).tanh()  # noqa: E731
-    prog = capture(f, [torch.randn(16, 16)] * 2, level="loop").inference
-    kernels = {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)}
-    last = loop_kernels(prog)[-1].name
-    seen = []
-
-    def watching(*args):
-        seen.append(ref() is None)
-        return kernels[last](*args)
-
-    runner = ProgramRunner(prog, {**kernels, last: watching})
+    runner, seen, held = _watched(f)
     x, y = torch.randn(16, 16), torch.randn(16, 16)
     want = f(x, y)
-    ref = weakref.ref(x)
+    held["x"] = weakref.ref(x)
     call = runner.boxed(x, y)
     assert call is not None
     runner(x, y)
@@ -112,16 +118,8 @@ def test_runner_boxed_call_takes_the_replay_and_frees_inputs_there(monkeypatch):
         pytest.skip("no C++ replay in this build")
     monkeypatch.setattr(loop_runner, "BOXED_MIN_BYTES", 0)
     f = lambda x, y: ((x.sin() @ y).cos() @ y).tanh()  # noqa: E731
-    prog = capture(f, [torch.randn(16, 16)] * 2, level="loop").inference
-    kernels = {lk.name: reference_kernel(lk) for lk in loop_kernels(prog)}
-    last = loop_kernels(prog)[-1].name
-    seen, python = [], []
-
-    def watching(*args):
-        seen.append(ref() is None)
-        return kernels[last](*args)
-
-    runner = ProgramRunner(prog, {**kernels, last: watching})
+    runner, seen, held = _watched(f)
+    python = []
     x, y = torch.randn(16, 16), torch.randn(16, 16)
     want = f(x, y)
     written = runner._written_call(runner._bind((x, y)))[0]
@@ -129,7 +127,7 @@ def test_runner_boxed_call_takes_the_replay_and_frees_inputs_there(monkeypatch):
     object.__setattr__(written, "boxed", lambda args: python.append(1) or python_boxed(args))
     call = runner.boxed(x, y)
     assert call is not None and call.native
-    ref = weakref.ref(x)
+    held["x"] = weakref.ref(x)
     args = [x, y]
     del x
     out = call(args)
